@@ -1,0 +1,67 @@
+# tidal: every target runs from a clean checkout; tools come from tools/go.mod.
+SHELL := /bin/bash
+GO ?= go
+TOOL := $(GO) tool -modfile=tools/go.mod
+SHARED ?= ../shared
+VECTOR_FAMILIES := knative riff keda
+BENCH ?= .
+BENCHTIME ?= 1s
+
+.PHONY: all generate build test unit lint bench conformance conformance-shared run e2e clean
+
+all: build
+
+## generate: regenerate the Go code for proto/ with the pinned buf and plugins.
+generate:
+	$(TOOL) buf generate
+
+## build: the three binaries in bin/.
+build:
+	@mkdir -p bin
+	$(GO) build -o bin/tidal-collector ./services/collector
+	$(GO) build -o bin/tidal-decider ./services/decider
+	$(GO) build -o bin/tidal-actuator ./services/actuator
+
+## test: unit and integration tests, then conformance on every shared vector family present.
+test: unit conformance-shared
+
+unit:
+	$(GO) test -count=1 ./...
+
+conformance-shared:
+	@found=0; for fam in $(VECTOR_FAMILIES); do \
+		d=$(SHARED)/vectors/$$fam; [ -d "$$d" ] || continue; found=1; \
+		echo "== conformance $$d"; \
+		$(GO) run ./test/conformance "$$d" || exit 1; \
+	done; \
+	if [ $$found = 0 ]; then echo "no vector families under $(SHARED)/vectors: skipping conformance"; fi
+
+## conformance: replay every vector file in VECTORS=DIR.
+conformance:
+	@if [ -z "$(VECTORS)" ]; then echo "usage: make conformance VECTORS=DIR" >&2; exit 2; fi
+	@$(GO) run ./test/conformance "$(VECTORS)"
+
+## lint: formatting, vet, golangci-lint, buf lint and format, generated-code drift.
+lint:
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOL) golangci-lint run ./...
+	$(TOOL) buf lint
+	$(TOOL) buf format -d --exit-code
+	hack/verify-generated.sh
+
+## bench: every Go benchmark (BENCH=regexp, BENCHTIME=1s); figures go to BENCHMARKS.md.
+bench:
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+## run: the whole system on an embedded cluster (issue 8).
+run:
+	@echo "make run: not built yet: the closed-loop demo arrives with issue 8" >&2; exit 1
+
+## e2e: end-to-end tests with three processes (issue 8).
+e2e:
+	@echo "make e2e: not built yet: the end-to-end tests arrive with issue 8" >&2; exit 1
+
+clean:
+	rm -rf bin

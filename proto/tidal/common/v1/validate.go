@@ -1,0 +1,145 @@
+package commonv1
+
+// Hand-written validation for the shared messages. The services' validation
+// interceptor calls Validate on every request; request types in the service
+// packages build on the helpers here, so every refusal reads the same way:
+// the field path, the value, and what was wanted.
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+)
+
+var (
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// FieldError is a refused field: its path in the request, its value, and why.
+type FieldError struct {
+	Field string
+	Value any
+	Want  string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("invalid %s %q: want %s", e.Field, fmt.Sprint(e.Value), e.Want)
+}
+
+// Invalid returns a *FieldError.
+func Invalid(field string, value any, want string) error {
+	return &FieldError{Field: field, Value: value, Want: want}
+}
+
+// ValidateLabel checks a required DNS-1123 label (a namespace, a function name).
+func ValidateLabel(field, v string) error {
+	if v == "" || len(v) > 63 || !dnsLabel.MatchString(v) {
+		return Invalid(field, v, "a DNS-1123 label (1-63 lower-case letters, digits or '-')")
+	}
+	return nil
+}
+
+// ValidateSubdomain checks a required DNS-1123 subdomain (an object name).
+func ValidateSubdomain(field, v string) error {
+	if v == "" || len(v) > 253 || !dnsSubdomain.MatchString(v) {
+		return Invalid(field, v, "a DNS-1123 subdomain (1-253 lower-case letters, digits, '-' or '.')")
+	}
+	return nil
+}
+
+// ValidateNonNegative checks a finite value that is at least 0.
+func ValidateNonNegative(field string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return Invalid(field, v, "a finite number at least 0")
+	}
+	return nil
+}
+
+// ValidatePart checks that part is a valid count no larger than whole
+// (proxied concurrency within concurrency, say).
+func ValidatePart(field string, part, whole float64) error {
+	if err := ValidateNonNegative(field, part); err != nil {
+		return err
+	}
+	if part > whole {
+		return Invalid(field, part, fmt.Sprintf("at most %v", whole))
+	}
+	return nil
+}
+
+// ValidateField checks a required target reference at path field.
+func (t *TargetRef) ValidateField(field string) error {
+	if t == nil {
+		return Invalid(field, "<missing>", "a target reference with namespace and name")
+	}
+	if err := ValidateLabel(field+".namespace", t.GetNamespace()); err != nil {
+		return err
+	}
+	if err := ValidateSubdomain(field+".name", t.GetName()); err != nil {
+		return err
+	}
+	if len(t.GetApiVersion()) > 253 {
+		return Invalid(field+".api_version", t.GetApiVersion(), "at most 253 bytes")
+	}
+	if len(t.GetKind()) > 63 {
+		return Invalid(field+".kind", t.GetKind(), "at most 63 bytes")
+	}
+	return nil
+}
+
+// Key is the target's identity in every service: namespace/name.
+func (t *TargetRef) Key() string { return t.GetNamespace() + "/" + t.GetName() }
+
+// maxSampleSkew bounds how far a sample's time may be from the receiver's
+// clock; further out it is a bug or a broken clock, not a measurement.
+const maxSampleSkew = time.Hour
+
+// ValidateField checks a sample at path field against now: a time within an
+// hour of now, a known source, finite non-negative values, proxied parts no
+// larger than their wholes, and no partition twice.
+func (s *MetricSample) ValidateField(field string, now time.Time) error {
+	if s == nil {
+		return Invalid(field, "<missing>", "a sample")
+	}
+	if s.GetTime() == nil || !s.GetTime().IsValid() {
+		return Invalid(field+".time", s.GetTime(), "a valid timestamp")
+	}
+	if t := s.GetTime().AsTime(); t.Before(now.Add(-maxSampleSkew)) || t.After(now.Add(maxSampleSkew)) {
+		return Invalid(field+".time", t.Format(time.RFC3339Nano), fmt.Sprintf("within %s of now (%s)", maxSampleSkew, now.Format(time.RFC3339)))
+	}
+	if _, ok := SampleSource_name[int32(s.GetSource())]; !ok || s.GetSource() == SampleSource_SAMPLE_SOURCE_UNSPECIFIED {
+		return Invalid(field+".source", s.GetSource(), "SCRAPE, PUSH or KAFKA")
+	}
+	if err := ValidateNonNegative(field+".average_concurrency", s.GetAverageConcurrency()); err != nil {
+		return err
+	}
+	if err := ValidatePart(field+".average_proxied_concurrency", s.GetAverageProxiedConcurrency(), s.GetAverageConcurrency()); err != nil {
+		return err
+	}
+	if err := ValidateNonNegative(field+".request_count", s.GetRequestCount()); err != nil {
+		return err
+	}
+	if err := ValidatePart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount()); err != nil {
+		return err
+	}
+	seen := make(map[int32]bool, len(s.GetPartitionLags()))
+	for i, p := range s.GetPartitionLags() {
+		pf := fmt.Sprintf("%s.partition_lags[%d]", field, i)
+		if p.GetPartition() < 0 {
+			return Invalid(pf+".partition", p.GetPartition(), "at least 0")
+		}
+		if seen[p.GetPartition()] {
+			return Invalid(pf+".partition", p.GetPartition(), "each partition at most once")
+		}
+		seen[p.GetPartition()] = true
+		if p.GetEndOffset() < 0 {
+			return Invalid(pf+".end_offset", p.GetEndOffset(), "at least 0")
+		}
+		if p.CommittedOffset != nil && p.GetCommittedOffset() < 0 {
+			return Invalid(pf+".committed_offset", p.GetCommittedOffset(), "at least 0, or absent when never committed")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package server
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the listening and shutdown configuration every tidal binary shares.
+type Config struct {
+	// GRPCAddr is where the gRPC API listens, host:port.
+	GRPCAddr string
+	// HTTPAddr is where /metrics, /healthz and /readyz listen, host:port.
+	HTTPAddr string
+	// ShutdownGrace bounds how long in-flight calls may run after SIGTERM
+	// before the server stops them.
+	ShutdownGrace time.Duration
+	// LogLevel is the zap level: debug, info, warn or error.
+	LogLevel string
+}
+
+// RegisterFlags registers the shared flags on fs with the binary's default ports.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultGRPC, defaultHTTP string) {
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", defaultGRPC, "Address the gRPC API listens on, host:port.")
+	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTP, "Address /metrics, /healthz and /readyz listen on, host:port.")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "How long in-flight calls may run after SIGTERM; 0 stops them at once.")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+}
+
+// Validate refuses a configuration the server cannot run with.
+func (c *Config) Validate() error {
+	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("--%s %q: want host:port: %w", a.flag, a.addr, err)
+		}
+	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("--shutdown-grace %s: must be at least 0", c.ShutdownGrace)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// EnvName is the environment variable that stands in for flag name:
+// TIDAL_ and the name in upper case with '-' as '_'.
+func EnvName(name string) string {
+	return "TIDAL_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// ParseFlags parses args into fs, then sets every flag not given on the
+// command line from its environment variable (EnvName), so a Deployment can
+// configure a binary without args. A malformed value names the variable and
+// the value; it is never replaced by the default.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] {
+			return
+		}
+		v, ok := os.LookupEnv(EnvName(f.Name))
+		if !ok {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, serr)
+		}
+	})
+	return err
+}

@@ -1,0 +1,4 @@
+package main
+
+// knativeFamilies replays ../shared/vectors/knative (issue 3).
+var knativeFamilies []family
