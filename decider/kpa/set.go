@@ -1,0 +1,302 @@
+package kpa
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Key names a target (a Knative revision's PodAutoscaler).
+type Key struct {
+	Namespace string
+	Name      string
+}
+
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// Source says where a stat came from.
+type Source uint8
+
+const (
+	// SourceScraper is a revision-wide stat from the pod scraper.
+	SourceScraper Source = iota
+	// SourceActivator is a stat pushed by an activator; only these can poke.
+	SourceActivator
+)
+
+func (s Source) String() string {
+	if s == SourceActivator {
+		return "activator"
+	}
+	return "scraper"
+}
+
+// Stat is one revision-wide observation (Knative's metrics.Stat without the
+// pod name). Every field must be finite, ≥ 0 and at most MaxStatValue.
+type Stat struct {
+	AverageConcurrentRequests        float64
+	AverageProxiedConcurrentRequests float64
+	RequestCount                     float64
+	ProxiedRequestCount              float64
+}
+
+// MaxStatValue bounds every stat field. It is far above any real revision's
+// load, and keeps window sums finite.
+const MaxStatValue = 1e12
+
+// MaxFutureSkew is how far ahead of now a stat's timestamp may be; clocks of
+// the collector replicas differ a little, but a stat from the future would
+// push the windows ahead of the tick and hide the present.
+const MaxFutureSkew = 5 * time.Second
+
+// DropReason says why a stat was refused; the zero value means it was kept.
+// Its String is meant for a metric label.
+type DropReason uint8
+
+const (
+	// Kept means the stat was recorded.
+	Kept DropReason = iota
+	// DropUnknownTarget means no target has the stat's key.
+	DropUnknownTarget
+	// DropBadValue means a field was NaN, infinite, negative or above
+	// MaxStatValue.
+	DropBadValue
+	// DropFuture means the timestamp is more than MaxFutureSkew after now.
+	DropFuture
+	// DropTooOld means the timestamp is a whole stable window or more before
+	// now, where it could not affect any average.
+	DropTooOld
+)
+
+func (r DropReason) String() string {
+	switch r {
+	case Kept:
+		return "kept"
+	case DropUnknownTarget:
+		return "unknown_target"
+	case DropBadValue:
+		return "bad_value"
+	case DropFuture:
+		return "future"
+	case DropTooOld:
+		return "too_old"
+	default:
+		return fmt.Sprintf("DropReason(%d)", uint8(r))
+	}
+}
+
+// ErrUnknownTarget is returned for a key the Set does not hold.
+var ErrUnknownTarget = errors.New("unknown target")
+
+// ErrTargetExists is returned by Create for a key the Set already holds.
+var ErrTargetExists = errors.New("target exists")
+
+// checkStat validates a stat's fields and timestamp against now and the
+// stable window.
+func checkStat(at, now time.Time, s *Stat, stable time.Duration) (DropReason, error) {
+	for _, f := range [...]struct {
+		name string
+		v    float64
+	}{
+		{"average_concurrent_requests", s.AverageConcurrentRequests},
+		{"average_proxied_concurrent_requests", s.AverageProxiedConcurrentRequests},
+		{"request_count", s.RequestCount},
+		{"proxied_request_count", s.ProxiedRequestCount},
+	} {
+		if math.IsNaN(f.v) || f.v < 0 || f.v > MaxStatValue {
+			return DropBadValue, fmt.Errorf("stat %s %v: want a number in [0, %g]", f.name, f.v, float64(MaxStatValue))
+		}
+	}
+	if at.After(now.Add(MaxFutureSkew)) {
+		return DropFuture, fmt.Errorf("stat timestamp %s: more than %v after now %s", at.UTC().Format(time.RFC3339Nano), MaxFutureSkew, now.UTC().Format(time.RFC3339Nano))
+	}
+	if at.Unix()+int64(stable/time.Second) <= now.Unix() {
+		return DropTooOld, fmt.Errorf("stat timestamp %s: a stable window (%v) or more before now %s", at.UTC().Format(time.RFC3339Nano), stable, now.UTC().Format(time.RFC3339Nano))
+	}
+	return Kept, nil
+}
+
+// Record validates a stat and adds it to the target's windows at second at.
+// at may lie in the past, within one stable window of now, so that a target
+// can be rebuilt by replaying its history. A refused stat changes nothing and
+// is reported with a DropReason and an error naming the field and value.
+//
+// poke reports whether the caller should run Poke now: an activator stat
+// with non-zero concurrency arrived while the desired scale was exactly 0.
+func (a *Autoscaler) Record(at, now time.Time, s Stat, src Source) (poke bool, reason DropReason, err error) {
+	if reason, err := checkStat(at, now, &s, a.spec.MetricStableWindow); err != nil {
+		return false, reason, err
+	}
+	a.record(at, s)
+	// The poke tests the raw concurrency field, even for the RPS metric.
+	poke = src == SourceActivator && a.status.DesiredScale == 0 && s.AverageConcurrentRequests != 0
+	return poke, Kept, nil
+}
+
+// Change is a status change the reconciler must hear about.
+type Change struct {
+	Key    Key
+	Status Status
+}
+
+// Set holds every target's state and is driven by the caller's single tick
+// loop: no goroutine, ticker or timer per target. It is safe for concurrent
+// use.
+type Set struct {
+	// mu guards byKey, list and every entry's fields.
+	mu    sync.RWMutex
+	byKey map[Key]*entry
+	list  []*entry
+}
+
+type entry struct {
+	key  Key
+	a    Autoscaler
+	last Decision
+	idx  int
+}
+
+// NewSet returns an empty Set.
+func NewSet() *Set {
+	return &Set{byKey: make(map[Key]*entry)}
+}
+
+// Len returns the number of targets.
+func (s *Set) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.list)
+}
+
+// Create adds a target created at now with ready pods ready (see New).
+func (s *Set) Create(key Key, spec Spec, now time.Time, ready int32) error {
+	e := &entry{key: key}
+	if err := e.a.init(spec, now, ready); err != nil {
+		return fmt.Errorf("create %s: %w", key, err)
+	}
+	e.last = Decision{At: now, Invalid: NoData, Metric: spec.ScalingMetric, ReadyPods: ready}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byKey[key]; ok {
+		return fmt.Errorf("create %s: %w", key, ErrTargetExists)
+	}
+	e.idx = len(s.list)
+	s.list = append(s.list, e)
+	s.byKey[key] = e
+	return nil
+}
+
+// Update replaces a target's spec, keeping its history, panic state and
+// status (Knative's MultiScaler.Update).
+func (s *Set) Update(key Key, spec Spec, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[key]
+	if !ok {
+		return fmt.Errorf("update %s: %w", key, ErrUnknownTarget)
+	}
+	if err := e.a.Update(spec, now); err != nil {
+		return fmt.Errorf("update %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes a target and reports whether it existed.
+func (s *Set) Delete(key Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[key]
+	if !ok {
+		return false
+	}
+	last := len(s.list) - 1
+	s.list[e.idx] = s.list[last]
+	s.list[e.idx].idx = e.idx
+	s.list[last] = nil
+	s.list = s.list[:last]
+	delete(s.byKey, key)
+	return true
+}
+
+// SetReady records the target's ready pod count, used by the next Tick or
+// Poke. Negative counts are refused.
+func (s *Set) SetReady(key Key, ready int32) error {
+	if ready < 0 {
+		return fmt.Errorf("ready pods of %s %d: want ≥ 0", key, ready)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[key]
+	if !ok {
+		return fmt.Errorf("ready pods of %s: %w", key, ErrUnknownTarget)
+	}
+	e.a.ready = ready
+	return nil
+}
+
+// Record adds a stat to a target (see Autoscaler.Record). A refused stat is
+// reported with its DropReason, for the caller's drop counter.
+func (s *Set) Record(key Key, at, now time.Time, st Stat, src Source) (poke bool, reason DropReason, err error) {
+	s.mu.Lock()
+	e, ok := s.byKey[key]
+	if !ok {
+		s.mu.Unlock()
+		return false, DropUnknownTarget, fmt.Errorf("record %s: %w", key, ErrUnknownTarget)
+	}
+	poke, reason, err = e.a.Record(at, now, st, src)
+	s.mu.Unlock()
+	if err != nil {
+		return false, reason, fmt.Errorf("record %s: %w", key, err)
+	}
+	return poke, reason, nil
+}
+
+// Poke runs one out-of-band decision for a target at now, as after an
+// activator stat that Record flagged. It returns the decision and whether the
+// reconciler must be told.
+func (s *Set) Poke(key Key, now time.Time) (Decision, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[key]
+	if !ok {
+		return Decision{}, false, fmt.Errorf("poke %s: %w", key, ErrUnknownTarget)
+	}
+	informed := e.a.scaleInto(now, e.a.ready, TriggerPoke, &e.last)
+	return e.last, informed, nil
+}
+
+// Tick makes one decision for every target at now, with the ready counts
+// last given to SetReady, and appends to changed the targets whose status
+// the reconciler must hear about. Pass a reused buffer to avoid allocating.
+func (s *Set) Tick(now time.Time, changed []Change) []Change {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.list {
+		if e.a.scaleInto(now, e.a.ready, TriggerTick, &e.last) {
+			changed = append(changed, Change{Key: e.key, Status: e.a.status})
+		}
+	}
+	return changed
+}
+
+// Get returns a target's last decision and its status.
+func (s *Set) Get(key Key) (Decision, Status, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.byKey[key]
+	if !ok {
+		return Decision{}, Status{}, false
+	}
+	return e.last, e.a.status, true
+}
+
+// Explain returns a target's last decision rendered for humans.
+func (s *Set) Explain(key Key) (string, error) {
+	d, st, ok := s.Get(key)
+	if !ok {
+		return "", fmt.Errorf("explain %s: %w", key, ErrUnknownTarget)
+	}
+	return fmt.Sprintf("%s: desired %d, excess burst capacity %d\n%s", key, st.DesiredScale, st.ExcessBurstCapacity, d.Explain()), nil
+}
