@@ -85,7 +85,7 @@ func kedaConfig(v *kedaVector) (lag.Config, error) {
 func replayKEDA(raw []byte) error {
 	var v kedaVector
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return fmt.Errorf("file json - want a KEDA vector got error %v", err)
+		return fmt.Errorf("file json - want a KEDA vector got error %w", err)
 	}
 	cfg, err := kedaConfig(&v)
 	if err != nil {

@@ -80,7 +80,7 @@ var riffModes = map[string]lag.Mode{
 func replayRiff(raw []byte) error {
 	var v riffVector
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return fmt.Errorf("file json - want a riff vector got error %v", err)
+		return fmt.Errorf("file json - want a riff vector got error %w", err)
 	}
 	if len(v.Variants) == 0 {
 		return &mismatch{at: "file", field: "variants", want: "at least one", got: 0}
