@@ -189,3 +189,31 @@ func TestNaNAndBadThresholds(t *testing.T) {
 		t.Error("New with an invalid Config succeeded")
 	}
 }
+
+// TestHugeOffsets: offsets near the int64 limit saturate instead of
+// wrapping into negative lag, and the decision stays within the cap.
+func TestHugeOffsets(t *testing.T) {
+	var ps []Partition
+	for i := int32(0); i < 12; i++ {
+		ps = append(ps, Partition{ID: i, End: math.MaxInt64, Committed: 0, HasCommitted: true})
+	}
+	for _, mode := range allModes {
+		for _, faithful := range []bool{true, false} {
+			cfg := DefaultConfig(mode)
+			cfg.Faithful, cfg.DeclaredPartitions = faithful, 12
+			if mode == ModeKEDA {
+				cfg.LagThreshold = math.MaxInt64
+			}
+			ds := replay(t, cfg, 40, func(int) Input { return Input{Partitions: ps, WritesKnown: true} })
+			d := ds[39]
+			if d.Status != StatusOK || d.TotalLag != math.MaxInt64 || d.Desired < 1 || d.Desired > 12 {
+				t.Errorf("%s faithful=%v: Status %v, TotalLag %d, Desired %d; want ok, saturated, in [1, 12]",
+					mode, faithful, d.Status, d.TotalLag, d.Desired)
+			}
+		}
+	}
+	s, _ := New(DefaultConfig(ModeRiffQueue))
+	if d := s.Decide(nil, epoch); d.Status != StatusNoData {
+		t.Errorf("Decide(nil) Status = %v, want no-data", d.Status)
+	}
+}

@@ -24,8 +24,8 @@ func (s *Scaler) kedaLags(d *Decision, in *Input) int64 {
 		queried++
 		s.kedaPartitionLag(&pl)
 		s.lags = append(s.lags, pl)
-		d.TotalLag += pl.Lag
-		d.TotalLagWithPersistent += pl.LagWithPersistent
+		d.TotalLag = satAdd(d.TotalLag, pl.Lag)
+		d.TotalLagWithPersistent = satAdd(d.TotalLagWithPersistent, pl.LagWithPersistent)
 		d.MaxLag = max(d.MaxLag, pl.Lag)
 		if pl.Lag > 0 {
 			d.LaggingPartitions++
@@ -109,10 +109,13 @@ func (s *Scaler) keda(d *Decision, in *Input, now time.Time) {
 		if s.cfg.Faithful {
 			over = k.TotalLag/thr > k.UpperBound // KEDA: truncating int64 division
 		} else {
-			over = k.TotalLag > k.UpperBound*thr // never more replicas than the bound
+			// Never more replicas than the bound: ceil(total/thr) > bound,
+			// written without the product, which could overflow.
+			over = k.TotalLag > 0 && (k.TotalLag-1)/thr >= k.UpperBound
 		}
 		if over {
-			k.TotalLag = k.UpperBound * thr
+			k.TotalLag = k.UpperBound * thr // <= the uncapped total: no overflow
+			d.Cap = int32(min(k.UpperBound, maxInt32))
 		} else {
 			d.CapReason = CapNone
 		}
@@ -133,8 +136,13 @@ func (s *Scaler) keda(d *Decision, in *Input, now time.Time) {
 	lo := max(s.cfg.MinReplicas, 1)
 	k.Recommendation = s.hpaRecommendation(k, cur, lo)
 	d.Proposal = k.Recommendation
-	d.Cap = s.cfg.MaxReplicas
 	d.Target = d.Proposal
+	if d.CapReason == CapNone {
+		d.Cap = s.cfg.MaxReplicas
+		if k.Recommendation == s.cfg.MaxReplicas && k.Metric/float64(thr) > float64(s.cfg.MaxReplicas) {
+			d.CapReason = CapMaxReplicas
+		}
+	}
 
 	switch {
 	case cur == 0 && k.Active:

@@ -22,9 +22,9 @@ func (s *Scaler) riffLags(d *Decision, in *Input) (sumEnd, sumCurrent int64) {
 		pl.LagWithPersistent = pl.Lag
 		s.lags = append(s.lags, pl)
 
-		sumEnd += p.End
-		sumCurrent += c
-		d.TotalLag += pl.Lag
+		sumEnd = satAdd(sumEnd, p.End)
+		sumCurrent = satAdd(sumCurrent, c)
+		d.TotalLag = satAdd(d.TotalLag, pl.Lag)
 		d.MaxLag = max(d.MaxLag, pl.Lag)
 		if pl.Lag > 0 {
 			d.LaggingPartitions++

@@ -2,6 +2,7 @@ package lag
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -119,6 +120,9 @@ func (s *Scaler) Last() Decision { return s.last }
 // Decide runs one tick at now with in, and returns the Decision. It never
 // panics on bad input: it holds the previous decision and says why.
 func (s *Scaler) Decide(in *Input, now time.Time) Decision {
+	if in == nil {
+		in = &Input{FetchFailed: true}
+	}
 	d := Decision{
 		Mode:             s.cfg.Mode,
 		Faithful:         s.cfg.Faithful,
@@ -236,9 +240,21 @@ func (s *Scaler) observeEnds(parts []Partition) int64 {
 			s.prevEndByID = append(s.prevEndByID, -1)
 		}
 		if prev := s.prevEndByID[p.ID]; prev >= 0 && p.End > prev {
-			writes += p.End - prev
+			writes = satAdd(writes, p.End-prev)
 		}
 		s.prevEndByID[p.ID] = p.End
 	}
 	return writes
+}
+
+// satAdd adds without wrapping: lag sums saturate at the int64 limits.
+func satAdd(a, b int64) int64 {
+	c := a + b
+	switch {
+	case a > 0 && b > 0 && c < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && c >= 0:
+		return math.MinInt64
+	}
+	return c
 }
