@@ -3,7 +3,6 @@ package lag
 import (
 	"fmt"
 	"testing"
-	"time"
 )
 
 // benchSet builds n targets of mode with 12 partitions each, every one with
@@ -52,7 +51,7 @@ func BenchmarkTick(b *testing.B) {
 						advance(&ins[i])
 						_ = s.Observe(keys[i], ins[i])
 					}
-					now = now.Add(100 * time.Millisecond)
+					now = now.Add(DefaultConfig(mode).TickInterval) // every target is due
 					out = s.Tick(now, out[:0])
 				}
 				warm() // first tick sizes every buffer
@@ -87,7 +86,7 @@ func BenchmarkTickOnly(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				observe()
-				now = now.Add(100 * time.Millisecond)
+				now = now.Add(DefaultConfig(mode).TickInterval)
 				b.StartTimer()
 				out = s.Tick(now, out[:0])
 			}

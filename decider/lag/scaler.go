@@ -85,7 +85,8 @@ func (s *Scaler) Reconfigure(cfg Config) error {
 	}
 	topicChanged := cfg.Topic != s.cfg.Topic
 	if cfg.Mode != s.cfg.Mode {
-		*s = Scaler{current: s.current, started: s.started, lags: s.lags, seen: s.seen, gen: s.gen}
+		// A new algorithm starts afresh from the replica count it inherits.
+		*s = Scaler{current: s.current, lags: s.lags, seen: s.seen, gen: s.gen}
 	} else if topicChanged {
 		if cfg.Mode == ModeRiffQueue && cfg.Faithful {
 			s.memory = 0

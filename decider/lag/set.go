@@ -29,6 +29,9 @@ type Set struct {
 	// index maps a target key to its position in targets.
 	index   map[string]int
 	targets []*entry
+	// lastTick is the previous Tick's time; half the shell's period is the
+	// slack that decides which tick is closest to a target's due time.
+	lastTick time.Time
 }
 
 type entry struct {
@@ -38,6 +41,10 @@ type entry struct {
 	// Set; fresh says it arrived since the last tick.
 	in    Input
 	fresh bool
+	// next is when the target is due again (zero: at the next Tick). A
+	// target is decided at its own TickInterval (riff 100 ms, KEDA 30 s),
+	// at a fixed rate, on the shell tick closest to its due time.
+	next time.Time
 }
 
 // NewSet returns an empty Set.
@@ -108,13 +115,28 @@ func (s *Set) Observe(key string, in Input) error {
 	return nil
 }
 
-// Tick decides every target at now and appends one Result per target to
-// out, which it returns; pass out[:0] from the previous tick to avoid
-// allocating.
+// Tick decides every target that is due at now and appends one Result per
+// decided target to out, which it returns; pass out[:0] from the previous
+// tick to avoid allocating. The shell calls it from one loop at least as
+// often as the shortest TickInterval (riff: 100 ms).
 func (s *Set) Tick(now time.Time, out []Result) []Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var slack time.Duration
+	if !s.lastTick.IsZero() && now.After(s.lastTick) {
+		slack = now.Sub(s.lastTick) / 2
+	}
+	s.lastTick = now
 	for _, e := range s.targets {
+		if !e.next.IsZero() && now.Add(slack).Before(e.next) {
+			continue
+		}
+		interval := e.scaler.cfg.TickInterval
+		if e.next.IsZero() || now.Sub(e.next) >= interval {
+			e.next = now.Add(interval) // first tick, or fell behind: re-anchor
+		} else {
+			e.next = e.next.Add(interval)
+		}
 		var d Decision
 		if e.fresh {
 			d = e.scaler.Decide(&e.in, now)

@@ -47,8 +47,12 @@ func TestSetTickAllTargets(t *testing.T) {
 			t.Errorf("%s: Explain handed out the internal buffer", r.Key)
 		}
 	}
-	// Nothing observed since the last tick: no data, decision held.
+	// Nothing observed since the last tick: no data, decision held. The
+	// keda target (30 s polling) is not due yet.
 	res = s.Tick(epoch.Add(100*time.Millisecond), res[:0])
+	if len(res) != 2 {
+		t.Fatalf("second Tick decided %d targets, want the 2 riff targets", len(res))
+	}
 	for _, r := range res {
 		d, _ := s.Explain(r.Key)
 		if r.Status != StatusNoData || r.Desired != 1 || !errors.Is(d.Err, ErrNoData) {
@@ -112,6 +116,31 @@ func TestRebuild(t *testing.T) {
 				t.Error("Rebuild accepted history going back in time")
 			}
 		}
+	}
+}
+
+// TestSetIntervals: one shell loop ticking every 100 ms (with jitter)
+// decides riff targets every tick and keda targets every 30 s.
+func TestSetIntervals(t *testing.T) {
+	s := NewSet()
+	for _, mode := range []Mode{ModeRiffQueue, ModeKEDA} {
+		if err := s.Upsert(string(mode), DefaultConfig(mode)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := map[string]int{}
+	now := epoch
+	for i := 0; i < 3000; i++ { // 300 s
+		now = now.Add(100*time.Millisecond + time.Duration(i%7-3)*time.Millisecond)
+		for _, r := range s.Tick(now, nil) {
+			counts[r.Key]++
+		}
+	}
+	if got := counts[string(ModeRiffQueue)]; got != 3000 {
+		t.Errorf("riff-queue decided %d times in 3000 ticks, want 3000", got)
+	}
+	if got := counts[string(ModeKEDA)]; got < 10 || got > 11 {
+		t.Errorf("keda decided %d times in 300 s, want 10 or 11 (every 30 s)", got)
 	}
 }
 
