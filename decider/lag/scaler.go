@@ -159,7 +159,7 @@ func (s *Scaler) Decide(in *Input, now time.Time) Decision {
 	case fetchFailed && s.cfg.Mode == ModeRiffQueue && s.cfg.Faithful:
 		s.queue(&d, in, now, true) // riff counted the error as a queue of 1
 	case fetchFailed:
-		return s.hold(d, StatusNoData, fmt.Errorf("%w: offset fetch failed", ErrNoData))
+		return s.hold(d, StatusNoData, errFetchFailed)
 	case s.cfg.Mode == ModeRiffOffset:
 		s.offset(&d, in, now)
 	case s.cfg.Mode == ModeRiffQueue:
@@ -170,6 +170,9 @@ func (s *Scaler) Decide(in *Input, now time.Time) Decision {
 	s.finish(&d)
 	return d
 }
+
+// errFetchFailed is shared so that an outage does not allocate per target.
+var errFetchFailed = fmt.Errorf("%w: offset fetch failed", ErrNoData)
 
 // seed starts a fixed-mode target from the count it already runs at, so a
 // restarted decider does not knock a running function back to 1.
