@@ -319,8 +319,8 @@ func (a *Autoscaler) fillPanic(d *Decision) {
 	d.Panicking = a.panicking
 	d.MaxPanicPods = a.maxPanicPods
 	if a.panicking {
-		d.PanicStart = time.Unix(0, a.panicStart).UTC()
-		d.PanicLastOver = time.Unix(0, a.panicLastOver).UTC()
+		d.PanicStartUnixNano = a.panicStart
+		d.PanicLastOverUnixNano = a.panicLastOver
 	}
 }
 

@@ -124,10 +124,10 @@ func (s Series) String() string {
 
 // Clamp is one rule that changed a count, from Before to After.
 type Clamp struct {
-	Kind   ClampKind
-	Series Series
 	Before float64
 	After  int32
+	Kind   ClampKind
+	Series Series
 }
 
 func (c Clamp) String() string {
@@ -138,7 +138,7 @@ func (c Clamp) String() string {
 	case ClampScaleDownDelay:
 		return fmt.Sprintf("scale-down-delay: desired held at %d, would be %s", c.After, b)
 	case ClampPanicWindow:
-		return fmt.Sprintf("panic-window: %s → %d", b, c.After)
+		return fmt.Sprintf("panic-window: stable %s → panic %d", b, c.After)
 	}
 	if c.Series == SeriesStable {
 		return fmt.Sprintf("%s: %s → %d", c.Kind, b, c.After)
@@ -146,9 +146,10 @@ func (c Clamp) String() string {
 	return fmt.Sprintf("%s (%s): %s → %d", c.Kind, c.Series, b, c.After)
 }
 
-// maxClamps is the most clamps one decision can apply: rate and activation
-// on each series, the panic window, the panic hold and the delay.
-const maxClamps = 8
+// maxClamps is the most clamps one decision can apply: a rate and the
+// activation scale on each series, the panic window, the panic hold and the
+// delay.
+const maxClamps = 7
 
 // Decision is one run of the decision math with everything that went into it.
 // It is a plain value: copying it copies everything.
@@ -191,13 +192,14 @@ type Decision struct {
 	// OverThreshold reports RawPanic / max(1, ready) ≥ PanicThreshold.
 	OverThreshold bool
 
-	// Panic state after the decision. PanicStart is when the current panic
-	// began and PanicLastOver the last tick over the threshold; both are zero
-	// when not panicking. MaxPanicPods is the panic high-water mark.
-	Panicking     bool
-	PanicStart    time.Time
-	PanicLastOver time.Time
-	MaxPanicPods  int32
+	// Panic state after the decision. PanicStartUnixNano is when the current
+	// panic began and PanicLastOverUnixNano the last tick over the threshold,
+	// in Unix nanoseconds (kept compact: one Decision is stored per target);
+	// both are 0 when not panicking. MaxPanicPods is the panic high-water mark.
+	Panicking             bool
+	PanicStartUnixNano    int64
+	PanicLastOverUnixNano int64
+	MaxPanicPods          int32
 
 	// Result.
 	// Desired is the desired scale; ExcessBurstCapacity the EBC.
@@ -206,6 +208,20 @@ type Decision struct {
 
 	clamps  [maxClamps]Clamp
 	nClamps uint8
+}
+
+// PanicStart returns when the current panic began (zero when not panicking).
+func (d *Decision) PanicStart() time.Time { return unixNano(d.PanicStartUnixNano) }
+
+// PanicLastOver returns the last tick over the panic threshold (zero when not
+// panicking); panic ends one stable window after it.
+func (d *Decision) PanicLastOver() time.Time { return unixNano(d.PanicLastOverUnixNano) }
+
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
 }
 
 // Valid reports whether the decision is valid.
@@ -247,6 +263,11 @@ func (d *Decision) Reason() string {
 		return fmt.Sprintf("no decision: %s (stable %v window of %s is empty)", d.Invalid, d.StableWindow, d.Metric)
 	}
 	if c, ok := d.finalClamp(); ok {
+		switch c.Kind {
+		case ClampMaxScaleDownRate, ClampMaxScaleUpRate:
+			// Told as a step from the ready count, the way an operator sees it.
+			return fmt.Sprintf("%s: %d → %d (demand %s pods)", c.Kind, d.ReadyPods, d.Desired, ff(c.Before))
+		}
 		return c.String()
 	}
 	if d.Panicking {
@@ -272,7 +293,7 @@ func (d *Decision) Explain() string {
 		ff(d.RawStable), ff(d.RawPanic), ff(d.MaxScaleDown), ff(d.MaxScaleUp))
 	if d.Panicking {
 		fmt.Fprintf(&b, "  panicking since %s (last over threshold %s), high-water mark %d\n",
-			d.PanicStart.UTC().Format(time.RFC3339), d.PanicLastOver.UTC().Format(time.RFC3339), d.MaxPanicPods)
+			d.PanicStart().Format(time.RFC3339), d.PanicLastOver().Format(time.RFC3339), d.MaxPanicPods)
 	} else {
 		fmt.Fprintf(&b, "  not panicking (over threshold: %v)\n", d.OverThreshold)
 	}
