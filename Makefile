@@ -26,7 +26,7 @@ build:
 test: unit conformance-shared
 
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 60m ./...
 
 conformance-shared:
 	@found=0; for fam in $(VECTOR_FAMILIES); do \

@@ -595,7 +595,8 @@ type GetWindowResponse struct {
 	// Span of history the collector keeps for the target (the stable window
 	// plus the scale-down delay).
 	Retention *durationpb.Duration `protobuf:"bytes,2,opt,name=retention,proto3" json:"retention,omitempty"`
-	// Per-second samples, oldest first, one per second that had data.
+	// Samples held, oldest first, as recorded: several in one second when
+	// several senders reported in it.
 	Samples []*v1.MetricSample `protobuf:"bytes,3,rep,name=samples,proto3" json:"samples,omitempty"`
 	// Names of the pods counted as ready, sorted.
 	ReadyPods []string `protobuf:"bytes,4,rep,name=ready_pods,json=readyPods,proto3" json:"ready_pods,omitempty"`

@@ -80,10 +80,10 @@ type Decision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The target decided for.
 	Target *TargetRef `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
-	// Per-target sequence number, increasing by one with every decision the
-	// decider makes for this target and restarting from the history replay's
-	// count after a decider restart. The actuator refuses a decision whose
-	// sequence is lower than the last one it applied.
+	// Per-target sequence number: the decision time in Unix milliseconds, so it
+	// grows with every decision for the target across decider restarts and
+	// whichever decider replica owns the target. The actuator refuses a
+	// decision whose sequence is lower than the last one it applied.
 	Sequence uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The desired replica count. -1 means unknown (no valid decision yet);
 	// never below -1.

@@ -167,8 +167,15 @@ type MetricSample struct {
 	// Per-partition lag of the consumer group, for lag targets. Empty for
 	// request-driven targets. At most one entry per partition.
 	PartitionLags []*PartitionLag `protobuf:"bytes,7,rep,name=partition_lags,json=partitionLags,proto3" json:"partition_lags,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Pods of the target that were ready when the sample was taken. Absent when
+	// the measurer cannot know (pushed stats). At least 0. Deciders replaying
+	// history read the ready count of each past tick from here.
+	ReadyPods *int32 `protobuf:"varint,8,opt,name=ready_pods,json=readyPods,proto3,oneof" json:"ready_pods,omitempty"`
+	// Partition count of a lag target's input topic when the sample was taken;
+	// absent when unknown or for request-driven targets. At least 0.
+	PartitionCount *int32 `protobuf:"varint,9,opt,name=partition_count,json=partitionCount,proto3,oneof" json:"partition_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MetricSample) Reset() {
@@ -250,6 +257,20 @@ func (x *MetricSample) GetPartitionLags() []*PartitionLag {
 	return nil
 }
 
+func (x *MetricSample) GetReadyPods() int32 {
+	if x != nil && x.ReadyPods != nil {
+		return *x.ReadyPods
+	}
+	return 0
+}
+
+func (x *MetricSample) GetPartitionCount() int32 {
+	if x != nil && x.PartitionCount != nil {
+		return *x.PartitionCount
+	}
+	return 0
+}
+
 var File_tidal_common_v1_sample_proto protoreflect.FileDescriptor
 
 const file_tidal_common_v1_sample_proto_rawDesc = "" +
@@ -260,7 +281,7 @@ const file_tidal_common_v1_sample_proto_rawDesc = "" +
 	"\n" +
 	"end_offset\x18\x02 \x01(\x03R\tendOffset\x12.\n" +
 	"\x10committed_offset\x18\x03 \x01(\x03H\x00R\x0fcommittedOffset\x88\x01\x01B\x13\n" +
-	"\x11_committed_offset\"\x85\x03\n" +
+	"\x11_committed_offset\"\xfa\x03\n" +
 	"\fMetricSample\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x125\n" +
 	"\x06source\x18\x02 \x01(\x0e2\x1d.tidal.common.v1.SampleSourceR\x06source\x12/\n" +
@@ -268,7 +289,12 @@ const file_tidal_common_v1_sample_proto_rawDesc = "" +
 	"\x1baverage_proxied_concurrency\x18\x04 \x01(\x01R\x19averageProxiedConcurrency\x12#\n" +
 	"\rrequest_count\x18\x05 \x01(\x01R\frequestCount\x122\n" +
 	"\x15proxied_request_count\x18\x06 \x01(\x01R\x13proxiedRequestCount\x12D\n" +
-	"\x0epartition_lags\x18\a \x03(\v2\x1d.tidal.common.v1.PartitionLagR\rpartitionLags*x\n" +
+	"\x0epartition_lags\x18\a \x03(\v2\x1d.tidal.common.v1.PartitionLagR\rpartitionLags\x12\"\n" +
+	"\n" +
+	"ready_pods\x18\b \x01(\x05H\x00R\treadyPods\x88\x01\x01\x12,\n" +
+	"\x0fpartition_count\x18\t \x01(\x05H\x01R\x0epartitionCount\x88\x01\x01B\r\n" +
+	"\v_ready_podsB\x12\n" +
+	"\x10_partition_count*x\n" +
 	"\fSampleSource\x12\x1d\n" +
 	"\x19SAMPLE_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14SAMPLE_SOURCE_SCRAPE\x10\x01\x12\x16\n" +
@@ -313,6 +339,7 @@ func file_tidal_common_v1_sample_proto_init() {
 		return
 	}
 	file_tidal_common_v1_sample_proto_msgTypes[0].OneofWrappers = []any{}
+	file_tidal_common_v1_sample_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -124,6 +124,12 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 	if err := ValidatePart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount()); err != nil {
 		return err
 	}
+	if s.ReadyPods != nil && s.GetReadyPods() < 0 {
+		return Invalid(field+".ready_pods", s.GetReadyPods(), "at least 0")
+	}
+	if s.PartitionCount != nil && s.GetPartitionCount() < 0 {
+		return Invalid(field+".partition_count", s.GetPartitionCount(), "at least 0")
+	}
 	seen := make(map[int32]bool, len(s.GetPartitionLags()))
 	for i, p := range s.GetPartitionLags() {
 		pf := fmt.Sprintf("%s.partition_lags[%d]", field, i)

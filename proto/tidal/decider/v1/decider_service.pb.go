@@ -169,15 +169,10 @@ type TargetMetrics struct {
 	Target *v1.TargetRef `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	// Samples, oldest first.
 	Samples []*v1.MetricSample `protobuf:"bytes,2,rep,name=samples,proto3" json:"samples,omitempty"`
-	// Pods ready at the time of the newest sample; absent when unchanged since
-	// the previous batch. At least 0.
-	ReadyPods *int32 `protobuf:"varint,3,opt,name=ready_pods,json=readyPods,proto3,oneof" json:"ready_pods,omitempty"`
-	// Partition count of a lag target's input topic; absent when unknown. At least 0.
-	PartitionCount *int32 `protobuf:"varint,4,opt,name=partition_count,json=partitionCount,proto3,oneof" json:"partition_count,omitempty"`
 	// Set when the collector could not measure the target (e.g. the Kafka
 	// broker was unreachable): the decider treats the target as having no data
 	// and keeps its scale. Empty when the samples are good.
-	MeasureError  string `protobuf:"bytes,5,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
+	MeasureError  string `protobuf:"bytes,3,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,20 +221,6 @@ func (x *TargetMetrics) GetSamples() []*v1.MetricSample {
 	return nil
 }
 
-func (x *TargetMetrics) GetReadyPods() int32 {
-	if x != nil && x.ReadyPods != nil {
-		return *x.ReadyPods
-	}
-	return 0
-}
-
-func (x *TargetMetrics) GetPartitionCount() int32 {
-	if x != nil && x.PartitionCount != nil {
-		return *x.PartitionCount
-	}
-	return 0
-}
-
 func (x *TargetMetrics) GetMeasureError() string {
 	if x != nil {
 		return x.MeasureError
@@ -253,7 +234,9 @@ type IngestRequest struct {
 	// Identity of the sending collector. Required; at most 253 bytes.
 	CollectorId string `protobuf:"bytes,1,opt,name=collector_id,json=collectorId,proto3" json:"collector_id,omitempty"`
 	// True when the batch is replayed history (after a reconnect or a target
-	// moving to this decider) rather than live measurements.
+	// moving to this decider) rather than live measurements. The first replayed
+	// batch for a target on a stream replaces whatever the decider held for it,
+	// so replaying never counts a sample twice; replayed samples never poke.
 	Replay bool `protobuf:"varint,2,opt,name=replay,proto3" json:"replay,omitempty"`
 	// Specs of targets that are new or changed since the last batch.
 	Specs []*TargetSpec `protobuf:"bytes,3,rep,name=specs,proto3" json:"specs,omitempty"`
@@ -1172,16 +1155,11 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\freachability\x18\x05 \x01(\x0e2\x1e.tidal.decider.v1.ReachabilityR\freachability\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x01\n" +
 	"\rTargetMetrics\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x127\n" +
-	"\asamples\x18\x02 \x03(\v2\x1d.tidal.common.v1.MetricSampleR\asamples\x12\"\n" +
-	"\n" +
-	"ready_pods\x18\x03 \x01(\x05H\x00R\treadyPods\x88\x01\x01\x12,\n" +
-	"\x0fpartition_count\x18\x04 \x01(\x05H\x01R\x0epartitionCount\x88\x01\x01\x12#\n" +
-	"\rmeasure_error\x18\x05 \x01(\tR\fmeasureErrorB\r\n" +
-	"\v_ready_podsB\x12\n" +
-	"\x10_partition_count\"\xef\x01\n" +
+	"\asamples\x18\x02 \x03(\v2\x1d.tidal.common.v1.MetricSampleR\asamples\x12#\n" +
+	"\rmeasure_error\x18\x03 \x01(\tR\fmeasureError\"\xef\x01\n" +
 	"\rIngestRequest\x12!\n" +
 	"\fcollector_id\x18\x01 \x01(\tR\vcollectorId\x12\x16\n" +
 	"\x06replay\x18\x02 \x01(\bR\x06replay\x122\n" +
@@ -1343,7 +1321,6 @@ func file_tidal_decider_v1_decider_service_proto_init() {
 	if File_tidal_decider_v1_decider_service_proto != nil {
 		return
 	}
-	file_tidal_decider_v1_decider_service_proto_msgTypes[1].OneofWrappers = []any{}
 	file_tidal_decider_v1_decider_service_proto_msgTypes[14].OneofWrappers = []any{
 		(*ExplainResponse_Kpa)(nil),
 		(*ExplainResponse_Lag)(nil),
