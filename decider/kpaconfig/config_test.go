@@ -130,16 +130,16 @@ func TestParseAnnotations(t *testing.T) {
 	t.Parallel()
 	cfg := Default()
 	a, err := ParseAnnotations(map[string]string{
-		AnnotationClass:                       ClassKPA,
-		AnnotationMetric:                      "rps",
-		AnnotationTarget:                      "10",
+		AnnotationClass:                        ClassKPA,
+		AnnotationMetric:                       "rps",
+		AnnotationTarget:                       "10",
 		Prefix + "targetUtilizationPercentage": "50",
-		AnnotationWindow:                      "20s",
-		AnnotationPanicThresholdPercentage:    "300",
-		Prefix + "panicThresholdPercentage":   "999", // kebab-case wins
-		AnnotationMetricAggregationAlgorithm:  "weightedExponential",
-		AnnotationProgressDeadline:            "20s",
-		"serving.knative.dev/creator":         "someone", // other groups are not ours
+		AnnotationWindow:                       "20s",
+		AnnotationPanicThresholdPercentage:     "300",
+		Prefix + "panicThresholdPercentage":    "999", // kebab-case wins
+		AnnotationMetricAggregationAlgorithm:   "weightedExponential",
+		AnnotationProgressDeadline:             "20s",
+		"serving.knative.dev/creator":          "someone", // other groups are not ours
 	}, cfg)
 	if err != nil {
 		t.Fatal(err)
