@@ -1,0 +1,162 @@
+package kpa
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+)
+
+func revision(t *testing.T, cfg, ann map[string]string) kpaconfig.Revision {
+	t.Helper()
+	c, err := kpaconfig.ParseConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := kpaconfig.NewRevision(c, kpaconfig.DefaultDeployment(), ann, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func i32(v int32) *int32 { return &v }
+
+func TestApplyBounds(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ lo, hi, x, want int32 }{
+		{0, 0, 5, 5}, {2, 0, 1, 2}, {0, 3, 5, 3}, {2, 3, -1, 2}, {0, 0, -1, 0}, {3, 3, 3, 3},
+	} {
+		if got := ApplyBounds(c.lo, c.hi, c.x); got != c.want {
+			t.Errorf("ApplyBounds(%d, %d, %d) = %d, want %d", c.lo, c.hi, c.x, got, c.want)
+		}
+	}
+}
+
+func TestNumActivators(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ready              int32
+		tbc, total, actCap float64
+		want               int32
+	}{
+		{4, 211, 100, 100, 7}, {30, 0, 100, 100, 2}, {30, -1, 10, 100, 3}, {0, 211, 100, 100, 3}, {0, -1, 10, 100, 2},
+	} {
+		if got := NumActivators(c.ready, c.tbc, c.total, c.actCap); got != c.want {
+			t.Errorf("NumActivators(%+v) = %d, want %d", c, got, c.want)
+		}
+	}
+}
+
+func TestSKSModeFor(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		want, ebc int32
+		mode      SKSMode
+	}{{4, 0, SKSServe}, {4, -1, SKSProxy}, {0, 10, SKSProxy}, {-1, 50, SKSProxy}} {
+		if got := SKSModeFor(c.want, c.ebc); got != c.mode {
+			t.Errorf("SKSModeFor(%d, %d) = %s, want %s", c.want, c.ebc, got, c.mode)
+		}
+	}
+}
+
+// TestScaleToZeroTimeline walks one revision from Active with desired 0 to
+// zero replicas under the default 30 s grace period.
+func TestScaleToZeroTimeline(t *testing.T) {
+	t.Parallel()
+	rev := revision(t, nil, map[string]string{kpaconfig.AnnotationTargetBurstCapacity: "0"})
+	base := Input{
+		Revision:               rev,
+		Reachability:           Reachable,
+		ScaleTargetInitialized: true,
+		ServiceNameSet:         true,
+		SKS:                    &SKS{Mode: SKSServe, PrivateServiceNameSet: true},
+		Replicas:               i32(1),
+		ReadyPods:              1,
+		Decider:                deciderkpa.Status{DesiredScale: 0},
+	}
+	probe := func() bool { return true }
+
+	// Active for 10 s: hold one pod and come back when the window is over.
+	in := base
+	in.Active, in.ActiveAge = Condition{Status: ConditionTrue}, 10*time.Second
+	r := Reconcile(in, probe)
+	if r.Patch != nil || r.Want != 1 || fmt.Sprint(r.Requeue) != "[50s]" || r.Active.Status != ConditionTrue {
+		t.Fatalf("active 10s: %+v", r)
+	}
+	// Active for a whole stable window: mark Inactive, do not patch.
+	in.ActiveAge = time.Minute
+	r = Reconcile(in, probe)
+	if r.Patch != nil || r.Active.Reason != ReasonNoTraffic || !r.ActiveChanged || r.SKSMode != SKSProxy {
+		t.Fatalf("active 60s: %+v", r)
+	}
+	// Inactive 5 s, proxying 4 s: wait the rest of the grace period.
+	in = base
+	in.SKS = &SKS{Mode: SKSProxy, PrivateServiceNameSet: true, ProxyFor: 4 * time.Second}
+	in.Active, in.ActiveAge = Condition{Status: ConditionFalse, Reason: ReasonNoTraffic}, 5*time.Second
+	r = Reconcile(in, probe)
+	if r.Patch != nil || fmt.Sprint(r.Requeue) != "[26s]" || r.SyncProbes != 1 {
+		t.Fatalf("inactive 5s: %+v", r)
+	}
+	// The probe fails: start the async probe, do nothing else.
+	r = Reconcile(in, func() bool { return false })
+	if r.Patch != nil || !r.AsyncProbe || len(r.Requeue) != 0 {
+		t.Fatalf("probe fails: %+v", r)
+	}
+	// Proxying for the grace period: scale to zero.
+	in.SKS.ProxyFor = 30 * time.Second
+	r = Reconcile(in, probe)
+	if r.Patch == nil || *r.Patch != 0 || r.Active.Status != ConditionFalse || r.ActiveChanged {
+		t.Fatalf("grace over: %+v", r)
+	}
+}
+
+func TestActivationTimeout(t *testing.T) {
+	t.Parallel()
+	rev := revision(t, nil, map[string]string{kpaconfig.AnnotationProgressDeadline: "20s"})
+	in := Input{
+		Revision:     rev,
+		Reachability: Reachable,
+		Active:       Condition{Status: ConditionUnknown, Reason: ReasonQueued},
+		SKS:          &SKS{Mode: SKSProxy, PrivateServiceNameSet: true},
+		Replicas:     i32(1),
+		Decider:      deciderkpa.Status{DesiredScale: 0, ExcessBurstCapacity: -211},
+	}
+	in.ActiveAge = 50 * time.Second // not strictly longer than 20 s + 30 s
+	r := Reconcile(in, nil)
+	if r.Patch != nil || r.Want != -1 || fmt.Sprint(r.Requeue) != "[50s]" {
+		t.Fatalf("at the timeout: %+v", r)
+	}
+	in.ActiveAge = 50*time.Second + time.Millisecond
+	r = Reconcile(in, nil)
+	if r.Patch == nil || *r.Patch != 0 || r.Active.Reason != ReasonTimedOut {
+		t.Fatalf("past the timeout: %+v", r)
+	}
+}
+
+func TestStatusKeepsDesiredOverRestart(t *testing.T) {
+	t.Parallel()
+	in := Input{
+		Revision:               revision(t, nil, nil),
+		Reachability:           Reachable,
+		Active:                 Condition{Status: ConditionTrue},
+		ActiveAge:              time.Hour,
+		ScaleTargetInitialized: true,
+		PriorDesiredScale:      i32(4),
+		SKS:                    &SKS{Mode: SKSServe, PrivateServiceNameSet: true},
+		Replicas:               i32(4),
+		ReadyPods:              4,
+		Decider:                deciderkpa.Status{DesiredScale: -1, ExcessBurstCapacity: 50},
+	}
+	r := Reconcile(in, nil)
+	if r.DesiredScale != 4 || r.Patch != nil || r.SKSMode != SKSProxy || r.NumActivators != 7 {
+		t.Errorf("restart: %+v", r)
+	}
+	in.SKS = nil
+	r = Reconcile(in, nil)
+	if r.SKSMode != SKSProxy || r.NumActivators != MinActivators || r.ActualScale != 0 || r.Metric != nil {
+		t.Errorf("no SKS: %+v", r)
+	}
+}
