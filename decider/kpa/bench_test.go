@@ -142,4 +142,3 @@ func BenchmarkTick(b *testing.B) {
 		})
 	}
 }
-
