@@ -1,0 +1,471 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// dirPrefix names every cluster's directory under os.TempDir().
+const dirPrefix = "tidal-cluster-"
+
+// NodeName is the one fake node kwok runs every pod on.
+const NodeName = "kwok-node-0"
+
+// podNetSlots is how many clusters can run side by side on one machine: each
+// takes one /20 of 127.1.0.0/16 for its pod IPs (4094 pods), so simulated pod
+// endpoints of two clusters never bind the same address.
+const podNetSlots = 16
+
+// Options configure Start. The zero value is what tests want.
+type Options struct {
+	// CRDDirs are directories of CustomResourceDefinition manifests to
+	// install. Nil means charts/tidal/crds of the checkout; an empty non-nil
+	// slice installs none.
+	CRDDirs []string
+	// Log receives progress (binary builds, start-up). Nil means os.Stderr.
+	Log io.Writer
+	// ComponentTimeout bounds how long each component may take to come up.
+	// Zero means 60 s.
+	ComponentTimeout time.Duration
+}
+
+// Cluster is a running control plane: etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and kwok, all on loopback.
+type Cluster struct {
+	// Dir holds the cluster's data, keys, kubeconfig and component logs; Stop
+	// deletes it.
+	Dir string
+	// Kubeconfig is the path of an admin kubeconfig for kubectl and for
+	// processes started by tests.
+	Kubeconfig string
+	// PodCIDR is the range kwok gives pod IPs from, inside 127.1.0.0/16.
+	PodCIDR string
+	// Client is an admin clientset.
+	Client kubernetes.Interface
+
+	config    *rest.Config
+	procs     []*process
+	slot      func() // releases the pod network slot
+	stopOnce  sync.Once
+	startedAt time.Time
+}
+
+// Config returns a copy of the admin REST config (token auth, the cluster's
+// CA), safe for the caller to modify.
+func (c *Cluster) Config() *rest.Config { return rest.CopyConfig(c.config) }
+
+// Start builds the control plane if the cache lacks it (see EnsureBinaries),
+// starts it on free loopback ports, waits until the fake node is Ready and the
+// controllers work, and installs the CRDs. If a component does not come up in
+// time the error carries the last lines of its log. The caller must Stop the
+// cluster; on error Start has already cleaned up.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	log := opts.Log
+	if log == nil {
+		log = os.Stderr
+	}
+	timeout := opts.ComponentTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	bins, err := EnsureBinaries(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	crdDirs := opts.CRDDirs
+	if crdDirs == nil {
+		root, err := repoRoot()
+		if err != nil {
+			return nil, err
+		}
+		crdDirs = []string{filepath.Join(root, "charts", "tidal", "crds")}
+	}
+
+	reapStale(os.TempDir())
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("cluster directory: %w", err)
+	}
+	c := &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), startedAt: time.Now()}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, fmt.Errorf("cluster directory: %w", err)
+	}
+	slot, release, err := takePodNetSlot(ctx, bins.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c.slot = release
+	c.PodCIDR = fmt.Sprintf("127.1.%d.0/20", slot*16)
+
+	keys, err := newPKI(dir)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	etcdPort, etcdPeerPort, apiPort, cmPort, schedPort, kwokPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+
+	// etcd
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
+	etcd, err := c.start(dir, "etcd", bins.Kube, "etcd",
+		"--name=tidal",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=tidal="+peerURL,
+		"--unsafe-no-fsync", // the data dies with the cluster
+		"--log-level=warn",
+	)
+	if err != nil {
+		return nil, err
+	}
+	plain := &http.Client{Timeout: 2 * time.Second}
+	if err := waitHTTP(ctx, plain, etcd, etcdURL+"/health", "", timeout); err != nil {
+		return nil, err
+	}
+
+	// kube-apiserver
+	apiURL := "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	apiserver, err := c.start(dir, "kube-apiserver", bins.Kube, "kube-apiserver",
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
+		"--tls-cert-file="+keys.servingCert, "--tls-private-key-file="+keys.servingKey,
+		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
+		"--token-auth-file="+keys.tokens,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+keys.saPub,
+		"--service-account-signing-key-file="+keys.saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--profiling=false",
+		"--v=1",
+	)
+	if err != nil {
+		return nil, err
+	}
+	secure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health probes of self-signed components
+	}}
+	if err := waitHTTP(ctx, secure, apiserver, apiURL+"/readyz", keys.adminToken, timeout); err != nil {
+		return nil, err
+	}
+
+	c.config = &rest.Config{
+		Host:            apiURL,
+		BearerToken:     keys.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: keys.caPEM},
+		QPS:             200,
+		Burst:           400,
+	}
+	if err := writeKubeconfig(c.Kubeconfig, c.config); err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(c.config)
+	if err != nil {
+		return nil, fmt.Errorf("clientset: %w", err)
+	}
+	c.Client = client
+
+	// The rest only needs the API server, so it starts together.
+	cm, err := c.start(dir, "kube-controller-manager", bins.Kube, "kube-controller-manager",
+		"--kubeconfig="+c.Kubeconfig,
+		"--leader-elect=false",
+		"--controllers=*",
+		"--service-account-private-key-file="+keys.saKey,
+		"--root-ca-file="+keys.caCert,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(cmPort),
+		"--kube-api-qps=200", "--kube-api-burst=400",
+		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
+		"--v=1",
+	)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := c.start(dir, "kube-scheduler", bins.Kube, "kube-scheduler",
+		"--kubeconfig="+c.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(schedPort),
+		"--kube-api-qps=200", "--kube-api-burst=400",
+		"--v=1",
+	)
+	if err != nil {
+		return nil, err
+	}
+	kwok, err := c.start(dir, "kwok", bins.Kwok,
+		"--kubeconfig="+c.Kubeconfig,
+		"--manage-all-nodes=true",
+		"--cidr="+c.PodCIDR,
+		"--node-ip=127.0.0.1",
+		"--server-address=127.0.0.1:"+strconv.Itoa(kwokPort),
+		"-c", bins.KwokStages,
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.createNode(ctx); err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, secure, cm, "https://127.0.0.1:"+strconv.Itoa(cmPort)+"/healthz", "", timeout); err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, secure, sched, "https://127.0.0.1:"+strconv.Itoa(schedPort)+"/healthz", "", timeout); err != nil {
+		return nil, err
+	}
+	if err := c.waitFor(ctx, kwok, timeout, "node "+NodeName+" Ready", c.nodeReady); err != nil {
+		return nil, err
+	}
+	// The service-account controller creating "default" proves the
+	// controller manager's controllers run, not just its health endpoint.
+	if err := c.waitFor(ctx, cm, timeout, "service account default/default", func(ctx context.Context) (bool, error) {
+		return c.serviceAccountExists(ctx, metav1.NamespaceDefault)
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.installCRDs(ctx, crdDirs, timeout); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "test/cluster: cluster ready in %s (API server %s, pod IPs %s, kubeconfig %s)\n",
+		time.Since(c.startedAt).Round(10*time.Millisecond), apiURL, c.PodCIDR, c.Kubeconfig)
+	return c, nil
+}
+
+// Stop stops every component (SIGTERM to its process group, SIGKILL after a
+// short grace) and deletes the cluster directory. It is safe to call more
+// than once.
+func (c *Cluster) Stop() {
+	c.stopOnce.Do(func() {
+		var wg sync.WaitGroup
+		// Clients first, etcd last, so the API server does not spend its
+		// grace period retrying a dead store.
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			p := c.procs[i]
+			if p.name == "etcd" || p.name == "kube-apiserver" {
+				continue
+			}
+			wg.Go(func() { p.stop(3 * time.Second) })
+		}
+		wg.Wait()
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			if p := c.procs[i]; p.name == "etcd" || p.name == "kube-apiserver" {
+				p.stop(3 * time.Second)
+			}
+		}
+		if c.slot != nil {
+			c.slot()
+		}
+		_ = os.RemoveAll(c.Dir)
+	})
+}
+
+func (c *Cluster) start(dir, name, bin string, args ...string) (*process, error) {
+	p, err := startProcess(dir, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// waitHTTP polls url until it answers 200, failing early if p exits and with
+// p's log tail on timeout.
+func waitHTTP(ctx context.Context, client *http.Client, p *process, url, token string, timeout time.Duration) error {
+	var last string
+	err := pollUntil(ctx, p, timeout, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s not ready at %s (last answer: %s): %w\n%s", p.name, url, last, err, p.logTail(30))
+	}
+	return nil
+}
+
+func (c *Cluster) waitFor(ctx context.Context, p *process, timeout time.Duration, what string, cond wait.ConditionWithContextFunc) error {
+	if err := pollUntil(ctx, p, timeout, cond); err != nil {
+		return fmt.Errorf("waiting for %s: %w\n%s", what, err, p.logTail(30))
+	}
+	return nil
+}
+
+// pollUntil polls cond every 100 ms until it holds, p exits, or timeout.
+func pollUntil(ctx context.Context, p *process, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := p.running(); err != nil {
+			return false, err
+		}
+		return cond(ctx)
+	})
+}
+
+func (c *Cluster) createNode(ctx context.Context) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        NodeName,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels: map[string]string{
+				"type":                   "kwok",
+				"kubernetes.io/hostname": NodeName,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+			},
+		},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("1k"),
+				corev1.ResourceMemory: resource.MustParse("1Ti"),
+				corev1.ResourcePods:   resource.MustParse("10k"),
+			},
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("1k"),
+				corev1.ResourceMemory: resource.MustParse("1Ti"),
+				corev1.ResourcePods:   resource.MustParse("10k"),
+			},
+		},
+	}
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create node %s: %w", NodeName, err)
+	}
+	return nil
+}
+
+func (c *Cluster) nodeReady(ctx context.Context) (bool, error) {
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, nil //nolint:nilerr // keep polling through transient errors
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue, nil
+		}
+	}
+	return false, nil
+}
+
+func (c *Cluster) serviceAccountExists(ctx context.Context, ns string) (bool, error) {
+	_, err := c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+func writeKubeconfig(path string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["tidal-test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["tidal-test"] = &clientcmdapi.Context{Cluster: "tidal-test", AuthInfo: "admin"}
+	kc.CurrentContext = "tidal-test"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// takePodNetSlot takes the first free pod-network slot, holding a file lock
+// on it until release is called or the process dies.
+func takePodNetSlot(ctx context.Context, cacheDir string) (slot int, release func(), err error) {
+	dir := filepath.Join(cacheDir, "slots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, nil, fmt.Errorf("pod network slot: %w", err)
+	}
+	for {
+		for i := range podNetSlots {
+			f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				return 0, nil, fmt.Errorf("pod network slot: %w", err)
+			}
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			if err == nil {
+				return i, func() { f.Close() }, nil
+			}
+			f.Close()
+			if !errors.Is(err, syscall.EWOULDBLOCK) {
+				return 0, nil, fmt.Errorf("pod network slot: %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("all %d pod network slots are taken by other clusters: %w", podNetSlots, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// repoRoot is the directory of the main module's go.mod.
+func repoRoot() (string, error) {
+	src, err := sourceDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(filepath.Dir(src)), nil
+}
