@@ -218,7 +218,7 @@ func source(s string) (kpa.Source, error) {
 func replayKnativeDecider(raw []byte) error {
 	var f knDeciderFile
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return fmt.Errorf("file json - want a decider vector got error %v", err)
+		return fmt.Errorf("file json - want a decider vector got error %w", err)
 	}
 	c := &f.Config
 	epoch := time.Unix(c.EpochUnixS, 0)

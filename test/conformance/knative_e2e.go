@@ -53,7 +53,7 @@ func replayKnativeE2E(raw []byte) error {
 		Events  []knE2EEvent `json:"events"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return fmt.Errorf("file json - want an e2e trace got error %v", err)
+		return fmt.Errorf("file json - want an e2e trace got error %w", err)
 	}
 	c := &f.Config
 	epoch := time.Unix(c.EpochUnixS, 0)

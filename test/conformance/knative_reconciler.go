@@ -200,7 +200,7 @@ func replayKnativeReconcilerSteps(raw []byte) error {
 		} `json:"cases"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return fmt.Errorf("file json - want a reconciler-steps vector got error %v", err)
+		return fmt.Errorf("file json - want a reconciler-steps vector got error %w", err)
 	}
 	for i, c := range f.Cases {
 		at := fmt.Sprintf("case %d (%s)", i, c.Name)

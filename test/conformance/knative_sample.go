@@ -56,7 +56,7 @@ func replayKnativeSampleSize(raw []byte) error {
 		} `json:"extrapolation"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return fmt.Errorf("file json - want a sample-size vector got error %v", err)
+		return fmt.Errorf("file json - want a sample-size vector got error %w", err)
 	}
 	for _, c := range f.SampleSize {
 		if got := knSampleSize(c.Population); got != c.SampleSize {
