@@ -384,6 +384,11 @@ func TestSet(t *testing.T) {
 	if err != nil || !strings.Contains(text, "ns/a: desired 3") || !strings.Contains(text, "panicking since") {
 		t.Errorf("Explain = %q, %v", text, err)
 	}
+	n := 0
+	s.Range(func(k Key, d *Decision, st Status) bool { n++; return true })
+	if n != 2 {
+		t.Errorf("Range visited %d targets, want 2", n)
+	}
 	if err := s.SetReady(k1, -1); err == nil {
 		t.Error("SetReady(-1) succeeded")
 	}
