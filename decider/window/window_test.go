@@ -37,6 +37,9 @@ func TestLinearAverage(t *testing.T) {
 		{"nothing written reads zero", 60 * time.Second, nil, 5, 0},
 		{"old value beyond a window is dropped", 6 * time.Second, []sample{{10, 6}, {3, 100}}, 10, 6},
 		{"late value inside the window joins its bucket", 6 * time.Second, []sample{{10, 6}, {8, 6}}, 10, 4},
+		{"late value in the oldest bucket leaves the next second's average",
+			6 * time.Second, []sample{{10, 1}, {11, 1}, {12, 1}, {13, 1}, {14, 1}, {15, 1}, {10.5, 5}}, 16, 1},
+		{"two stale seconds", 6 * time.Second, []sample{{10, 1}, {11, 2}, {12, 3}, {13, 4}, {14, 5}, {15, 6}}, 17, 4.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
