@@ -87,6 +87,10 @@ func (r DropReason) String() string {
 	}
 }
 
+// TickInterval is how often the shell should call Tick (Knative's
+// tickInterval; not configurable there either).
+const TickInterval = 2 * time.Second
+
 // ErrUnknownTarget is returned for a key the Set does not hold.
 var ErrUnknownTarget = errors.New("unknown target")
 

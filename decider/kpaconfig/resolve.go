@@ -42,6 +42,15 @@ func NewRevision(cfg Config, dep DeploymentConfig, annotations map[string]string
 	return Revision{Config: cfg, Deployment: dep, Annotations: a, ContainerConcurrency: containerConcurrency, Reachable: reachable}, nil
 }
 
+// Class returns the pod autoscaler class: the annotation, else the config's
+// pod-autoscaler-class. Only ClassKPA revisions belong to the KPA decider.
+func (r *Revision) Class() string {
+	if r.Annotations.Class != "" {
+		return r.Annotations.Class
+	}
+	return r.Config.PodAutoscalerClass
+}
+
 // Metric returns the scaling metric (concurrency unless annotated).
 func (r *Revision) Metric() kpa.Metric {
 	if r.Annotations.Metric != nil {
