@@ -214,7 +214,7 @@ func TestPushedStatReachesActuator(t *testing.T) {
 		// Keep pushing, as an activator does while requests wait: the first
 		// push may land before the collector's stream to the decider is up.
 		_, err := collector.PushStats(context.Background(), &collectorv1.PushStatsRequest{Stats: []*collectorv1.Stat{{
-			Target: target, PodName: "activator-0", AverageConcurrency: 250, AverageProxiedConcurrency: 250, RequestCount: 250, ProxiedRequestCount: 250,
+			Target: target, PodName: "activator-0", AverageConcurrency: 250, RequestCount: 250,
 		}}})
 		if err != nil {
 			t.Fatalf("PushStats: %v", err)

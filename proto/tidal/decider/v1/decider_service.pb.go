@@ -764,7 +764,7 @@ func (x *Clamp) GetDetail() string {
 	return ""
 }
 
-// KPAInputs are the inputs of a KPA decision.
+// KPAInputs are the inputs and intermediates of a KPA decision.
 type KPAInputs struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The scaling metric: "concurrency" or "rps".
@@ -781,18 +781,36 @@ type KPAInputs struct {
 	ReadyPods int32 `protobuf:"varint,6,opt,name=ready_pods,json=readyPods,proto3" json:"ready_pods,omitempty"`
 	// Target value of the metric per pod, after target utilization.
 	Target float64 `protobuf:"fixed64,7,opt,name=target,proto3" json:"target,omitempty"`
-	// Total value of the metric the target may absorb (KPA "total").
+	// Total value of the metric one pod may take (its capacity).
 	Total float64 `protobuf:"fixed64,8,opt,name=total,proto3" json:"total,omitempty"`
-	// Panic threshold as a multiple of the ready pods' capacity.
+	// Panic threshold as a multiple of the ready pods.
 	PanicThreshold float64 `protobuf:"fixed64,9,opt,name=panic_threshold,json=panicThreshold,proto3" json:"panic_threshold,omitempty"`
-	// Desired pods from the stable window, before clamps.
-	DesiredStable float64 `protobuf:"fixed64,10,opt,name=desired_stable,json=desiredStable,proto3" json:"desired_stable,omitempty"`
-	// Desired pods from the panic window, before clamps.
-	DesiredPanic float64 `protobuf:"fixed64,11,opt,name=desired_panic,json=desiredPanic,proto3" json:"desired_panic,omitempty"`
-	// When panic mode started; absent when not panicking.
+	// Pods the stable window asks for, ceil(observed_stable / target), before clamps.
+	RawStable float64 `protobuf:"fixed64,10,opt,name=raw_stable,json=rawStable,proto3" json:"raw_stable,omitempty"`
+	// Pods the panic window asks for, ceil(observed_panic / target), before clamps.
+	RawPanic float64 `protobuf:"fixed64,11,opt,name=raw_panic,json=rawPanic,proto3" json:"raw_panic,omitempty"`
+	// When the current panic started; absent when not panicking.
 	PanicStartTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=panic_start_time,json=panicStartTime,proto3" json:"panic_start_time,omitempty"`
-	// Set when the metric had no data in the stable window.
-	MetricError   string `protobuf:"bytes,13,opt,name=metric_error,json=metricError,proto3" json:"metric_error,omitempty"`
+	// Set when the decision is invalid, e.g. "no data available": the
+	// desired scale was left as it was.
+	MetricError string `protobuf:"bytes,13,opt,name=metric_error,json=metricError,proto3" json:"metric_error,omitempty"`
+	// Stable-window pods after the rate and activation clamps.
+	DesiredStable int32 `protobuf:"varint,14,opt,name=desired_stable,json=desiredStable,proto3" json:"desired_stable,omitempty"`
+	// Panic-window pods after the rate and activation clamps.
+	DesiredPanic int32 `protobuf:"varint,15,opt,name=desired_panic,json=desiredPanic,proto3" json:"desired_panic,omitempty"`
+	// Upper bound of one step: ceil(max-scale-up-rate × max(1, ready)).
+	MaxScaleUp float64 `protobuf:"fixed64,16,opt,name=max_scale_up,json=maxScaleUp,proto3" json:"max_scale_up,omitempty"`
+	// Lower bound of one step: floor(max(1, ready) / max-scale-down-rate), 0 when unreachable.
+	MaxScaleDown float64 `protobuf:"fixed64,17,opt,name=max_scale_down,json=maxScaleDown,proto3" json:"max_scale_down,omitempty"`
+	// Target burst capacity in requests; -1 keeps the activator in the path.
+	TargetBurstCapacity float64 `protobuf:"fixed64,18,opt,name=target_burst_capacity,json=targetBurstCapacity,proto3" json:"target_burst_capacity,omitempty"`
+	// Panic high-water mark: the most pods asked for in the current panic.
+	MaxPanicPods int32 `protobuf:"varint,19,opt,name=max_panic_pods,json=maxPanicPods,proto3" json:"max_panic_pods,omitempty"`
+	// Whether the panic window's demand reached the threshold at this tick.
+	OverThreshold bool `protobuf:"varint,20,opt,name=over_threshold,json=overThreshold,proto3" json:"over_threshold,omitempty"`
+	// "tick" for the regular 2 s tick, "poke" for an out-of-band decision
+	// after an activator stat arrived at zero.
+	Trigger       string `protobuf:"bytes,21,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -890,16 +908,16 @@ func (x *KPAInputs) GetPanicThreshold() float64 {
 	return 0
 }
 
-func (x *KPAInputs) GetDesiredStable() float64 {
+func (x *KPAInputs) GetRawStable() float64 {
 	if x != nil {
-		return x.DesiredStable
+		return x.RawStable
 	}
 	return 0
 }
 
-func (x *KPAInputs) GetDesiredPanic() float64 {
+func (x *KPAInputs) GetRawPanic() float64 {
 	if x != nil {
-		return x.DesiredPanic
+		return x.RawPanic
 	}
 	return 0
 }
@@ -918,34 +936,202 @@ func (x *KPAInputs) GetMetricError() string {
 	return ""
 }
 
-// LagInputs are the inputs of a lag decision.
+func (x *KPAInputs) GetDesiredStable() int32 {
+	if x != nil {
+		return x.DesiredStable
+	}
+	return 0
+}
+
+func (x *KPAInputs) GetDesiredPanic() int32 {
+	if x != nil {
+		return x.DesiredPanic
+	}
+	return 0
+}
+
+func (x *KPAInputs) GetMaxScaleUp() float64 {
+	if x != nil {
+		return x.MaxScaleUp
+	}
+	return 0
+}
+
+func (x *KPAInputs) GetMaxScaleDown() float64 {
+	if x != nil {
+		return x.MaxScaleDown
+	}
+	return 0
+}
+
+func (x *KPAInputs) GetTargetBurstCapacity() float64 {
+	if x != nil {
+		return x.TargetBurstCapacity
+	}
+	return 0
+}
+
+func (x *KPAInputs) GetMaxPanicPods() int32 {
+	if x != nil {
+		return x.MaxPanicPods
+	}
+	return 0
+}
+
+func (x *KPAInputs) GetOverThreshold() bool {
+	if x != nil {
+		return x.OverThreshold
+	}
+	return false
+}
+
+func (x *KPAInputs) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+// PartitionState is one partition's part in a lag decision.
+type PartitionState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Partition number.
+	Partition int32 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Log-end offset.
+	EndOffset int64 `protobuf:"varint,2,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	// Committed offset of the consumer group; absent when never committed.
+	CommittedOffset *int64 `protobuf:"varint,3,opt,name=committed_offset,json=committedOffset,proto3,oneof" json:"committed_offset,omitempty"`
+	// Lag counted toward the proposal (riff) or the metric (keda).
+	Lag int64 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
+	// Lag counted toward KEDA's activation (includes persistent lag).
+	LagWithPersistent int64 `protobuf:"varint,5,opt,name=lag_with_persistent,json=lagWithPersistent,proto3" json:"lag_with_persistent,omitempty"`
+	// The rule that gave the lag, e.g. "plain", "no-commit-latest",
+	// "committed-ahead", "persistent", "not-selected".
+	Rule          string `protobuf:"bytes,6,opt,name=rule,proto3" json:"rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionState) Reset() {
+	*x = PartitionState{}
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionState) ProtoMessage() {}
+
+func (x *PartitionState) ProtoReflect() protoreflect.Message {
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
+func (*PartitionState) Descriptor() ([]byte, []int) {
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PartitionState) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionState) GetEndOffset() int64 {
+	if x != nil {
+		return x.EndOffset
+	}
+	return 0
+}
+
+func (x *PartitionState) GetCommittedOffset() int64 {
+	if x != nil && x.CommittedOffset != nil {
+		return *x.CommittedOffset
+	}
+	return 0
+}
+
+func (x *PartitionState) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *PartitionState) GetLagWithPersistent() int64 {
+	if x != nil {
+		return x.LagWithPersistent
+	}
+	return 0
+}
+
+func (x *PartitionState) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+// LagInputs are the inputs and intermediates of a lag decision.
 type LagInputs struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The lag mode: "riff-offset", "riff-queue" or "keda".
 	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
-	// Per-partition lag measured at the tick.
-	Partitions []*v1.PartitionLag `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Per-partition state at the tick.
+	Partitions []*PartitionState `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// Partition count of the input topic, or 0 when unknown.
 	PartitionCount int32 `protobuf:"varint,3,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`
-	// The replica count the lag proposes, before smoothing and caps.
-	Proposal float64 `protobuf:"fixed64,4,opt,name=proposal,proto3" json:"proposal,omitempty"`
-	// The smoother's state after the tick.
+	// The raw proposal: riff-offset's policy output, riff-queue's
+	// writes-or-queue value, KEDA's HPA recommendation.
+	Proposal int32 `protobuf:"varint,4,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// The smoother's memory after the tick (riff modes).
 	Smoothed float64 `protobuf:"fixed64,5,opt,name=smoothed,proto3" json:"smoothed,omitempty"`
-	// The replica cap and the rule that set it.
+	// The replica cap.
 	Cap int32 `protobuf:"varint,6,opt,name=cap,proto3" json:"cap,omitempty"`
-	// Why the cap has its value, e.g. "partition count 12".
+	// Why the cap has its value, e.g. "partition count".
 	CapReason string `protobuf:"bytes,7,opt,name=cap_reason,json=capReason,proto3" json:"cap_reason,omitempty"`
-	// When the target goes to zero if it stays idle; absent when not idle.
+	// When an idle target goes to zero; absent when no countdown runs.
 	IdleDeadline *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=idle_deadline,json=idleDeadline,proto3" json:"idle_deadline,omitempty"`
-	// Set when the lag could not be measured.
-	MeasureError  string `protobuf:"bytes,9,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
+	// Set when the lag could not be measured or the input was inconsistent:
+	// the previous decision was held.
+	MeasureError string `protobuf:"bytes,9,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
+	// True when the original's numbers are reproduced, known faults included.
+	Faithful bool `protobuf:"varint,10,opt,name=faithful,proto3" json:"faithful,omitempty"`
+	// Largest per-partition lag.
+	MaxLag int64 `protobuf:"varint,11,opt,name=max_lag,json=maxLag,proto3" json:"max_lag,omitempty"`
+	// Sum of the partitions' lag.
+	TotalLag int64 `protobuf:"varint,12,opt,name=total_lag,json=totalLag,proto3" json:"total_lag,omitempty"`
+	// Partitions whose lag is above zero.
+	LaggingPartitions int32 `protobuf:"varint,13,opt,name=lagging_partitions,json=laggingPartitions,proto3" json:"lagging_partitions,omitempty"`
+	// The replica count the strategy started from.
+	ReplicasBefore int32 `protobuf:"varint,14,opt,name=replicas_before,json=replicasBefore,proto3" json:"replicas_before,omitempty"`
+	// The replica count the collector observed; absent when unknown.
+	ObservedReplicas *int32 `protobuf:"varint,15,opt,name=observed_replicas,json=observedReplicas,proto3,oneof" json:"observed_replicas,omitempty"`
+	// KEDA's metric value (the capped total lag).
+	KedaMetric float64 `protobuf:"fixed64,16,opt,name=keda_metric,json=kedaMetric,proto3" json:"keda_metric,omitempty"`
+	// KEDA's activity: total lag above the activation threshold.
+	KedaActive bool `protobuf:"varint,17,opt,name=keda_active,json=kedaActive,proto3" json:"keda_active,omitempty"`
+	// True when the actuator must apply the desired scale.
+	ScaleNeeded   bool `protobuf:"varint,18,opt,name=scale_needed,json=scaleNeeded,proto3" json:"scale_needed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LagInputs) Reset() {
 	*x = LagInputs{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1143,7 @@ func (x *LagInputs) String() string {
 func (*LagInputs) ProtoMessage() {}
 
 func (x *LagInputs) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1156,7 @@ func (x *LagInputs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LagInputs.ProtoReflect.Descriptor instead.
 func (*LagInputs) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{13}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LagInputs) GetMode() string {
@@ -980,7 +1166,7 @@ func (x *LagInputs) GetMode() string {
 	return ""
 }
 
-func (x *LagInputs) GetPartitions() []*v1.PartitionLag {
+func (x *LagInputs) GetPartitions() []*PartitionState {
 	if x != nil {
 		return x.Partitions
 	}
@@ -994,7 +1180,7 @@ func (x *LagInputs) GetPartitionCount() int32 {
 	return 0
 }
 
-func (x *LagInputs) GetProposal() float64 {
+func (x *LagInputs) GetProposal() int32 {
 	if x != nil {
 		return x.Proposal
 	}
@@ -1036,6 +1222,69 @@ func (x *LagInputs) GetMeasureError() string {
 	return ""
 }
 
+func (x *LagInputs) GetFaithful() bool {
+	if x != nil {
+		return x.Faithful
+	}
+	return false
+}
+
+func (x *LagInputs) GetMaxLag() int64 {
+	if x != nil {
+		return x.MaxLag
+	}
+	return 0
+}
+
+func (x *LagInputs) GetTotalLag() int64 {
+	if x != nil {
+		return x.TotalLag
+	}
+	return 0
+}
+
+func (x *LagInputs) GetLaggingPartitions() int32 {
+	if x != nil {
+		return x.LaggingPartitions
+	}
+	return 0
+}
+
+func (x *LagInputs) GetReplicasBefore() int32 {
+	if x != nil {
+		return x.ReplicasBefore
+	}
+	return 0
+}
+
+func (x *LagInputs) GetObservedReplicas() int32 {
+	if x != nil && x.ObservedReplicas != nil {
+		return *x.ObservedReplicas
+	}
+	return 0
+}
+
+func (x *LagInputs) GetKedaMetric() float64 {
+	if x != nil {
+		return x.KedaMetric
+	}
+	return 0
+}
+
+func (x *LagInputs) GetKedaActive() bool {
+	if x != nil {
+		return x.KedaActive
+	}
+	return false
+}
+
+func (x *LagInputs) GetScaleNeeded() bool {
+	if x != nil {
+		return x.ScaleNeeded
+	}
+	return false
+}
+
 // ExplainResponse is the latest decision for a target with its inputs.
 type ExplainResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1056,7 +1305,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1317,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1330,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{14}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExplainResponse) GetDecision() *v1.Decision {
@@ -1187,7 +1436,7 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06before\x18\x02 \x01(\x01R\x06before\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\x01R\x05after\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detail\"\x9c\x04\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"\xbb\x06\n" +
 	"\tKPAInputs\x12\x16\n" +
 	"\x06metric\x18\x01 \x01(\tR\x06metric\x12'\n" +
 	"\x0fobserved_stable\x18\x02 \x01(\x01R\x0eobservedStable\x12%\n" +
@@ -1198,25 +1447,57 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"ready_pods\x18\x06 \x01(\x05R\treadyPods\x12\x16\n" +
 	"\x06target\x18\a \x01(\x01R\x06target\x12\x14\n" +
 	"\x05total\x18\b \x01(\x01R\x05total\x12'\n" +
-	"\x0fpanic_threshold\x18\t \x01(\x01R\x0epanicThreshold\x12%\n" +
-	"\x0edesired_stable\x18\n" +
-	" \x01(\x01R\rdesiredStable\x12#\n" +
-	"\rdesired_panic\x18\v \x01(\x01R\fdesiredPanic\x12D\n" +
-	"\x10panic_start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0epanicStartTime\x12!\n" +
-	"\fmetric_error\x18\r \x01(\tR\vmetricError\"\xd6\x02\n" +
-	"\tLagInputs\x12\x12\n" +
-	"\x04mode\x18\x01 \x01(\tR\x04mode\x12=\n" +
+	"\x0fpanic_threshold\x18\t \x01(\x01R\x0epanicThreshold\x12\x1d\n" +
 	"\n" +
-	"partitions\x18\x02 \x03(\v2\x1d.tidal.common.v1.PartitionLagR\n" +
+	"raw_stable\x18\n" +
+	" \x01(\x01R\trawStable\x12\x1b\n" +
+	"\traw_panic\x18\v \x01(\x01R\brawPanic\x12D\n" +
+	"\x10panic_start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0epanicStartTime\x12!\n" +
+	"\fmetric_error\x18\r \x01(\tR\vmetricError\x12%\n" +
+	"\x0edesired_stable\x18\x0e \x01(\x05R\rdesiredStable\x12#\n" +
+	"\rdesired_panic\x18\x0f \x01(\x05R\fdesiredPanic\x12 \n" +
+	"\fmax_scale_up\x18\x10 \x01(\x01R\n" +
+	"maxScaleUp\x12$\n" +
+	"\x0emax_scale_down\x18\x11 \x01(\x01R\fmaxScaleDown\x122\n" +
+	"\x15target_burst_capacity\x18\x12 \x01(\x01R\x13targetBurstCapacity\x12$\n" +
+	"\x0emax_panic_pods\x18\x13 \x01(\x05R\fmaxPanicPods\x12%\n" +
+	"\x0eover_threshold\x18\x14 \x01(\bR\roverThreshold\x12\x18\n" +
+	"\atrigger\x18\x15 \x01(\tR\atrigger\"\xe8\x01\n" +
+	"\x0ePartitionState\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1d\n" +
+	"\n" +
+	"end_offset\x18\x02 \x01(\x03R\tendOffset\x12.\n" +
+	"\x10committed_offset\x18\x03 \x01(\x03H\x00R\x0fcommittedOffset\x88\x01\x01\x12\x10\n" +
+	"\x03lag\x18\x04 \x01(\x03R\x03lag\x12.\n" +
+	"\x13lag_with_persistent\x18\x05 \x01(\x03R\x11lagWithPersistent\x12\x12\n" +
+	"\x04rule\x18\x06 \x01(\tR\x04ruleB\x13\n" +
+	"\x11_committed_offset\"\xb0\x05\n" +
+	"\tLagInputs\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12@\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2 .tidal.decider.v1.PartitionStateR\n" +
 	"partitions\x12'\n" +
 	"\x0fpartition_count\x18\x03 \x01(\x05R\x0epartitionCount\x12\x1a\n" +
-	"\bproposal\x18\x04 \x01(\x01R\bproposal\x12\x1a\n" +
+	"\bproposal\x18\x04 \x01(\x05R\bproposal\x12\x1a\n" +
 	"\bsmoothed\x18\x05 \x01(\x01R\bsmoothed\x12\x10\n" +
 	"\x03cap\x18\x06 \x01(\x05R\x03cap\x12\x1d\n" +
 	"\n" +
 	"cap_reason\x18\a \x01(\tR\tcapReason\x12?\n" +
 	"\ridle_deadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fidleDeadline\x12#\n" +
-	"\rmeasure_error\x18\t \x01(\tR\fmeasureError\"\xe5\x01\n" +
+	"\rmeasure_error\x18\t \x01(\tR\fmeasureError\x12\x1a\n" +
+	"\bfaithful\x18\n" +
+	" \x01(\bR\bfaithful\x12\x17\n" +
+	"\amax_lag\x18\v \x01(\x03R\x06maxLag\x12\x1b\n" +
+	"\ttotal_lag\x18\f \x01(\x03R\btotalLag\x12-\n" +
+	"\x12lagging_partitions\x18\r \x01(\x05R\x11laggingPartitions\x12'\n" +
+	"\x0freplicas_before\x18\x0e \x01(\x05R\x0ereplicasBefore\x120\n" +
+	"\x11observed_replicas\x18\x0f \x01(\x05H\x00R\x10observedReplicas\x88\x01\x01\x12\x1f\n" +
+	"\vkeda_metric\x18\x10 \x01(\x01R\n" +
+	"kedaMetric\x12\x1f\n" +
+	"\vkeda_active\x18\x11 \x01(\bR\n" +
+	"kedaActive\x12!\n" +
+	"\fscale_needed\x18\x12 \x01(\bR\vscaleNeededB\x14\n" +
+	"\x12_observed_replicas\"\xe5\x01\n" +
 	"\x0fExplainResponse\x125\n" +
 	"\bdecision\x18\x01 \x01(\v2\x19.tidal.common.v1.DecisionR\bdecision\x12/\n" +
 	"\x03kpa\x18\x02 \x01(\v2\x1b.tidal.decider.v1.KPAInputsH\x00R\x03kpa\x12/\n" +
@@ -1248,7 +1529,7 @@ func file_tidal_decider_v1_decider_service_proto_rawDescGZIP() []byte {
 }
 
 var file_tidal_decider_v1_decider_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tidal_decider_v1_decider_service_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tidal_decider_v1_decider_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_tidal_decider_v1_decider_service_proto_goTypes = []any{
 	(Reachability)(0),              // 0: tidal.decider.v1.Reachability
 	(*TargetSpec)(nil),             // 1: tidal.decider.v1.TargetSpec
@@ -1264,40 +1545,40 @@ var file_tidal_decider_v1_decider_service_proto_goTypes = []any{
 	(*ExplainRequest)(nil),         // 11: tidal.decider.v1.ExplainRequest
 	(*Clamp)(nil),                  // 12: tidal.decider.v1.Clamp
 	(*KPAInputs)(nil),              // 13: tidal.decider.v1.KPAInputs
-	(*LagInputs)(nil),              // 14: tidal.decider.v1.LagInputs
-	(*ExplainResponse)(nil),        // 15: tidal.decider.v1.ExplainResponse
-	nil,                            // 16: tidal.decider.v1.TargetSpec.AnnotationsEntry
-	(*v1.TargetRef)(nil),           // 17: tidal.common.v1.TargetRef
-	(v1.Strategy)(0),               // 18: tidal.common.v1.Strategy
-	(*v1.MetricSample)(nil),        // 19: tidal.common.v1.MetricSample
-	(*v1.Decision)(nil),            // 20: tidal.common.v1.Decision
-	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
-	(*v1.PartitionLag)(nil),        // 23: tidal.common.v1.PartitionLag
+	(*PartitionState)(nil),         // 14: tidal.decider.v1.PartitionState
+	(*LagInputs)(nil),              // 15: tidal.decider.v1.LagInputs
+	(*ExplainResponse)(nil),        // 16: tidal.decider.v1.ExplainResponse
+	nil,                            // 17: tidal.decider.v1.TargetSpec.AnnotationsEntry
+	(*v1.TargetRef)(nil),           // 18: tidal.common.v1.TargetRef
+	(v1.Strategy)(0),               // 19: tidal.common.v1.Strategy
+	(*v1.MetricSample)(nil),        // 20: tidal.common.v1.MetricSample
+	(*v1.Decision)(nil),            // 21: tidal.common.v1.Decision
+	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
 }
 var file_tidal_decider_v1_decider_service_proto_depIdxs = []int32{
-	17, // 0: tidal.decider.v1.TargetSpec.target:type_name -> tidal.common.v1.TargetRef
-	18, // 1: tidal.decider.v1.TargetSpec.strategy:type_name -> tidal.common.v1.Strategy
-	16, // 2: tidal.decider.v1.TargetSpec.annotations:type_name -> tidal.decider.v1.TargetSpec.AnnotationsEntry
+	18, // 0: tidal.decider.v1.TargetSpec.target:type_name -> tidal.common.v1.TargetRef
+	19, // 1: tidal.decider.v1.TargetSpec.strategy:type_name -> tidal.common.v1.Strategy
+	17, // 2: tidal.decider.v1.TargetSpec.annotations:type_name -> tidal.decider.v1.TargetSpec.AnnotationsEntry
 	0,  // 3: tidal.decider.v1.TargetSpec.reachability:type_name -> tidal.decider.v1.Reachability
-	17, // 4: tidal.decider.v1.TargetMetrics.target:type_name -> tidal.common.v1.TargetRef
-	19, // 5: tidal.decider.v1.TargetMetrics.samples:type_name -> tidal.common.v1.MetricSample
+	18, // 4: tidal.decider.v1.TargetMetrics.target:type_name -> tidal.common.v1.TargetRef
+	20, // 5: tidal.decider.v1.TargetMetrics.samples:type_name -> tidal.common.v1.MetricSample
 	1,  // 6: tidal.decider.v1.IngestRequest.specs:type_name -> tidal.decider.v1.TargetSpec
 	2,  // 7: tidal.decider.v1.IngestRequest.metrics:type_name -> tidal.decider.v1.TargetMetrics
-	17, // 8: tidal.decider.v1.IngestRequest.removed:type_name -> tidal.common.v1.TargetRef
-	17, // 9: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
-	20, // 10: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
-	20, // 11: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
-	20, // 12: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
-	17, // 13: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
-	21, // 14: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
-	21, // 15: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
-	22, // 16: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
-	23, // 17: tidal.decider.v1.LagInputs.partitions:type_name -> tidal.common.v1.PartitionLag
-	22, // 18: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
-	20, // 19: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
+	18, // 8: tidal.decider.v1.IngestRequest.removed:type_name -> tidal.common.v1.TargetRef
+	18, // 9: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
+	21, // 10: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
+	21, // 11: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
+	21, // 12: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
+	18, // 13: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
+	22, // 14: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
+	22, // 15: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
+	23, // 16: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
+	14, // 17: tidal.decider.v1.LagInputs.partitions:type_name -> tidal.decider.v1.PartitionState
+	23, // 18: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
+	21, // 19: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
 	13, // 20: tidal.decider.v1.ExplainResponse.kpa:type_name -> tidal.decider.v1.KPAInputs
-	14, // 21: tidal.decider.v1.ExplainResponse.lag:type_name -> tidal.decider.v1.LagInputs
+	15, // 21: tidal.decider.v1.ExplainResponse.lag:type_name -> tidal.decider.v1.LagInputs
 	12, // 22: tidal.decider.v1.ExplainResponse.clamps:type_name -> tidal.decider.v1.Clamp
 	3,  // 23: tidal.decider.v1.DeciderService.Ingest:input_type -> tidal.decider.v1.IngestRequest
 	5,  // 24: tidal.decider.v1.DeciderService.GetDecision:input_type -> tidal.decider.v1.GetDecisionRequest
@@ -1308,7 +1589,7 @@ var file_tidal_decider_v1_decider_service_proto_depIdxs = []int32{
 	6,  // 29: tidal.decider.v1.DeciderService.GetDecision:output_type -> tidal.decider.v1.GetDecisionResponse
 	8,  // 30: tidal.decider.v1.DeciderService.ListDecisions:output_type -> tidal.decider.v1.ListDecisionsResponse
 	10, // 31: tidal.decider.v1.DeciderService.WatchDecisions:output_type -> tidal.decider.v1.WatchDecisionsResponse
-	15, // 32: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
+	16, // 32: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
 	28, // [28:33] is the sub-list for method output_type
 	23, // [23:28] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
@@ -1321,7 +1602,9 @@ func file_tidal_decider_v1_decider_service_proto_init() {
 	if File_tidal_decider_v1_decider_service_proto != nil {
 		return
 	}
-	file_tidal_decider_v1_decider_service_proto_msgTypes[14].OneofWrappers = []any{
+	file_tidal_decider_v1_decider_service_proto_msgTypes[13].OneofWrappers = []any{}
+	file_tidal_decider_v1_decider_service_proto_msgTypes[14].OneofWrappers = []any{}
+	file_tidal_decider_v1_decider_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*ExplainResponse_Kpa)(nil),
 		(*ExplainResponse_Lag)(nil),
 	}
@@ -1331,7 +1614,7 @@ func file_tidal_decider_v1_decider_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidal_decider_v1_decider_service_proto_rawDesc), len(file_tidal_decider_v1_decider_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,516 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/decider/lag"
+)
+
+// Config is the engine's cluster-wide configuration.
+type Config struct {
+	// KPA and Deployment are the parsed config-autoscaler and
+	// config-deployment maps every KPA target resolves its annotations against.
+	KPA        kpaconfig.Config
+	Deployment kpaconfig.DeploymentConfig
+	// TickInterval is the KPA decision interval (Knative's 2 s).
+	TickInterval time.Duration
+	// OnDrop, when set, is called for every refused sample with a short
+	// reason suitable for a metric label.
+	OnDrop func(reason string)
+}
+
+// ErrUnknownTarget is returned for a target the engine does not hold.
+var ErrUnknownTarget = errors.New("unknown target")
+
+// Engine holds every target of one decider. It is safe for concurrent use.
+type Engine struct {
+	cfg Config
+	kpa *kpa.Set
+	lag *lag.Set
+
+	// mu guards everything below; the sets have their own locks and are
+	// only changed with mu held, so the two never disagree on a target.
+	mu      sync.Mutex
+	targets map[string]*target
+	// lastKPA is the last KPA grid tick decided; zero before the first.
+	lastKPA time.Time
+	changed []kpa.Change
+	results []lag.Result
+}
+
+type target struct {
+	ref      Target
+	spec     Spec
+	strategy Strategy
+	specErr  error
+	// inSet is true once the target's strategy set holds it.
+	inSet bool
+	// ready is the last known ready pod count, -1 when unknown.
+	ready int32
+	// pending holds samples stamped after the last tick, in arrival order.
+	pending []Sample
+	// lagLast is the latest lag decision reported.
+	lagLast Decision
+}
+
+// New returns an empty engine.
+func New(cfg Config) *Engine {
+	if cfg.OnDrop == nil {
+		cfg.OnDrop = func(string) {}
+	}
+	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[string]*target{}}
+}
+
+// Len returns the number of targets.
+func (e *Engine) Len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.targets)
+}
+
+func kpaKey(t Target) kpa.Key { return kpa.Key{Namespace: t.Namespace, Name: t.Name} }
+
+// Upsert adds a target or changes its spec. A spec that does not parse is
+// refused with an error naming the key and value; the target is kept with
+// that error (visible in its decision) and not decided for until a good
+// spec arrives.
+func (e *Engine) Upsert(spec Spec, now time.Time) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := spec.Target.Key()
+	t, ok := e.targets[key]
+	if !ok {
+		t = &target{ref: spec.Target, ready: -1}
+		e.targets[key] = t
+	}
+	if t.inSet && t.strategy != spec.Strategy {
+		e.removeFromSetLocked(t)
+	}
+	t.spec, t.strategy = spec, spec.Strategy
+	t.specErr = e.applySpecLocked(t, now)
+	if t.specErr != nil {
+		return fmt.Errorf("target %s: %w", key, t.specErr)
+	}
+	return nil
+}
+
+func (e *Engine) applySpecLocked(t *target, now time.Time) error {
+	switch t.strategy {
+	case KPA:
+		s, err := e.kpaSpec(t.spec)
+		if err != nil {
+			return err
+		}
+		if t.inSet {
+			return e.kpa.Update(kpaKey(t.ref), s, now)
+		}
+		if err := e.kpa.Create(kpaKey(t.ref), s, now, max(t.ready, 0)); err != nil {
+			return err
+		}
+	case Lag:
+		cfg, err := lagConfig(t.spec.Annotations)
+		if err != nil {
+			return err
+		}
+		if err := e.lag.Upsert(t.ref.Key(), cfg); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("strategy %d: want kpa or lag", t.strategy)
+	}
+	t.inSet = true
+	return nil
+}
+
+func (e *Engine) kpaSpec(spec Spec) (kpa.Spec, error) {
+	rev, err := kpaconfig.NewRevision(e.cfg.KPA, e.cfg.Deployment, spec.Annotations, int64(spec.ContainerConcurrency), spec.Reachable)
+	if err != nil {
+		return kpa.Spec{}, err
+	}
+	return rev.DeciderSpec(), nil
+}
+
+// lagConfig reads a lag target's annotations: lag.tidal.dev/mode (default
+// riff-queue) and lag.tidal.dev/<parameter>. Other annotations are not ours.
+func lagConfig(ann map[string]string) (lag.Config, error) {
+	mode := string(lag.ModeRiffQueue)
+	params := map[string]string{}
+	for k, v := range ann {
+		name, ok := strings.CutPrefix(k, LagAnnotationPrefix)
+		if !ok {
+			continue
+		}
+		if name == "mode" {
+			mode = v
+			continue
+		}
+		params[name] = v
+	}
+	return lag.ParseConfig(mode, params)
+}
+
+func (e *Engine) removeFromSetLocked(t *target) {
+	switch t.strategy {
+	case KPA:
+		e.kpa.Delete(kpaKey(t.ref))
+	case Lag:
+		e.lag.Remove(t.ref.Key())
+	}
+	t.inSet = false
+}
+
+// Remove forgets a target; it reports whether the engine held it.
+func (e *Engine) Remove(ref Target) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.targets[ref.Key()]
+	if !ok {
+		return false
+	}
+	e.removeFromSetLocked(t)
+	delete(e.targets, ref.Key())
+	return true
+}
+
+// Record takes a live sample. Samples wait for the tick at or after their
+// time, except activator stats of KPA targets, which are recorded at once
+// because they may poke: poke reports that the caller should call Poke now.
+// A refused sample is reported to OnDrop and returned as an error.
+func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.targets[ref.Key()]
+	if !ok {
+		e.cfg.OnDrop("unknown_target")
+		return false, fmt.Errorf("record %s: %w", ref.Key(), ErrUnknownTarget)
+	}
+	if s.At.After(now.Add(kpa.MaxFutureSkew)) {
+		// Held back for its tick, it would wait until that far-off time.
+		e.cfg.OnDrop(kpa.DropFuture.String())
+		return false, fmt.Errorf("record %s: sample time %s is more than %v after now %s",
+			ref.Key(), s.At.UTC().Format(time.RFC3339Nano), kpa.MaxFutureSkew, now.UTC().Format(time.RFC3339Nano))
+	}
+	if t.strategy == KPA && s.MeasureError != "" {
+		// A failed scrape is the absence of data, which the windows
+		// already express; it is never recorded as a zero.
+		return false, nil
+	}
+	if t.strategy == KPA && s.Activator && t.inSet {
+		return e.recordKPALocked(t, s, now)
+	}
+	t.pending = append(t.pending, s)
+	return false, nil
+}
+
+func (e *Engine) recordKPALocked(t *target, s Sample, now time.Time) (bool, error) {
+	if s.ReadyPods >= 0 {
+		t.ready = s.ReadyPods
+		if err := e.kpa.SetReady(kpaKey(t.ref), s.ReadyPods); err != nil {
+			return false, err
+		}
+	}
+	src := kpa.SourceScraper
+	if s.Activator {
+		src = kpa.SourceActivator
+	}
+	poke, reason, err := e.kpa.Record(kpaKey(t.ref), s.At, now, s.Stat, src)
+	if err != nil {
+		e.cfg.OnDrop(reason.String())
+	}
+	return poke, err
+}
+
+// Poke makes an out-of-band KPA decision for the target at now, as Knative
+// does when an activator stat arrives while the desired scale is 0.
+func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.targets[ref.Key()]
+	if !ok || t.strategy != KPA || !t.inSet {
+		return Decision{}, false, fmt.Errorf("poke %s: %w", ref.Key(), ErrUnknownTarget)
+	}
+	_, informed, err := e.kpa.Poke(kpaKey(t.ref), now)
+	if err != nil {
+		return Decision{}, false, err
+	}
+	return e.kpaDecisionLocked(t), informed, nil
+}
+
+// flushLocked records a target's pending samples stamped at or before at,
+// oldest first, and keeps the rest waiting.
+func (e *Engine) flushLocked(t *target, at time.Time) {
+	if len(t.pending) == 0 {
+		return
+	}
+	sort.SliceStable(t.pending, func(i, j int) bool { return t.pending[i].At.Before(t.pending[j].At) })
+	n := 0
+	for n < len(t.pending) && !t.pending[n].At.After(at) {
+		n++
+	}
+	if !t.inSet {
+		// A target without a good spec cannot use its samples; they are
+		// not data until the spec is fixed.
+		for range t.pending[:n] {
+			e.cfg.OnDrop("bad_spec")
+		}
+	} else {
+		for i := range t.pending[:n] {
+			e.applySampleLocked(t, &t.pending[i], at)
+		}
+	}
+	rest := copy(t.pending, t.pending[n:])
+	clear(t.pending[rest:])
+	t.pending = t.pending[:rest]
+}
+
+func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) {
+	switch t.strategy {
+	case KPA:
+		_, _ = e.recordKPALocked(t, *s, now) // refusals are counted through OnDrop
+	case Lag:
+		if s.ReadyPods >= 0 {
+			t.ready = s.ReadyPods
+		}
+		in := lag.Input{
+			Partitions:     s.Partitions,
+			PartitionCount: s.PartitionCount,
+			FetchFailed:    s.MeasureError != "",
+			Replicas:       max(t.ready, 0),
+			ReplicasKnown:  t.ready >= 0,
+		}
+		if err := e.lag.Observe(t.ref.Key(), in); err != nil {
+			e.cfg.OnDrop("bad_lag_input")
+		}
+	}
+}
+
+// gridAfter returns the first multiple of interval in Unix time strictly after t.
+func gridAfter(t time.Time, interval time.Duration) time.Time {
+	return t.Truncate(interval).Add(interval)
+}
+
+// Tick decides every target that is due at now and returns the decisions the
+// actuator must hear about: KPA targets whose desired scale (or the sign of
+// their excess burst capacity) changed, and lag targets whose scale must be
+// applied. KPA ticks fall on the Unix-aligned TickInterval grid; a tick at
+// grid time g sees exactly the samples stamped at or before g. After a pause
+// of more than a few ticks the missed ticks are skipped, not replayed.
+func (e *Engine) Tick(now time.Time) []Decision {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Decision
+	iv := e.cfg.TickInterval
+	next := gridAfter(e.lastKPA, iv)
+	if e.lastKPA.IsZero() || now.Sub(next) > 5*iv {
+		next = now.Truncate(iv)
+	}
+	for !next.After(now) {
+		for _, t := range e.targets {
+			if t.strategy == KPA {
+				e.flushLocked(t, next)
+			}
+		}
+		e.changed = e.kpa.Tick(next, e.changed[:0])
+		for _, c := range e.changed {
+			if t, ok := e.targets[c.Key.String()]; ok {
+				out = append(out, e.kpaDecisionLocked(t))
+			}
+		}
+		e.lastKPA = next
+		next = next.Add(iv)
+	}
+
+	for _, t := range e.targets {
+		if t.strategy == Lag {
+			e.flushLocked(t, now)
+		}
+	}
+	e.results = e.lag.Tick(now, e.results[:0])
+	for _, r := range e.results {
+		t, ok := e.targets[r.Key]
+		if !ok {
+			continue
+		}
+		prev := t.lagLast.Desired
+		t.lagLast = e.lagDecisionLocked(t)
+		if r.ScaleNeeded || (t.lagLast.Desired != prev && t.lagLast.Valid()) {
+			out = append(out, t.lagLast)
+		}
+	}
+	return out
+}
+
+// Replay rebuilds a target from replayed history, replacing what the engine
+// held for it: its strategy restarts at the oldest sample and is ticked on
+// the same grid as live targets up to the last tick already made, so its
+// state ends where a decider that saw the samples live would have it.
+// Samples after that tick wait for the next one.
+func (e *Engine) Replay(ref Target, samples []Sample, now time.Time) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.targets[ref.Key()]
+	if !ok {
+		return fmt.Errorf("replay %s: %w", ref.Key(), ErrUnknownTarget)
+	}
+	if t.specErr != nil {
+		return fmt.Errorf("replay %s: %w", ref.Key(), t.specErr)
+	}
+	sorted := append([]Sample(nil), samples...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].At.Before(sorted[j].At) })
+	t.pending = t.pending[:0]
+	switch t.strategy {
+	case KPA:
+		return e.replayKPALocked(t, sorted, now)
+	case Lag:
+		return e.replayLagLocked(t, sorted, now)
+	}
+	return nil
+}
+
+func (e *Engine) replayKPALocked(t *target, samples []Sample, now time.Time) error {
+	key := kpaKey(t.ref)
+	s, err := e.kpaSpec(t.spec)
+	if err != nil {
+		return err
+	}
+	e.kpa.Delete(key)
+	t.inSet = false
+	start := now
+	if len(samples) > 0 {
+		start = samples[0].At
+	}
+	ready := int32(0)
+	for _, smp := range samples {
+		if smp.ReadyPods >= 0 {
+			ready = smp.ReadyPods
+			break
+		}
+	}
+	t.ready = ready
+	if err := e.kpa.Create(key, s, start, ready); err != nil {
+		return err
+	}
+	t.inSet = true
+	last := e.lastKPA
+	if last.IsZero() {
+		last = now.Truncate(e.cfg.TickInterval)
+	}
+	i := 0
+	for g := gridAfter(start, e.cfg.TickInterval); !g.After(last); g = g.Add(e.cfg.TickInterval) {
+		for ; i < len(samples) && !samples[i].At.After(g); i++ {
+			_, _ = e.recordKPALocked(t, samples[i], g)
+		}
+		if _, _, err := e.kpa.Poke(key, g); err != nil {
+			return err
+		}
+	}
+	t.pending = append(t.pending, samples[i:]...)
+	return nil
+}
+
+func (e *Engine) replayLagLocked(t *target, samples []Sample, now time.Time) error {
+	history := make([]lag.Observation, 0, len(samples))
+	for _, s := range samples {
+		if s.At.After(now) {
+			t.pending = append(t.pending, s)
+			continue
+		}
+		if s.ReadyPods >= 0 {
+			t.ready = s.ReadyPods
+		}
+		history = append(history, lag.Observation{Time: s.At, Input: lag.Input{
+			Partitions:     s.Partitions,
+			PartitionCount: s.PartitionCount,
+			FetchFailed:    s.MeasureError != "",
+			Replicas:       max(t.ready, 0),
+			ReplicasKnown:  t.ready >= 0,
+		}})
+	}
+	return e.lag.Rebuild(t.ref.Key(), history)
+}
+
+// Get returns a target's latest decision.
+func (e *Engine) Get(ref Target) (Decision, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.targets[ref.Key()]
+	if !ok {
+		return Decision{}, false
+	}
+	return e.decisionLocked(t), true
+}
+
+// List returns every target's latest decision, sorted by namespace and
+// name; an empty namespace means all.
+func (e *Engine) List(namespace string) []Decision {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Decision, 0, len(e.targets))
+	for _, t := range e.targets {
+		if namespace == "" || t.ref.Namespace == namespace {
+			out = append(out, e.decisionLocked(t))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Target.Key() < out[j].Target.Key() })
+	return out
+}
+
+func (e *Engine) decisionLocked(t *target) Decision {
+	var d Decision
+	switch {
+	case !t.inSet:
+		d = Decision{Target: t.ref, Strategy: t.strategy, Desired: kpa.ScaleUnknown}
+	case t.strategy == KPA:
+		d = e.kpaDecisionLocked(t)
+	default:
+		d = e.lagDecisionLocked(t)
+	}
+	if t.specErr != nil {
+		d.SpecError = t.specErr.Error()
+		d.Reason = "spec refused: " + d.SpecError
+	}
+	return d
+}
+
+func (e *Engine) kpaDecisionLocked(t *target) Decision {
+	kd, st, _ := e.kpa.Get(kpaKey(t.ref))
+	d := Decision{
+		Target:              t.ref,
+		Strategy:            KPA,
+		At:                  kd.At,
+		Desired:             st.DesiredScale,
+		Reason:              kd.Reason(),
+		Panicking:           kd.Panicking,
+		ExcessBurstCapacity: st.ExcessBurstCapacity,
+		KPA:                 &kd,
+	}
+	if !kd.At.IsZero() {
+		d.Sequence = uint64(kd.At.UnixMilli())
+	}
+	return d
+}
+
+func (e *Engine) lagDecisionLocked(t *target) Decision {
+	ld, _ := e.lag.Explain(t.ref.Key())
+	d := Decision{
+		Target:   t.ref,
+		Strategy: Lag,
+		At:       ld.Time,
+		Desired:  ld.Desired,
+		Reason:   ld.Summary(),
+		Lag:      &ld,
+	}
+	if !ld.Time.IsZero() {
+		d.Sequence = uint64(ld.Time.UnixMilli())
+	} else {
+		d.Desired = kpa.ScaleUnknown
+	}
+	return d
+}

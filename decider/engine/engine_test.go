@@ -1,0 +1,311 @@
+package engine
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/decider/lag"
+)
+
+var epoch = time.Unix(1700000000, 0)
+
+func newEngine(t *testing.T) (*Engine, map[string]int) {
+	t.Helper()
+	drops := map[string]int{}
+	return New(Config{
+		KPA:          kpaconfig.Default(),
+		Deployment:   kpaconfig.DefaultDeployment(),
+		TickInterval: 2 * time.Second,
+		OnDrop:       func(r string) { drops[r]++ },
+	}), drops
+}
+
+var app = Target{Namespace: "default", Name: "app"}
+
+func kpaSpec(ann map[string]string) Spec {
+	return Spec{Target: app, Strategy: KPA, Annotations: ann, Reachable: true}
+}
+
+// load is the concurrency offered at second s of a scenario: idle, a ramp,
+// a spike, a plateau, then quiet.
+func load(s int) float64 {
+	switch {
+	case s < 20:
+		return 0
+	case s < 80:
+		return float64(s-20) * 3
+	case s < 100:
+		return 900
+	case s < 200:
+		return 250
+	default:
+		return 20
+	}
+}
+
+// world runs an engine through the scenario: one scraped sample per second
+// at +500 ms, ready pods following the desired scale 4 s later, ticks every
+// 100 ms. It returns every sample fed and, per KPA tick time, the desired scale.
+type world struct {
+	samples []Sample
+	desired map[int64]int32
+}
+
+func runWorld(t *testing.T, e *Engine, from, to int, history []Sample, w *world) {
+	t.Helper()
+	ready := int32(1)
+	var pendingReady []struct {
+		at int
+		n  int32
+	}
+	if history != nil {
+		for _, s := range history {
+			if err := func() error { _, err := e.Record(app, s, s.At); return err }(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for ms := from * 1000; ms < to*1000; ms += 100 {
+		now := epoch.Add(time.Duration(ms) * time.Millisecond)
+		sec := ms / 1000
+		if ms%1000 == 500 {
+			for len(pendingReady) > 0 && pendingReady[0].at <= sec {
+				ready = pendingReady[0].n
+				pendingReady = pendingReady[1:]
+			}
+			s := Sample{At: now, Stat: kpa.Stat{AverageConcurrentRequests: load(sec)}, ReadyPods: ready}
+			w.samples = append(w.samples, s)
+			if _, err := e.Record(app, s, now); err != nil {
+				t.Fatalf("Record at %v: %v", now, err)
+			}
+		}
+		for _, d := range e.Tick(now) {
+			if d.Target != app {
+				continue
+			}
+			pendingReady = append(pendingReady, struct {
+				at int
+				n  int32
+			}{sec + 4, d.Desired})
+		}
+		if ms%2000 == 0 {
+			d, _ := e.Get(app)
+			w.desired[now.UnixMilli()] = d.Desired
+		}
+	}
+}
+
+func TestReplayReachesTheSameDecisions(t *testing.T) {
+	const restart, end, retention = 230, 330, 120
+	a, _ := newEngine(t)
+	if err := a.Upsert(kpaSpec(nil), epoch); err != nil {
+		t.Fatal(err)
+	}
+	wa := &world{desired: map[int64]int32{}}
+	runWorld(t, a, 0, end, nil, wa)
+
+	// A second decider starts at restart and is handed the last retention
+	// seconds of history as a replay, then sees the same live samples.
+	b, _ := newEngine(t)
+	now := epoch.Add(restart * time.Second)
+	if err := b.Upsert(kpaSpec(nil), now); err != nil {
+		t.Fatal(err)
+	}
+	var hist []Sample
+	for _, s := range wa.samples {
+		if s.At.Before(now) && now.Sub(s.At) <= retention*time.Second {
+			hist = append(hist, s)
+		}
+	}
+	// The engine's grid is set by its first tick; tick once before the replay
+	// as the service's loop does.
+	b.Tick(now.Add(-100 * time.Millisecond))
+	if err := b.Replay(app, hist, now); err != nil {
+		t.Fatal(err)
+	}
+	var live []Sample
+	for _, s := range wa.samples {
+		if !s.At.Before(now) {
+			live = append(live, s)
+		}
+	}
+	wb := &world{desired: map[int64]int32{}}
+	for ms := restart * 1000; ms < end*1000; ms += 100 {
+		tnow := epoch.Add(time.Duration(ms) * time.Millisecond)
+		for len(live) > 0 && !live[0].At.After(tnow) {
+			if _, err := b.Record(app, live[0], tnow); err != nil {
+				t.Fatal(err)
+			}
+			live = live[1:]
+		}
+		b.Tick(tnow)
+		if ms%2000 == 0 {
+			d, _ := b.Get(app)
+			wb.desired[tnow.UnixMilli()] = d.Desired
+		}
+	}
+	compared := 0
+	for ms := restart * 1000; ms < end*1000; ms += 2000 {
+		k := epoch.Add(time.Duration(ms) * time.Millisecond).UnixMilli()
+		if wa.desired[k] != wb.desired[k] {
+			t.Errorf("t=%ds: restarted decider desired %d, uninterrupted %d", ms/1000, wb.desired[k], wa.desired[k])
+		}
+		compared++
+	}
+	if compared == 0 {
+		t.Fatal("compared no ticks")
+	}
+	// The scenario must have moved, or the comparison proves nothing.
+	seen := map[int32]bool{}
+	for _, d := range wa.desired {
+		seen[d] = true
+	}
+	if len(seen) < 4 {
+		t.Fatalf("scenario produced only %d distinct desired values", len(seen))
+	}
+}
+
+func TestTicksOnTheAlignedGrid(t *testing.T) {
+	e, _ := newEngine(t)
+	if err := e.Upsert(kpaSpec(nil), epoch); err != nil {
+		t.Fatal(err)
+	}
+	// A sample stamped after the grid tick must not be seen by that tick
+	// even when it arrives before the tick runs.
+	if _, err := e.Record(app, Sample{At: epoch.Add(1500 * time.Millisecond), Stat: kpa.Stat{AverageConcurrentRequests: 50}, ReadyPods: 1}, epoch.Add(1500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Record(app, Sample{At: epoch.Add(2050 * time.Millisecond), Stat: kpa.Stat{AverageConcurrentRequests: 5000}, ReadyPods: 1}, epoch.Add(2050*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	e.Tick(epoch.Add(1900 * time.Millisecond)) // sets the grid: tick at 0
+	ds := e.Tick(epoch.Add(2080 * time.Millisecond))
+	if len(ds) != 1 {
+		t.Fatalf("Tick returned %d decisions, want 1", len(ds))
+	}
+	d := ds[0]
+	if got, want := d.At, epoch.Add(2*time.Second); !got.Equal(want) {
+		t.Errorf("decision At = %v, want the grid time %v", got, want)
+	}
+	if got, want := d.Sequence, uint64(epoch.Add(2*time.Second).UnixMilli()); got != want {
+		t.Errorf("Sequence = %d, want %d (decision time in Unix ms)", got, want)
+	}
+	if d.KPA.ObservedStable != 50.0/60 && d.Desired != 1 {
+		t.Errorf("tick at 2s saw observed stable %v, desired %d: the 2.05s sample leaked in", d.KPA.ObservedStable, d.Desired)
+	}
+	if d.KPA.ObservedPanic > 50 {
+		t.Errorf("observed panic %v includes the sample stamped after the tick", d.KPA.ObservedPanic)
+	}
+}
+
+func TestPokeFromZero(t *testing.T) {
+	e, _ := newEngine(t)
+	if err := e.Upsert(kpaSpec(nil), epoch); err != nil {
+		t.Fatal(err)
+	}
+	// Drive the target to zero: 70 s without load.
+	for ms := 0; ms <= 70000; ms += 100 {
+		now := epoch.Add(time.Duration(ms) * time.Millisecond)
+		if ms%1000 == 500 {
+			if _, err := e.Record(app, Sample{At: now, ReadyPods: 1}, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.Tick(now)
+	}
+	if d, _ := e.Get(app); d.Desired != 0 {
+		t.Fatalf("desired after 70 s idle = %d, want 0", d.Desired)
+	}
+	now := epoch.Add(70*time.Second + 300*time.Millisecond)
+	poke, err := e.Record(app, Sample{At: now.Truncate(time.Second), Activator: true, Stat: kpa.Stat{AverageConcurrentRequests: 1, RequestCount: 1}, ReadyPods: -1}, now)
+	if err != nil || !poke {
+		t.Fatalf("activator stat at zero: poke %v, err %v; want a poke", poke, err)
+	}
+	d, informed, err := e.Poke(app, now)
+	if err != nil || !informed || d.Desired < 1 {
+		t.Fatalf("Poke = desired %d informed %v err %v; want at least 1, informed", d.Desired, informed, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e, drops := newEngine(t)
+	err := e.Upsert(kpaSpec(map[string]string{"autoscaling.knative.dev/target": "-3"}), epoch)
+	if err == nil || !strings.Contains(err.Error(), "autoscaling.knative.dev/target") || !strings.Contains(err.Error(), "-3") {
+		t.Errorf("bad target annotation: err = %v, want it to name the key and value", err)
+	}
+	d, _ := e.Get(app)
+	if d.SpecError == "" || d.Desired != -1 {
+		t.Errorf("target with a refused spec: %+v, want SpecError set and desired -1", d)
+	}
+	if err := e.Upsert(kpaSpec(map[string]string{"autoscaling.knative.dev/no-such-key": "1"}), epoch); err == nil {
+		t.Error("unknown autoscaling.knative.dev key accepted")
+	}
+	if err := e.Upsert(kpaSpec(nil), epoch); err != nil {
+		t.Fatalf("good spec after bad ones: %v", err)
+	}
+	if d, _ := e.Get(app); d.SpecError != "" {
+		t.Errorf("SpecError %q kept after a good spec", d.SpecError)
+	}
+	now := epoch.Add(time.Second)
+	for _, s := range []Sample{
+		{At: now, Stat: kpa.Stat{AverageConcurrentRequests: math.NaN()}, ReadyPods: -1},
+		{At: now, Stat: kpa.Stat{AverageConcurrentRequests: -1}, ReadyPods: -1},
+	} {
+		if _, err := e.Record(app, s, now); err != nil {
+			t.Fatal(err) // refused at the tick, not here
+		}
+	}
+	if _, err := e.Record(app, Sample{At: now.Add(time.Hour), Stat: kpa.Stat{AverageConcurrentRequests: 1}, ReadyPods: -1}, now); err == nil {
+		t.Error("sample an hour in the future accepted")
+	}
+	e.Tick(now.Add(2 * time.Second))
+	if drops["bad_value"] != 2 || drops["future"] != 1 {
+		t.Errorf("drops = %v, want 2 bad_value and 1 future", drops)
+	}
+	if _, err := e.Record(Target{Namespace: "x", Name: "y"}, Sample{At: now}, now); err == nil || drops["unknown_target"] != 1 {
+		t.Errorf("sample for an unknown target: err %v, drops %v", err, drops)
+	}
+	if d, _ := e.Get(app); d.Desired < -1 {
+		t.Errorf("desired %d below -1", d.Desired)
+	}
+}
+
+func TestLagTargetHoldsOnMeasureError(t *testing.T) {
+	e, _ := newEngine(t)
+	fn := Target{Namespace: "default", Name: "fn"}
+	if err := e.Upsert(Spec{Target: fn, Strategy: Lag, Annotations: map[string]string{"lag.tidal.dev/mode": "riff-queue"}}, epoch); err != nil {
+		t.Fatal(err)
+	}
+	parts := []lag.Partition{{ID: 0, End: 500, Committed: 0, HasCommitted: true}, {ID: 1, End: 500, Committed: 0, HasCommitted: true}}
+	var last int32
+	for ms := 0; ms < 5000; ms += 100 {
+		now := epoch.Add(time.Duration(ms) * time.Millisecond)
+		if _, err := e.Record(fn, Sample{At: now, Partitions: parts, PartitionCount: 2, ReadyPods: last}, now); err != nil {
+			t.Fatal(err)
+		}
+		e.Tick(now)
+		d, _ := e.Get(fn)
+		last = max(d.Desired, 0)
+	}
+	if last < 1 {
+		t.Fatalf("backlog of 1000 over 2 partitions left the function at %d", last)
+	}
+	for ms := 5000; ms < 30000; ms += 100 {
+		now := epoch.Add(time.Duration(ms) * time.Millisecond)
+		if _, err := e.Record(fn, Sample{At: now, ReadyPods: -1, MeasureError: "broker unreachable"}, now); err != nil {
+			t.Fatal(err)
+		}
+		e.Tick(now)
+	}
+	d, _ := e.Get(fn)
+	if d.Desired != last {
+		t.Errorf("after 25 s of broker errors desired = %d, want %d held", d.Desired, last)
+	}
+	if d.Lag == nil || d.Lag.Err == nil {
+		t.Errorf("lag decision %+v does not carry the error", d.Lag)
+	}
+}

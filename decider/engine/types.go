@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/lag"
+)
+
+// Target names a scalable object.
+type Target struct {
+	Namespace, Name string
+	// APIVersion and Kind select the resource; empty means apps/v1 Deployment.
+	APIVersion, Kind string
+}
+
+// Key is the target's identity: namespace/name.
+func (t Target) Key() string { return t.Namespace + "/" + t.Name }
+
+// Strategy is a target's scaling algorithm.
+type Strategy uint8
+
+const (
+	// KPA is Knative's concurrency/RPS autoscaler.
+	KPA Strategy = iota + 1
+	// Lag scales by Kafka consumer lag.
+	Lag
+)
+
+func (s Strategy) String() string {
+	switch s {
+	case KPA:
+		return "kpa"
+	case Lag:
+		return "lag"
+	default:
+		return "unknown"
+	}
+}
+
+// LagAnnotationPrefix prefixes a lag target's parameters: lag.tidal.dev/mode
+// selects the mode, and lag.tidal.dev/<name> sets the parameter <name> of
+// decider/lag.ParseConfig.
+const LagAnnotationPrefix = "lag.tidal.dev/"
+
+// Spec is how a target wants to be scaled.
+type Spec struct {
+	Target   Target
+	Strategy Strategy
+	// Annotations are Knative's autoscaling.knative.dev/* keys for KPA
+	// targets, and lag.tidal.dev/* keys for lag targets.
+	Annotations map[string]string
+	// ContainerConcurrency is the pods' hard concurrency limit; 0 means none.
+	ContainerConcurrency int32
+	// Reachable is false when no traffic is routed to the target.
+	Reachable bool
+}
+
+// Sample is one measurement of a target.
+type Sample struct {
+	// At is when it was measured.
+	At time.Time
+	// Activator is true for pushed (activator) stats, the only ones that poke.
+	Activator bool
+	// Stat holds the request metrics (KPA).
+	Stat kpa.Stat
+	// ReadyPods is the ready pod count when measured; negative means unknown.
+	ReadyPods int32
+	// Partitions and PartitionCount are the lag of a lag target's input.
+	Partitions     []lag.Partition
+	PartitionCount int32
+	// MeasureError is set when the collector could not measure the target.
+	MeasureError string
+}
+
+// Decision is the latest decision for a target, with its inputs.
+type Decision struct {
+	Target   Target
+	Strategy Strategy
+	// Sequence is At in Unix milliseconds: it grows with every decision for
+	// the target, across decider restarts and replicas.
+	Sequence uint64
+	At       time.Time
+	// Desired is the desired scale; kpa.ScaleUnknown (-1) before the first
+	// valid decision.
+	Desired int32
+	// Reason is one line in words.
+	Reason string
+	// Panicking and ExcessBurstCapacity are the KPA's state after the decision.
+	Panicking           bool
+	ExcessBurstCapacity int32
+	// SpecError is set when the target's spec was refused; the target then
+	// keeps its last decision and is not decided for.
+	SpecError string
+	// KPA or Lag holds the strategy's full decision, for Explain.
+	KPA *kpa.Decision
+	Lag *lag.Decision
+}
+
+// Valid reports whether the decision carries a desired scale to apply.
+func (d *Decision) Valid() bool { return d.Desired >= 0 && d.SpecError == "" }

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/lag"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+func targetOf(ref *commonv1.TargetRef) engine.Target {
+	return engine.Target{Namespace: ref.GetNamespace(), Name: ref.GetName(), APIVersion: ref.GetApiVersion(), Kind: ref.GetKind()}
+}
+
+func refOf(t engine.Target) *commonv1.TargetRef {
+	return &commonv1.TargetRef{Namespace: t.Namespace, Name: t.Name, ApiVersion: t.APIVersion, Kind: t.Kind}
+}
+
+func specOf(s *deciderv1.TargetSpec) engine.Spec {
+	st := engine.KPA
+	if s.GetStrategy() == commonv1.Strategy_STRATEGY_LAG {
+		st = engine.Lag
+	}
+	return engine.Spec{
+		Target:               targetOf(s.GetTarget()),
+		Strategy:             st,
+		Annotations:          s.GetAnnotations(),
+		ContainerConcurrency: s.GetContainerConcurrency(),
+		Reachable:            s.GetReachability() != deciderv1.Reachability_REACHABILITY_UNREACHABLE,
+	}
+}
+
+// sampleOf converts a validated sample.
+func sampleOf(m *commonv1.MetricSample, measureErr string) engine.Sample {
+	s := engine.Sample{
+		At:        m.GetTime().AsTime(),
+		Activator: m.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH,
+		Stat: kpa.Stat{
+			AverageConcurrentRequests:        m.GetAverageConcurrency(),
+			AverageProxiedConcurrentRequests: m.GetAverageProxiedConcurrency(),
+			RequestCount:                     m.GetRequestCount(),
+			ProxiedRequestCount:              m.GetProxiedRequestCount(),
+		},
+		ReadyPods:      -1,
+		PartitionCount: m.GetPartitionCount(),
+		MeasureError:   measureErr,
+	}
+	if m.ReadyPods != nil {
+		s.ReadyPods = m.GetReadyPods()
+	}
+	for _, p := range m.GetPartitionLags() {
+		s.Partitions = append(s.Partitions, lag.Partition{
+			ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil,
+		})
+	}
+	return s
+}
+
+func strategyOf(s engine.Strategy) commonv1.Strategy {
+	switch s {
+	case engine.KPA:
+		return commonv1.Strategy_STRATEGY_KPA
+	case engine.Lag:
+		return commonv1.Strategy_STRATEGY_LAG
+	default:
+		return commonv1.Strategy_STRATEGY_UNSPECIFIED
+	}
+}
+
+func decisionOf(d engine.Decision) *commonv1.Decision {
+	pd := &commonv1.Decision{
+		Target:              refOf(d.Target),
+		Sequence:            d.Sequence,
+		DesiredReplicas:     d.Desired,
+		Strategy:            strategyOf(d.Strategy),
+		Reason:              d.Reason,
+		Panicking:           d.Panicking,
+		ExcessBurstCapacity: float64(d.ExcessBurstCapacity),
+	}
+	if !d.At.IsZero() {
+		pd.DecideTime = timestamppb.New(d.At)
+	}
+	return pd
+}
+
+func tsOrNil(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func explainOf(d engine.Decision) *deciderv1.ExplainResponse {
+	resp := &deciderv1.ExplainResponse{Decision: decisionOf(d)}
+	switch {
+	case d.KPA != nil:
+		k := d.KPA
+		in := &deciderv1.KPAInputs{
+			Metric:              k.Metric.String(),
+			ObservedStable:      k.ObservedStable,
+			ObservedPanic:       k.ObservedPanic,
+			StableWindow:        durationpb.New(k.StableWindow),
+			PanicWindow:         durationpb.New(k.PanicWindow),
+			ReadyPods:           k.ReadyPods,
+			Target:              k.TargetValue,
+			Total:               k.TotalValue,
+			PanicThreshold:      k.PanicThreshold,
+			RawStable:           k.RawStable,
+			RawPanic:            k.RawPanic,
+			PanicStartTime:      tsOrNil(k.PanicStart()),
+			DesiredStable:       k.DesiredStable,
+			DesiredPanic:        k.DesiredPanic,
+			MaxScaleUp:          k.MaxScaleUp,
+			MaxScaleDown:        k.MaxScaleDown,
+			TargetBurstCapacity: k.TargetBurstCapacity,
+			MaxPanicPods:        k.MaxPanicPods,
+			OverThreshold:       k.OverThreshold,
+			Trigger:             k.Trigger.String(),
+		}
+		if !k.Valid() {
+			in.MetricError = k.Invalid.String()
+		}
+		resp.Inputs = &deciderv1.ExplainResponse_Kpa{Kpa: in}
+		for _, c := range k.Clamps() {
+			resp.Clamps = append(resp.Clamps, &deciderv1.Clamp{
+				Name: c.Kind.String(), Before: c.Before, After: float64(c.After), Detail: c.String(),
+			})
+		}
+	case d.Lag != nil:
+		l := d.Lag
+		in := &deciderv1.LagInputs{
+			Mode:              string(l.Mode),
+			PartitionCount:    l.PartitionCount,
+			Proposal:          l.Proposal,
+			Smoothed:          float64(l.Smoothing.After),
+			Cap:               l.Cap,
+			CapReason:         l.CapReason.String(),
+			Faithful:          l.Faithful,
+			MaxLag:            l.MaxLag,
+			TotalLag:          l.TotalLag,
+			LaggingPartitions: l.LaggingPartitions,
+			ReplicasBefore:    l.ReplicasBefore,
+			KedaMetric:        l.KEDA.Metric,
+			KedaActive:        l.KEDA.Active,
+			ScaleNeeded:       l.ScaleNeeded,
+		}
+		if l.Idle.Counting {
+			in.IdleDeadline = tsOrNil(l.Idle.Deadline)
+		}
+		if l.Err != nil {
+			in.MeasureError = l.Err.Error()
+		}
+		if l.ObservedKnown {
+			in.ObservedReplicas = &l.ObservedReplicas
+		}
+		for _, p := range l.Partitions {
+			ps := &deciderv1.PartitionState{
+				Partition: p.ID, EndOffset: p.End, Lag: p.Lag, LagWithPersistent: p.LagWithPersistent, Rule: p.Rule.String(),
+			}
+			if p.HasCommitted {
+				c := p.Committed
+				ps.CommittedOffset = &c
+			}
+			in.Partitions = append(in.Partitions, ps)
+		}
+		resp.Inputs = &deciderv1.ExplainResponse_Lag{Lag: in}
+		if l.CapReason != lag.CapNone && l.Proposal > l.Cap {
+			resp.Clamps = append(resp.Clamps, &deciderv1.Clamp{
+				Name: "cap", Before: float64(l.Proposal), After: float64(l.Cap),
+				Detail: "cap (" + l.CapReason.String() + ")",
+			})
+		}
+	}
+	return resp
+}

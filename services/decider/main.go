@@ -1,0 +1,174 @@
+// Command tidal-decider applies each target's scaling strategy on one tick
+// loop and sends its decisions to the actuator. It holds only what its
+// collectors' streams can rebuild.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/services/server"
+)
+
+type config struct {
+	server         server.Config
+	actuatorAddr   string
+	autoscalerDir  string
+	deploymentDir  string
+	tickInterval   time.Duration
+	tickResolution time.Duration
+	dryRun         bool
+}
+
+func (c *config) registerFlags(fs *flag.FlagSet) {
+	c.server.RegisterFlags(fs, "127.0.0.1:9002", "127.0.0.1:9012")
+	fs.StringVar(&c.actuatorAddr, "actuator-addr", "127.0.0.1:9003", "Actuator gRPC address, host:port.")
+	fs.StringVar(&c.autoscalerDir, "config-autoscaler", "", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap); empty means Knative's defaults.")
+	fs.StringVar(&c.deploymentDir, "config-deployment", "", "Directory holding Knative's config-deployment keys (progress-deadline); empty means the defaults.")
+	fs.DurationVar(&c.tickInterval, "tick-interval", 2*time.Second, "KPA decision interval, aligned to Unix time (Knative's is 2s).")
+	fs.DurationVar(&c.tickResolution, "tick-resolution", 100*time.Millisecond, "How often the tick loop runs; lag targets are decided at their own interval on it.")
+	fs.BoolVar(&c.dryRun, "dry-run", false, "Send every Scale call as a dry run: the actuator reports and changes nothing.")
+}
+
+func (c *config) validate() error {
+	if err := c.server.Validate(); err != nil {
+		return err
+	}
+	if c.actuatorAddr == "" {
+		return errors.New("--actuator-addr: required")
+	}
+	if c.tickInterval < time.Second || c.tickInterval%time.Second != 0 {
+		return fmt.Errorf("--tick-interval %s: want a whole number of seconds, at least 1s", c.tickInterval)
+	}
+	if c.tickResolution <= 0 || c.tickResolution > c.tickInterval {
+		return fmt.Errorf("--tick-resolution %s: want more than 0 and at most --tick-interval", c.tickResolution)
+	}
+	return nil
+}
+
+// readConfigDir reads a mounted ConfigMap: every regular file whose name
+// does not start with '.' is a key (Kubernetes also mounts ..data links).
+func readConfigDir(dir string) (map[string]string, error) {
+	out := map[string]string{}
+	if dir == "" {
+		return out, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read config directory: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read config key %s: %w", e.Name(), err)
+		}
+		out[e.Name()] = strings.TrimSpace(string(b))
+	}
+	return out, nil
+}
+
+func loadEngineConfig(c *config) (engine.Config, error) {
+	as, err := readConfigDir(c.autoscalerDir)
+	if err != nil {
+		return engine.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.autoscalerDir, err)
+	}
+	kcfg, err := kpaconfig.ParseConfig(as)
+	if err != nil {
+		return engine.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.autoscalerDir, err)
+	}
+	dep, err := readConfigDir(c.deploymentDir)
+	if err != nil {
+		return engine.Config{}, fmt.Errorf("--config-deployment %s: %w", c.deploymentDir, err)
+	}
+	dcfg, err := kpaconfig.ParseDeploymentConfig(dep)
+	if err != nil {
+		return engine.Config{}, fmt.Errorf("--config-deployment %s: %w", c.deploymentDir, err)
+	}
+	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval}, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "tidal-decider:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	var cfg config
+	fs := flag.NewFlagSet("tidal-decider", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.registerFlags(fs)
+	if err := server.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	ecfg, err := loadEngineConfig(&cfg)
+	if err != nil {
+		return err
+	}
+	log, err := server.NewLogger("decider", cfg.server.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	reg := prometheus.NewRegistry()
+	drops := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tidal_decider_dropped_samples_total",
+		Help: "Samples refused by the decider, by reason.",
+	}, []string{"reason"})
+	reg.MustRegister(drops)
+	ecfg.OnDrop = func(reason string) { drops.WithLabelValues(reason).Inc() }
+	eng := engine.New(ecfg)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tidal_decider_targets",
+		Help: "Targets this decider holds.",
+	}, func() float64 { return float64(eng.Len()) }))
+
+	conn, err := grpc.NewClient(cfg.actuatorAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("actuator client %s: %w", cfg.actuatorAddr, err)
+	}
+	defer func() { _ = conn.Close() }()
+	snd := newSender(actuatorv1.NewActuatorServiceClient(conn), cfg.dryRun, log.With(zap.String("actuator", cfg.actuatorAddr)), reg)
+	h := &handler{engine: eng, hub: newHub(), sender: snd, now: time.Now, log: log, drops: drops}
+
+	srv := server.New(cfg.server, log, reg)
+	deciderv1.RegisterDeciderServiceServer(srv.GRPC(), h)
+	if _, _, err := srv.Listen(); err != nil {
+		return err
+	}
+	srv.SetReady(true)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error { return snd.run(gctx) })
+	g.Go(func() error { return h.tickLoop(gctx, cfg.tickResolution) })
+	return g.Wait()
+}
