@@ -181,8 +181,8 @@ type Inputs struct {
 
 // Decide is the decision math of spec §4.2 on the given observations. It
 // updates the panic state and the scale-down-delay window, but not the
-// status. An invalid decision (no data, or observations that are not finite
-// and non-negative) changes nothing.
+// status. An invalid decision (no data, or an observation that is NaN or
+// infinite) changes nothing.
 func (a *Autoscaler) Decide(now time.Time, in Inputs) Decision {
 	var d Decision
 	a.decide(now, in, &d)
