@@ -360,6 +360,9 @@ func TestSet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := s.Create(Key{Name: "a"}, testSpec(), at(0), 1); err == nil {
+		t.Error("Create without a namespace succeeded")
+	}
 	if err := s.Create(k1, testSpec(), at(0), 1); !errors.Is(err, ErrTargetExists) {
 		t.Errorf("duplicate Create = %v, want ErrTargetExists", err)
 	}

@@ -176,6 +176,9 @@ func (s *Set) Len() int {
 
 // Create adds a target created at now with ready pods ready (see New).
 func (s *Set) Create(key Key, spec Spec, now time.Time, ready int32) error {
+	if key.Namespace == "" || key.Name == "" {
+		return fmt.Errorf("create %q: want a namespace and a name", key.String())
+	}
 	e := &entry{key: key}
 	if err := e.a.init(spec, now, ready); err != nil {
 		return fmt.Errorf("create %s: %w", key, err)
