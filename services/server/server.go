@@ -121,6 +121,8 @@ func (s *Server) Listen() (grpcAddr, httpAddr net.Addr, err error) {
 		_ = s.grpcLis.Close()
 		return nil, nil, fmt.Errorf("listen http %s: %w", s.cfg.HTTPAddr, err)
 	}
+	// Handlers are registered by now: give each service its health status.
+	s.SetReady(s.ready.Load())
 	return s.grpcLis.Addr(), s.httpLis.Addr(), nil
 }
 

@@ -1,0 +1,75 @@
+package commonv1
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func TestSampleValidation(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	good := func() *MetricSample {
+		return &MetricSample{Time: timestamppb.New(now), Source: SampleSource_SAMPLE_SOURCE_SCRAPE, AverageConcurrency: 3, RequestCount: 4}
+	}
+	i64 := func(v int64) *int64 { return &v }
+	i32 := func(v int32) *int32 { return &v }
+	tests := []struct {
+		name   string
+		mutate func(*MetricSample)
+		field  string
+	}{
+		{"no time", func(s *MetricSample) { s.Time = nil }, "s.time"},
+		{"far future", func(s *MetricSample) { s.Time = timestamppb.New(now.Add(2 * time.Hour)) }, "s.time"},
+		{"far past", func(s *MetricSample) { s.Time = timestamppb.New(now.Add(-2 * time.Hour)) }, "s.time"},
+		{"no source", func(s *MetricSample) { s.Source = 0 }, "s.source"},
+		{"NaN concurrency", func(s *MetricSample) { s.AverageConcurrency = math.NaN() }, "s.average_concurrency"},
+		{"+Inf concurrency", func(s *MetricSample) { s.AverageConcurrency = math.Inf(1) }, "s.average_concurrency"},
+		{"negative requests", func(s *MetricSample) { s.RequestCount = -1 }, "s.request_count"},
+		{"proxied above total", func(s *MetricSample) { s.AverageProxiedConcurrency = 4 }, "s.average_proxied_concurrency"},
+		{"negative ready", func(s *MetricSample) { s.ReadyPods = i32(-1) }, "s.ready_pods"},
+		{"negative partition", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{Partition: -1}} }, "s.partition_lags[0].partition"},
+		{"partition twice", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{Partition: 1}, {Partition: 1}} }, "s.partition_lags[1].partition"},
+		{"negative end", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{EndOffset: -2}} }, "s.partition_lags[0].end_offset"},
+		{"negative commit", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{CommittedOffset: i64(-1)}} }, "s.partition_lags[0].committed_offset"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := good()
+			tt.mutate(s)
+			err := s.ValidateField("s", now)
+			if err == nil || !strings.Contains(err.Error(), "invalid "+tt.field+" ") {
+				t.Errorf("ValidateField = %v, want an error naming %s", err, tt.field)
+			}
+		})
+	}
+	if err := good().ValidateField("s", now); err != nil {
+		t.Errorf("good sample refused: %v", err)
+	}
+	// A committed offset ahead of the end is a documented rule of the lag
+	// strategies, not malformed input.
+	s := good()
+	s.PartitionLags = []*PartitionLag{{EndOffset: 5, CommittedOffset: i64(9)}}
+	if err := s.ValidateField("s", now); err != nil {
+		t.Errorf("committed ahead of end refused at the API: %v", err)
+	}
+}
+
+func TestTargetRefValidation(t *testing.T) {
+	for _, tt := range []struct {
+		ref   *TargetRef
+		field string
+	}{
+		{nil, "t"},
+		{&TargetRef{Name: "a"}, "t.namespace"},
+		{&TargetRef{Namespace: "Bad_NS", Name: "a"}, "t.namespace"},
+		{&TargetRef{Namespace: "ns"}, "t.name"},
+		{&TargetRef{Namespace: "ns", Name: strings.Repeat("a", 254)}, "t.name"},
+	} {
+		if err := tt.ref.ValidateField("t"); err == nil || !strings.Contains(err.Error(), "invalid "+tt.field+" ") {
+			t.Errorf("ValidateField(%v) = %v, want an error naming %s", tt.ref, err, tt.field)
+		}
+	}
+}
