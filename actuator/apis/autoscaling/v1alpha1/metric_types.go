@@ -30,7 +30,7 @@ type Metric struct {
 // MetricSpec is what to collect.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.panicWindow) || duration(self.panicWindow) <= duration(self.stableWindow)",message="panicWindow must not exceed stableWindow"
-// +kubebuilder:validation:XValidation:rule="!has(self.scrapeTarget) || self.scrapeTarget == '' || has(self.selector)",message="selector is required when scrapeTarget is set"
+// +kubebuilder:validation:XValidation:rule="!has(self.scrapeTarget) || size(self.scrapeTarget) == 0 || has(self.selector)",message="selector is required when scrapeTarget is set"
 type MetricSpec struct {
 	// StableWindow is the long averaging window, 6s to 1h in whole seconds
 	// (Knative's stable-window).

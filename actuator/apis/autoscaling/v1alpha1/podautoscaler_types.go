@@ -144,7 +144,7 @@ const (
 // LagSource says where to read consumer lag and how to turn it into replicas.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.brokers) != has(self.brokersSecretRef)",message="exactly one of brokers and brokersSecretRef must be set"
-// +kubebuilder:validation:XValidation:rule="self.mode != 'riff' || self.topic != ''",message="topic is required in riff mode"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'riff' || (has(self.topic) && size(self.topic) > 0)",message="topic is required in riff mode"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'riff' || !has(self.keda)",message="keda parameters are only allowed in keda mode"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'keda' || !has(self.riff)",message="riff parameters are only allowed in riff mode"
 type LagSource struct {

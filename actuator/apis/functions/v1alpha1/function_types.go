@@ -51,7 +51,8 @@ const (
 
 // FunctionSpec is what the user deploys.
 type FunctionSpec struct {
-	// Container is the user's function; its name is forced to "main".
+	// Container is the user's function. The schema requires a name, as for
+	// any container; the deployer renames it "main", as riff does.
 	Container corev1.Container `json:"container"`
 
 	// Protocol between the sidecar and the function container.
