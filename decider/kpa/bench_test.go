@@ -158,3 +158,39 @@ func BenchmarkTick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPoke times what the service does for an activator stat reaching
+// a target at zero: Record, then the Poke that decides 1 (Knative's poke
+// latency from accept to desired > 0 is 12.7 µs p50, spec/knative-perf.md).
+func BenchmarkPoke(b *testing.B) {
+	s := NewSet()
+	k := Key{Namespace: "ns", Name: "rev"}
+	if err := s.Create(k, benchSpec(), epoch, 0); err != nil {
+		b.Fatal(err)
+	}
+	zero := at(0.5)
+	if _, _, err := s.Record(k, zero, zero, Stat{}, SourceScraper); err != nil {
+		b.Fatal(err)
+	}
+	s.Tick(at(1), nil)
+	e := s.byKey[k]
+	if e.a.status.DesiredScale != 0 {
+		b.Fatalf("desired %d, want 0", e.a.status.DesiredScale)
+	}
+	one := Stat{AverageConcurrentRequests: 1, RequestCount: 1}
+	sec := 0.0
+	b.ReportAllocs()
+	for b.Loop() {
+		// Back at zero, a stable window after the last stat.
+		e.a.status.DesiredScale = 0
+		sec += 100
+		now := at(sec)
+		poke, _, err := s.Record(k, now, now, one, SourceActivator)
+		if err != nil || !poke {
+			b.Fatalf("poke %v err %v", poke, err)
+		}
+		if d, _, _ := s.Poke(k, now); d.Desired != 1 {
+			b.Fatalf("desired %d, want 1", d.Desired)
+		}
+	}
+}
