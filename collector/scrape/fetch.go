@@ -1,0 +1,189 @@
+package scrape
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tidalscale/tidal/collector/promtext"
+	"github.com/tidalscale/tidal/collector/queuestat"
+)
+
+// Failure reasons, the values of the reason label of
+// tidal_collector_scrape_failures_total.
+const (
+	ReasonTimeout     = "timeout"      // no answer within the timeout: a hanging pod
+	ReasonConnect     = "connect"      // refused, reset or unreachable
+	ReasonVanished    = "vanished"     // the pod left the ready set during the scrape
+	ReasonStatus      = "status"       // a non-2xx status
+	ReasonContentType = "content-type" // not the format the target declares
+	ReasonTooLarge    = "too-large"    // body over the cap
+	ReasonMalformed   = "malformed"    // body does not parse
+	ReasonBadValue    = "bad-value"    // NaN, infinite, negative, or proxied over total
+	ReasonCounter     = "counter"      // a counter's first reading, or a reset: no rate yet
+	ReasonSample      = "sample"       // the whole scrape: too few pods answered to fill the sample
+)
+
+// FormatKind says what a target's pods serve.
+type FormatKind uint8
+
+const (
+	// FormatQueueProxy is Knative queue-proxy's protobuf Stat.
+	FormatQueueProxy FormatKind = iota
+	// FormatText is one gauge or counter in the Prometheus text format.
+	FormatText
+)
+
+// Format says how to read a pod's metrics.
+type Format struct {
+	Kind FormatKind
+	// Metric is the series name for FormatText.
+	Metric string
+	// Counter makes a FormatText value a counter whose rate per second is
+	// the measurement; otherwise it is a gauge read as it is.
+	Counter bool
+	// RPS makes a FormatText measurement a request rate; otherwise it is the
+	// average concurrency.
+	RPS bool
+}
+
+// podStat is one pod's reading, in queue-proxy terms.
+type podStat struct {
+	concurrency, proxiedConcurrency float64
+	requests, proxiedRequests       float64
+}
+
+// fetchError is a failed pod read with its reason.
+type fetchError struct {
+	reason string
+	err    error
+}
+
+func (e *fetchError) Error() string { return e.reason + ": " + e.err.Error() }
+func (e *fetchError) Unwrap() error { return e.err }
+
+func failf(reason, format string, args ...any) *fetchError {
+	return &fetchError{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// newClient builds the one keep-alive client all scrapes share. fasthttp
+// does the whole exchange on the calling goroutine and reuses request and
+// response buffers; net/http costs two goroutine hand-offs and about 40
+// allocations per GET (BENCHMARKS.md has the comparison).
+func newClient(cfg Config) *fasthttp.Client {
+	return &fasthttp.Client{
+		Name:                          "tidal-collector",
+		MaxConnsPerHost:               4,
+		MaxIdleConnDuration:           cfg.IdleConnTimeout,
+		MaxResponseBodySize:           cfg.MaxTextBody,
+		ReadBufferSize:                4096,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		NoDefaultUserAgentHeader:      true,
+		RetryIf:                       func(*fasthttp.Request) bool { return false },
+	}
+}
+
+// fetch reads one pod. prev and at serve counters: the previous reading of
+// this pod and now; it returns the raw value read for a counter so the
+// caller can keep it.
+func fetch(c *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, addr, path string, f Format, timeout time.Duration) (podStat, float64, error) {
+	req.Reset()
+	resp.Reset()
+	req.Header.SetMethod(fasthttp.MethodGet)
+	uri := req.URI()
+	uri.SetScheme("http")
+	uri.SetHost(addr)
+	uri.SetPath(path)
+	if f.Kind == FormatQueueProxy {
+		req.Header.Set("Accept", queuestat.ContentType)
+	} else {
+		req.Header.Set("Accept", promtext.ContentType)
+	}
+	if err := c.DoTimeout(req, resp, timeout); err != nil {
+		return podStat{}, 0, classify(err)
+	}
+	if sc := resp.StatusCode(); sc < 200 || sc > 299 {
+		return podStat{}, 0, failf(ReasonStatus, "status %d", sc)
+	}
+	ct := resp.Header.ContentType()
+	body := resp.Body()
+	if f.Kind == FormatQueueProxy {
+		if string(ct) != queuestat.ContentType {
+			return podStat{}, 0, failf(ReasonContentType, "content type %q, want %q", clip(ct), queuestat.ContentType)
+		}
+		if len(body) > queuestat.MaxSize {
+			return podStat{}, 0, failf(ReasonTooLarge, "body of %d bytes, want at most %d", len(body), queuestat.MaxSize)
+		}
+		s, err := queuestat.Unmarshal(body)
+		if err != nil {
+			return podStat{}, 0, &fetchError{reason: ReasonMalformed, err: err}
+		}
+		ps := podStat{s.AverageConcurrentRequests, s.AverageProxiedConcurrentRequests, s.RequestCount, s.ProxiedRequestCount}
+		return ps, 0, ps.check()
+	}
+	if !promtext.IsContentType(string(ct)) {
+		return podStat{}, 0, failf(ReasonContentType, "content type %q, want text/plain", clip(ct))
+	}
+	v, _, err := promtext.Sum(body, f.Metric)
+	if err != nil {
+		return podStat{}, 0, &fetchError{reason: ReasonMalformed, err: err}
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return podStat{}, 0, failf(ReasonBadValue, "%s = %v, want a finite number at least 0", f.Metric, v)
+	}
+	return podStat{}, v, nil
+}
+
+// check refuses values the windows must never see.
+func (s podStat) check() error {
+	for _, f := range [...]struct {
+		name string
+		v    float64
+	}{
+		{"average_concurrent_requests", s.concurrency},
+		{"average_proxied_concurrent_requests", s.proxiedConcurrency},
+		{"request_count", s.requests},
+		{"proxied_request_count", s.proxiedRequests},
+	} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			return failf(ReasonBadValue, "%s = %v, want a finite number at least 0", f.name, f.v)
+		}
+	}
+	if s.proxiedConcurrency > s.concurrency {
+		return failf(ReasonBadValue, "average_proxied_concurrent_requests %v over average_concurrent_requests %v", s.proxiedConcurrency, s.concurrency)
+	}
+	if s.proxiedRequests > s.requests {
+		return failf(ReasonBadValue, "proxied_request_count %v over request_count %v", s.proxiedRequests, s.requests)
+	}
+	return nil
+}
+
+func classify(err error) *fetchError {
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout), errors.As(err, &ne) && ne.Timeout():
+		return &fetchError{reason: ReasonTimeout, err: err}
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return &fetchError{reason: ReasonTooLarge, err: err}
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, syscall.EPIPE):
+		return &fetchError{reason: ReasonConnect, err: err}
+	case strings.Contains(err.Error(), "cannot parse"), strings.Contains(err.Error(), "error when reading response headers"):
+		return &fetchError{reason: ReasonMalformed, err: err}
+	default:
+		return &fetchError{reason: ReasonConnect, err: err}
+	}
+}
+
+func clip(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}

@@ -1,0 +1,5 @@
+package scrape
+
+import "math"
+
+func nan() float64 { return math.NaN() }

@@ -1,0 +1,430 @@
+package scrape
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tidalscale/tidal/collector/logkey"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+)
+
+// Config tunes a Scraper.
+type Config struct {
+	// Interval is the scrape cadence (Knative's scrapeTickInterval, 1 s).
+	Interval time.Duration
+	// Timeout bounds one pod's request (Knative's 3 s).
+	Timeout time.Duration
+	// Workers bounds the requests in flight across all targets.
+	Workers int
+	// MaxTextBody caps a Prometheus text body; the protobuf Stat is always
+	// capped at queuestat.MaxSize.
+	MaxTextBody int
+	// IdleConnTimeout closes a pod's kept-alive connection after this long
+	// unused.
+	IdleConnTimeout time.Duration
+}
+
+// RegisterFlagsWithPrefix registers the scraper's flags with their defaults.
+func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
+	fs.DurationVar(&c.Interval, p+"interval", time.Second, "How often every KPA target is scraped (Knative: 1s).")
+	fs.DurationVar(&c.Timeout, p+"timeout", 3*time.Second, "Timeout of one pod's metrics request (Knative: 3s).")
+	fs.IntVar(&c.Workers, p+"workers", 256, "Pod requests in flight at most, across all targets.")
+	fs.IntVar(&c.MaxTextBody, p+"max-text-body", 64<<10, "Largest Prometheus text body read from a pod, in bytes.")
+	fs.DurationVar(&c.IdleConnTimeout, p+"idle-conn-timeout", 90*time.Second, "How long an unused pod connection is kept alive.")
+}
+
+// Validate refuses unusable values, naming the flag.
+func (c *Config) Validate(p string) error {
+	switch {
+	case c.Interval < 10*time.Millisecond:
+		return fmt.Errorf("--%sinterval %s: want at least 10ms", p, c.Interval)
+	case c.Timeout <= 0:
+		return fmt.Errorf("--%stimeout %s: want more than 0", p, c.Timeout)
+	case c.Workers < 1 || c.Workers > 100000:
+		return fmt.Errorf("--%sworkers %d: want 1 to 100000", p, c.Workers)
+	case c.MaxTextBody < 512:
+		return fmt.Errorf("--%smax-text-body %d: want at least 512", p, c.MaxTextBody)
+	case c.IdleConnTimeout <= 0:
+		return fmt.Errorf("--%sidle-conn-timeout %s: want more than 0", p, c.IdleConnTimeout)
+	}
+	return nil
+}
+
+// PodSource lists a target's ready pods: Running, Ready and not deleting.
+type PodSource interface {
+	// ReadyPods appends the ready pods to dst.
+	ReadyPods(dst []Pod) []Pod
+	// IsReady reports whether the named pod is still ready.
+	IsReady(name string) bool
+}
+
+// Target is a request-driven target to scrape.
+type Target struct {
+	Ref *commonv1.TargetRef
+	// Path is the metrics path on each pod (Knative: /metrics).
+	Path   string
+	Format Format
+	// StableWindow splits old pods from young ones.
+	StableWindow time.Duration
+	Pods         PodSource
+}
+
+// Failure is one failed measurement.
+type Failure struct {
+	Time time.Time
+	// Pod is empty when the whole scrape failed.
+	Pod     string
+	Reason  string
+	Message string
+}
+
+// Recorder receives the outcome of every scrape.
+type Recorder interface {
+	// Record takes a scrape's sample; the recorder keeps it.
+	Record(ref *commonv1.TargetRef, s *commonv1.MetricSample)
+	// Failed reports a pod that could not be read, or (Pod empty) a scrape
+	// that recorded nothing.
+	Failed(ref *commonv1.TargetRef, f Failure)
+}
+
+// Scraper scrapes every target once per interval.
+type Scraper struct {
+	cfg     Config
+	client  *fasthttp.Client
+	rec     Recorder
+	metrics *Metrics
+	log     *zap.Logger
+	limit   *logkey.Limiter
+	now     func() time.Time
+	jobs    chan job
+
+	// mu guards targets.
+	mu      sync.RWMutex
+	targets map[string]*target
+}
+
+type job struct {
+	t *target
+}
+
+// target is one target's scrape state. One scrape at a time runs per
+// target: busy is set while it does.
+type target struct {
+	// spec is the latest spec; cur is the one the running scrape uses.
+	spec atomic.Pointer[Target]
+	cur  Target
+	log  *zap.Logger
+	busy atomic.Bool
+	done func()
+
+	// Set up by start, read by the slot workers, finished by the last one.
+	start    time.Time
+	pods     []Pod
+	order    []Pod
+	n        int
+	next     atomic.Int32
+	ok       atomic.Int32
+	pending  atomic.Int32
+	short    atomic.Bool
+	results  []podStat
+	rnd      *rand.Rand
+	counterM sync.Mutex
+	counters map[string]counterReading
+}
+
+type counterReading struct {
+	at time.Time
+	v  float64
+}
+
+// New returns a Scraper; it scrapes nothing until Run.
+func New(cfg Config, rec Recorder, m *Metrics, log *zap.Logger) *Scraper {
+	return newScraper(cfg, rec, m, log, time.Now)
+}
+
+func newScraper(cfg Config, rec Recorder, m *Metrics, log *zap.Logger, now func() time.Time) *Scraper {
+	return &Scraper{
+		cfg:     cfg,
+		client:  newClient(cfg),
+		rec:     rec,
+		metrics: m,
+		log:     log,
+		limit:   logkey.NewLimiter(time.Minute),
+		now:     now,
+		jobs:    make(chan job, 4*cfg.Workers),
+		targets: map[string]*target{},
+	}
+}
+
+// Set adds or replaces a target; a scrape in flight finishes with the old spec.
+func (s *Scraper) Set(t Target) {
+	key := t.Ref.Key()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.targets[key]; ok {
+		old.spec.Store(&t) // the next scrape uses it
+		return
+	}
+	nt := &target{
+		log:      s.log.With(logkey.Target(key)),
+		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		counters: map[string]counterReading{},
+	}
+	nt.spec.Store(&t)
+	s.targets[key] = nt
+	s.metrics.targets.Set(float64(len(s.targets)))
+}
+
+// Remove forgets a target.
+func (s *Scraper) Remove(ref *commonv1.TargetRef) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.targets, ref.Key())
+	s.metrics.targets.Set(float64(len(s.targets)))
+}
+
+// Len is the number of targets.
+func (s *Scraper) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.targets)
+}
+
+// Run starts the workers and scrapes every interval until ctx ends.
+func (s *Scraper) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(context.Background())
+	for range s.cfg.Workers {
+		wg.Go(func() { s.work(wctx) })
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+		s.client.CloseIdleConnections()
+	}()
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			s.scrapeAll(ctx, nil)
+		}
+	}
+}
+
+// ScrapeNow starts a scrape of every idle target and waits until they end.
+// Run must be running.
+func (s *Scraper) ScrapeNow(ctx context.Context) {
+	var wg sync.WaitGroup
+	s.scrapeAll(ctx, &wg)
+	wg.Wait()
+}
+
+func (s *Scraper) scrapeAll(ctx context.Context, wg *sync.WaitGroup) {
+	s.mu.RLock()
+	ts := make([]*target, 0, len(s.targets))
+	for _, t := range s.targets {
+		ts = append(ts, t)
+	}
+	s.mu.RUnlock()
+	for _, t := range ts {
+		if !t.busy.CompareAndSwap(false, true) {
+			s.metrics.skipped.Inc() // the last scrape still waits on a slow pod
+			continue
+		}
+		if wg != nil {
+			wg.Add(1)
+			t.done = wg.Done
+		} else {
+			t.done = nil
+		}
+		if !s.begin(t) {
+			continue
+		}
+		for i := range t.n {
+			select {
+			case s.jobs <- job{t: t}:
+			case <-ctx.Done():
+				// Slots never queued count as failed, so the scrape ends
+				// once the queued ones do.
+				for range t.n - i {
+					s.slotDone(t, false)
+				}
+				return
+			}
+		}
+	}
+}
+
+// begin prepares a scrape; false means it already ended (no pods).
+func (s *Scraper) begin(t *target) bool {
+	t.cur = *t.spec.Load()
+	t.start = s.now()
+	t.pods = t.cur.Pods.ReadyPods(t.pods[:0])
+	if len(t.pods) == 0 {
+		// No ready pods: nothing is recorded (Knative records nothing
+		// either); the decider sees the gap.
+		s.end(t)
+		return false
+	}
+	t.order, t.n = Order(t.order[:0], t.pods, t.start, t.cur.StableWindow, t.rnd)
+	if cap(t.results) < t.n {
+		t.results = make([]podStat, t.n)
+	}
+	t.results = t.results[:t.n]
+	t.next.Store(0)
+	t.ok.Store(0)
+	t.short.Store(false)
+	t.pending.Store(int32(t.n))
+	return true
+}
+
+func (s *Scraper) end(t *target) {
+	done := t.done
+	t.busy.Store(false)
+	if done != nil {
+		done()
+	}
+}
+
+func (s *Scraper) work(ctx context.Context) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-s.jobs:
+			s.slot(j.t, req, resp)
+		}
+	}
+}
+
+// slot fills one place of the sample: it tries the next untried pod until
+// one answers or none is left.
+func (s *Scraper) slot(t *target, req *fasthttp.Request, resp *fasthttp.Response) {
+	for {
+		i := int(t.next.Add(1)) - 1
+		if i >= len(t.order) {
+			s.slotDone(t, false)
+			return
+		}
+		p := t.order[i]
+		began := time.Now()
+		st, raw, err := fetch(s.client, req, resp, p.Addr, t.cur.Path, t.cur.Format, s.cfg.Timeout)
+		s.metrics.podLatency.Observe(time.Since(began).Seconds())
+		if err == nil && t.cur.Format.Kind == FormatText {
+			st, err = t.textStat(p.Name, raw, s.now())
+		}
+		if err != nil {
+			s.podFailed(t, p, err)
+			continue
+		}
+		s.metrics.pods.Inc()
+		t.results[int(t.ok.Add(1))-1] = st
+		s.slotDone(t, true)
+		return
+	}
+}
+
+func (t *target) textStat(pod string, v float64, now time.Time) (podStat, error) {
+	f := t.cur.Format
+	if f.Counter {
+		t.counterM.Lock()
+		prev, ok := t.counters[pod]
+		t.counters[pod] = counterReading{at: now, v: v}
+		t.counterM.Unlock()
+		switch {
+		case !ok:
+			return podStat{}, failf(ReasonCounter, "%s: first reading, no rate yet", f.Metric)
+		case v < prev.v:
+			return podStat{}, failf(ReasonCounter, "%s: reset from %v to %v", f.Metric, prev.v, v)
+		case !now.After(prev.at):
+			return podStat{}, failf(ReasonCounter, "%s: no time since the last reading", f.Metric)
+		}
+		v = (v - prev.v) / now.Sub(prev.at).Seconds()
+	}
+	if f.RPS {
+		return podStat{requests: v}, nil
+	}
+	return podStat{concurrency: v}, nil
+}
+
+func (s *Scraper) podFailed(t *target, p Pod, err error) {
+	fe := &fetchError{}
+	if !errors.As(err, &fe) {
+		fe = &fetchError{reason: ReasonConnect, err: err}
+	}
+	reason := fe.reason
+	if (reason == ReasonConnect || reason == ReasonTimeout) && !t.cur.Pods.IsReady(p.Name) {
+		reason = ReasonVanished
+	}
+	s.metrics.failures.WithLabelValues(reason).Inc()
+	now := s.now()
+	s.rec.Failed(t.cur.Ref, Failure{Time: now, Pod: p.Name, Reason: reason, Message: fe.err.Error()})
+	if s.limit.Allow(t.cur.Ref.GetNamespace()+"/"+p.Name, now) {
+		t.log.Warn("pod scrape failed", logkey.Pod(p.Name), logkey.Reason(reason), zap.Error(fe.err))
+	}
+}
+
+// slotDone ends one slot; the last one ends the scrape.
+func (s *Scraper) slotDone(t *target, ok bool) {
+	if !ok {
+		t.short.Store(true)
+	}
+	if t.pending.Add(-1) != 0 {
+		return
+	}
+	now := s.now()
+	s.metrics.latency.Observe(now.Sub(t.start).Seconds())
+	if t.short.Load() {
+		// The sample could not be filled: the whole scrape fails and nothing
+		// is recorded, even for the pods that answered (Knative).
+		s.metrics.failures.WithLabelValues(ReasonSample).Inc()
+		s.rec.Failed(t.cur.Ref, Failure{Time: now, Reason: ReasonSample,
+			Message: fmt.Sprintf("%d of %d sampled pods answered out of %d ready", t.ok.Load(), t.n, len(t.pods))})
+		s.end(t)
+		return
+	}
+	s.rec.Record(t.cur.Ref, extrapolate(t.results, len(t.pods), now))
+	s.end(t)
+}
+
+// extrapolate sums the sampled pods' readings and scales them to all ready
+// pods: each field is sum / n × N, the scraper's assumption that load is
+// spread evenly (Knative's computeAverages). The sample is stamped with the
+// time the scrape finished.
+func extrapolate(results []podStat, ready int, at time.Time) *commonv1.MetricSample {
+	var sum podStat
+	for _, r := range results {
+		sum.concurrency += r.concurrency
+		sum.proxiedConcurrency += r.proxiedConcurrency
+		sum.requests += r.requests
+		sum.proxiedRequests += r.proxiedRequests
+	}
+	n, total := float64(len(results)), float64(ready)
+	readyPods := int32(ready)
+	return &commonv1.MetricSample{
+		Time:                      timestamppb.New(at),
+		Source:                    commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE,
+		AverageConcurrency:        sum.concurrency / n * total,
+		AverageProxiedConcurrency: sum.proxiedConcurrency / n * total,
+		RequestCount:              sum.requests / n * total,
+		ProxiedRequestCount:       sum.proxiedRequests / n * total,
+		ReadyPods:                 &readyPods,
+	}
+}
