@@ -71,9 +71,9 @@ func TestSumSpecialValues(t *testing.T) {
 
 func TestIsContentType(t *testing.T) {
 	for ct, want := range map[string]bool{
-		"text/plain; version=0.0.4; charset=utf-8":               true,
-		"text/plain":                                             true,
-		"Text/Plain;charset=utf-8":                               true,
+		"text/plain; version=0.0.4; charset=utf-8": true,
+		"text/plain":               true,
+		"Text/Plain;charset=utf-8": true,
 		"application/openmetrics-text; version=1.0.0":            true,
 		"application/protobuf":                                   false,
 		"application/vnd.google.protobuf; proto=io.prometheus.x": false,
