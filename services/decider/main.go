@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
@@ -152,7 +151,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Help: "Targets this decider holds.",
 	}, func() float64 { return float64(eng.Len()) }))
 
-	conn, err := grpc.NewClient(cfg.actuatorAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := cfg.server.TLS.DialOption()
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(cfg.actuatorAddr, creds)
 	if err != nil {
 		return fmt.Errorf("actuator client %s: %w", cfg.actuatorAddr, err)
 	}

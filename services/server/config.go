@@ -20,6 +20,9 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// LogLevel is the zap level: debug, info, warn or error.
 	LogLevel string
+	// TLS is the optional mutual TLS for the gRPC port and for calls to
+	// other tidal services.
+	TLS TLSConfig
 }
 
 // RegisterFlags registers the shared flags on fs with the binary's default ports.
@@ -28,6 +31,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultGRPC, defaultHTTP string
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTP, "Address /metrics, /healthz and /readyz listen on, host:port.")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "How long in-flight calls may run after SIGTERM; 0 stops them at once.")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+	c.TLS.RegisterFlags(fs)
 }
 
 // Validate refuses a configuration the server cannot run with.
@@ -45,7 +49,7 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
-	return nil
+	return c.TLS.Validate()
 }
 
 // EnvName is the environment variable that stands in for flag name:

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -47,7 +49,7 @@ type Server struct {
 }
 
 // New builds a server. reg receives the gRPC metrics and the Go and process
-// collectors, and is what /metrics serves.
+// collectors, and is what /metrics serves. cfg must have passed Validate.
 func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -71,7 +73,7 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 		reg:     reg,
 		health:  health.NewServer(),
 		metrics: metrics,
-		grpc: grpc.NewServer(
+		grpc: grpc.NewServer(append(tlsOpts(cfg.TLS, log),
 			grpc.ChainUnaryInterceptor(
 				recovery.UnaryServerInterceptor(recoverOpt),
 				logging.UnaryServerInterceptor(logger, logOpts...),
@@ -84,7 +86,7 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 				metrics.StreamServerInterceptor(),
 				validator.StreamServerInterceptor(),
 			),
-		),
+		)...),
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -104,6 +106,21 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 	})
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return s
+}
+
+// tlsOpts returns the server's TLS option, if any. Validate has loaded the
+// files already, so a failure here means they changed since; the server
+// then refuses every connection rather than falling back to plaintext.
+func tlsOpts(c TLSConfig, log *zap.Logger) []grpc.ServerOption {
+	opt, err := c.serverOption()
+	if err != nil {
+		log.Error("TLS credentials unusable; refusing connections", zap.Error(err))
+		return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13}))}
+	}
+	if opt == nil {
+		return nil
+	}
+	return []grpc.ServerOption{opt}
 }
 
 // GRPC is the server to register handlers on, before Run.
