@@ -66,10 +66,34 @@ type Cluster struct {
 	Client kubernetes.Interface
 
 	config    *rest.Config
-	procs     []*process
 	slot      func() // releases the pod network slot
 	stopOnce  sync.Once
 	startedAt time.Time
+
+	// mu guards procs and stopped: Stop may run (from a signal handler)
+	// while Start is still starting components.
+	mu      sync.Mutex
+	procs   []*process
+	stopped bool
+}
+
+// live holds every cluster started and not yet stopped, so an interrupted
+// test binary can stop clusters that are still starting (stopAll).
+var live struct {
+	sync.Mutex
+	clusters map[*Cluster]bool
+}
+
+func stopAll() {
+	live.Lock()
+	cs := make([]*Cluster, 0, len(live.clusters))
+	for c := range live.clusters {
+		cs = append(cs, c)
+	}
+	live.Unlock()
+	for _, c := range cs {
+		c.Stop()
+	}
 }
 
 // Config returns a copy of the admin REST config (token auth, the cluster's
@@ -109,6 +133,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("cluster directory: %w", err)
 	}
 	c := &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), startedAt: time.Now()}
+	live.Lock()
+	if live.clusters == nil {
+		live.clusters = map[*Cluster]bool{}
+	}
+	live.clusters[c] = true
+	live.Unlock()
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -264,19 +294,23 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 // than once.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.stopped = true
+		procs := c.procs
+		c.mu.Unlock()
 		var wg sync.WaitGroup
 		// Clients first, etcd last, so the API server does not spend its
 		// grace period retrying a dead store.
-		for i := len(c.procs) - 1; i >= 0; i-- {
-			p := c.procs[i]
+		for i := len(procs) - 1; i >= 0; i-- {
+			p := procs[i]
 			if p.name == "etcd" || p.name == "kube-apiserver" {
 				continue
 			}
 			wg.Go(func() { p.stop(3 * time.Second) })
 		}
 		wg.Wait()
-		for i := len(c.procs) - 1; i >= 0; i-- {
-			if p := c.procs[i]; p.name == "etcd" || p.name == "kube-apiserver" {
+		for i := len(procs) - 1; i >= 0; i-- {
+			if p := procs[i]; p.name == "etcd" || p.name == "kube-apiserver" {
 				p.stop(3 * time.Second)
 			}
 		}
@@ -284,10 +318,18 @@ func (c *Cluster) Stop() {
 			c.slot()
 		}
 		_ = os.RemoveAll(c.Dir)
+		live.Lock()
+		delete(live.clusters, c)
+		live.Unlock()
 	})
 }
 
 func (c *Cluster) start(dir, name, bin string, args ...string) (*process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil, fmt.Errorf("start %s: cluster stopped", name)
+	}
 	p, err := startProcess(dir, name, bin, args...)
 	if err != nil {
 		return nil, err

@@ -22,14 +22,12 @@ import (
 // call and stopped by Main.
 var shared struct {
 	once sync.Once
-	// mu guards c against Main's signal handler.
-	mu  sync.Mutex
-	c   *Cluster
-	err error
+	c    *Cluster
+	err  error
 }
 
 // Main runs a test binary's tests and then stops the shared cluster, if a
-// test started one. Use it as the whole of TestMain:
+// test started one, and any other cluster a test left running. Use it as the whole of TestMain:
 //
 //	func TestMain(m *testing.M) { cluster.Main(m) }
 //
@@ -42,20 +40,12 @@ func Main(m *testing.M) {
 	go func() {
 		s := <-sig
 		fmt.Fprintf(os.Stderr, "test/cluster: %v: stopping the test cluster\n", s)
-		stopShared()
+		stopAll() // also clusters still starting
 		os.Exit(130)
 	}()
 	code := m.Run()
-	stopShared()
+	stopAll()
 	os.Exit(code)
-}
-
-func stopShared() {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.c != nil {
-		shared.c.Stop()
-	}
 }
 
 // Shared returns the test binary's cluster, starting it on first use (and
@@ -69,10 +59,7 @@ func Shared(t testing.TB) *Cluster {
 		t.Skip("test/cluster: skipped in -short mode: needs a Kubernetes control plane (built on first use, then cached)")
 	}
 	shared.once.Do(func() {
-		c, err := Start(context.Background(), Options{})
-		shared.mu.Lock()
-		shared.c, shared.err = c, err
-		shared.mu.Unlock()
+		shared.c, shared.err = Start(context.Background(), Options{})
 	})
 	if shared.err != nil {
 		t.Fatalf("test cluster: %v", shared.err)
