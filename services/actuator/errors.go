@@ -1,21 +1,39 @@
 package main
 
 import (
+	"context"
 	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/tidalscale/tidal/actuator/autoscaler"
+	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/scale"
 )
 
-var errDeployerNotWired = status.Error(codes.Unimplemented, "the function Deployer needs a Kubernetes cluster; it is not wired into this build yet")
+var errDeployerNotWired = status.Error(codes.FailedPrecondition, "the function Deployer needs a Kubernetes cluster: run with --scaler=kubernetes")
 
 // toStatus maps a domain error to the gRPC status callers branch on.
 func toStatus(err error) error {
+	var fe *deployer.FieldError
 	switch {
-	case errors.Is(err, scale.ErrNotFound):
+	case errors.Is(err, scale.ErrNotFound), apierrors.IsNotFound(err):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, scale.ErrNoScaleSubresource):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, autoscaler.ErrOutOfRange), errors.Is(err, deployer.ErrOverCap), errors.As(err, &fe),
+		apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case apierrors.IsConflict(err):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
 	default:
 		return status.Error(codes.Unavailable, err.Error())
 	}

@@ -2,27 +2,121 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tidalscale/tidal/actuator/autoscaler"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/scale"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
 
+// engine applies decisions: in memory, or through the PodAutoscaler
+// controller.
+type engine interface {
+	Scale(ctx context.Context, req autoscaler.Request) (scale.Result, error)
+	Status(ctx context.Context, t scale.Target) (scale.Status, error)
+}
+
+// memoryEngine applies decisions to in-memory replica counts.
+type memoryEngine struct{ applier *scale.Applier }
+
+func (m memoryEngine) Scale(ctx context.Context, req autoscaler.Request) (scale.Result, error) {
+	return m.applier.Apply(ctx, req.Decision)
+}
+
+func (m memoryEngine) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
+	return m.applier.Get(ctx, t)
+}
+
+// kubeEngine applies decisions through the PodAutoscaler controller, after
+// refusing counts above a function's cap.
+type kubeEngine struct {
+	pas       *autoscaler.Controller
+	functions *deployer.Controller
+}
+
+func (k *kubeEngine) Scale(ctx context.Context, req autoscaler.Request) (scale.Result, error) {
+	t := req.Target
+	if (t.APIVersion == "" || t.APIVersion == "apps/v1") && (t.Kind == "" || t.Kind == "Deployment") {
+		if limit, ok := k.functions.Cap(t.Namespace, t.Name); ok && req.Desired > limit {
+			return scale.Result{}, fmt.Errorf("desired_replicas %d for function %s: want 0 to %d (maxReplicas and input topic partitions): %w",
+				req.Desired, t, limit, deployer.ErrOverCap)
+		}
+	}
+	return k.pas.Scale(ctx, req)
+}
+
+func (k *kubeEngine) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
+	return k.pas.Status(ctx, t)
+}
+
+// functionService serves Deploy, Undeploy and Update.
+type functionService struct {
+	deployer *deployer.Deployer
+	tidal    *crdclient.Clientset
+}
+
+// function converts a request to the Deployer's Function; a Function object
+// of the same name, if any, becomes the Deployment's owner.
+func (f *functionService) function(ctx context.Context, ref *actuatorv1.FunctionRef, spec *actuatorv1.FunctionSpec) (deployer.Function, error) {
+	fn := deployer.Function{
+		Namespace:     ref.GetNamespace(),
+		Name:          ref.GetName(),
+		Container:     corev1.Container{Image: spec.GetImage()},
+		Input:         spec.GetInputTopic(),
+		Output:        spec.GetOutputTopic(),
+		Brokers:       splitBrokers(spec.GetBrokers()),
+		ConsumerGroup: spec.GetConsumerGroup(),
+	}
+	keys := make([]string, 0, len(spec.GetEnv()))
+	for k := range spec.GetEnv() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fn.Container.Env = append(fn.Container.Env, corev1.EnvVar{Name: k, Value: spec.GetEnv()[k]})
+	}
+	obj, err := f.tidal.Functions(fn.Namespace).Get(ctx, fn.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		fn.OwnerUID = obj.UID
+	case !apierrors.IsNotFound(err):
+		return fn, fmt.Errorf("get function %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	return fn, nil
+}
+
+func splitBrokers(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
 // handler serves ActuatorService. Requests arrive validated by the server's
 // interceptor chain.
 type handler struct {
 	actuatorv1.UnimplementedActuatorServiceServer
-	applier *scale.Applier
-	log     *zap.Logger
+	engine    engine
+	functions *functionService // nil without a cluster
+	log       *zap.Logger
 }
 
 var _ actuatorv1.ActuatorServiceServer = (*handler)(nil)
 
-func newHandler(applier *scale.Applier, log *zap.Logger) *handler {
-	return &handler{applier: applier, log: log}
+func newHandler(e engine, functions *functionService, log *zap.Logger) *handler {
+	return &handler{engine: e, functions: functions, log: log}
 }
 
 func targetOf(ref *commonv1.TargetRef) scale.Target {
@@ -30,24 +124,28 @@ func targetOf(ref *commonv1.TargetRef) scale.Target {
 }
 
 func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
-	d := scale.Decision{
+	r := autoscaler.Request{Decision: scale.Decision{
 		Target:   targetOf(req.GetTarget()),
 		Desired:  req.GetDesiredReplicas(),
 		Sequence: req.GetDecisionSequence(),
 		Reason:   req.GetReason(),
 		DryRun:   req.GetDryRun(),
+	}}
+	if req.ExcessBurstCapacity != nil {
+		e := int32(max(math.MinInt32, min(math.MaxInt32, math.Floor(req.GetExcessBurstCapacity()))))
+		r.ExcessBurstCapacity = &e
 	}
-	res, err := h.applier.Apply(ctx, d)
+	res, err := h.engine.Scale(ctx, r)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if res.Changed {
-		h.log.Info("scaled", zap.Stringer("target", d.Target), zap.Int32("from", res.Previous),
-			zap.Int32("to", res.Applied), zap.Uint64("sequence", d.Sequence), zap.String("reason", d.Reason))
+		h.log.Info("scaled", zap.Stringer("target", r.Target), zap.Int32("from", res.Previous),
+			zap.Int32("to", res.Applied), zap.Uint64("sequence", r.Sequence), zap.String("reason", r.Reason))
 	}
 	if res.Stale {
-		h.log.Info("stale decision refused", zap.Stringer("target", d.Target),
-			zap.Uint64("sequence", d.Sequence), zap.Uint64("last_applied", res.LastSequence))
+		h.log.Info("stale decision refused", zap.Stringer("target", r.Target),
+			zap.Uint64("sequence", r.Sequence), zap.Uint64("last_applied", res.LastSequence))
 	}
 	return &actuatorv1.ScaleResponse{
 		AppliedReplicas:     res.Applied,
@@ -59,7 +157,7 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 }
 
 func (h *handler) GetScale(ctx context.Context, req *actuatorv1.GetScaleRequest) (*actuatorv1.GetScaleResponse, error) {
-	st, err := h.applier.Get(ctx, targetOf(req.GetTarget()))
+	st, err := h.engine.Status(ctx, targetOf(req.GetTarget()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -75,14 +173,48 @@ func (h *handler) GetScale(ctx context.Context, req *actuatorv1.GetScaleRequest)
 	return resp, nil
 }
 
-func (h *handler) Deploy(context.Context, *actuatorv1.DeployRequest) (*actuatorv1.DeployResponse, error) {
-	return nil, errDeployerNotWired
+func (h *handler) Deploy(ctx context.Context, req *actuatorv1.DeployRequest) (*actuatorv1.DeployResponse, error) {
+	if h.functions == nil {
+		return nil, errDeployerNotWired
+	}
+	fn, err := h.functions.function(ctx, req.GetFunction(), req.GetSpec())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	name, _, err := h.functions.deployer.Deploy(ctx, &fn)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &actuatorv1.DeployResponse{Deployment: name}, nil
 }
 
-func (h *handler) Undeploy(context.Context, *actuatorv1.UndeployRequest) (*actuatorv1.UndeployResponse, error) {
-	return nil, errDeployerNotWired
+func (h *handler) Undeploy(ctx context.Context, req *actuatorv1.UndeployRequest) (*actuatorv1.UndeployResponse, error) {
+	if h.functions == nil {
+		return nil, errDeployerNotWired
+	}
+	deleted, err := h.functions.deployer.Undeploy(ctx, req.GetFunction().GetNamespace(), req.GetFunction().GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &actuatorv1.UndeployResponse{Deleted: deleted}, nil
 }
 
-func (h *handler) Update(context.Context, *actuatorv1.UpdateRequest) (*actuatorv1.UpdateResponse, error) {
-	return nil, errDeployerNotWired
+func (h *handler) Update(ctx context.Context, req *actuatorv1.UpdateRequest) (*actuatorv1.UpdateResponse, error) {
+	if h.functions == nil {
+		return nil, errDeployerNotWired
+	}
+	fn, err := h.functions.function(ctx, req.GetFunction(), req.GetSpec())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var replicas *int32
+	if req.Replicas != nil {
+		r := req.GetReplicas()
+		replicas = &r
+	}
+	n, err := h.functions.deployer.Update(ctx, &fn, replicas)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &actuatorv1.UpdateResponse{Deployment: fn.Name, Replicas: n}, nil
 }

@@ -4,41 +4,147 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tidalscale/tidal/actuator/autoscaler"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	"github.com/tidalscale/tidal/services/server"
+)
+
+// Scaler kinds.
+const (
+	scalerMemory     = "memory"
+	scalerKubernetes = "kubernetes"
 )
 
 type config struct {
 	server server.Config
 	// scaler selects where replicas are written.
 	scaler string
+	kube   kubeConfig
+}
+
+// kubeConfig configures the Kubernetes mode.
+type kubeConfig struct {
+	// kubeconfig is a kubeconfig path; empty means in-cluster config, else
+	// the usual kubeconfig loading rules ($KUBECONFIG, ~/.kube/config).
+	kubeconfig string
+	qps        float64
+	burst      int
+	workers    int
+	resync     time.Duration
+	// configAutoscaler holds config-autoscaler keys as key=value pairs.
+	configAutoscaler string
+	progressDeadline time.Duration
+	targetRetry      time.Duration
+	brokers          string
+	sidecarImage     string
 }
 
 func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9003", "127.0.0.1:9013")
-	fs.StringVar(&c.scaler, "scaler", "memory", "Where replicas are written: memory (no cluster; counts live in this process).")
+	fs.StringVar(&c.scaler, "scaler", scalerMemory, "Where replicas are written: memory (no cluster; counts live in this process) or kubernetes.")
+	k := &c.kube
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for --scaler=kubernetes; empty means the in-cluster config, or $KUBECONFIG / ~/.kube/config outside a pod.")
+	fs.Float64Var(&k.qps, "kube-qps", 50, "Sustained requests per second to the Kubernetes API.")
+	fs.IntVar(&k.burst, "kube-burst", 100, "Burst of requests to the Kubernetes API.")
+	fs.IntVar(&k.workers, "workers", 4, "Reconcile workers per controller (PodAutoscaler, Function).")
+	fs.DurationVar(&k.resync, "resync", 10*time.Hour, "Informer resync period; 0 means none.")
+	fs.StringVar(&k.configAutoscaler, "config-autoscaler", "", "Knative config-autoscaler keys as comma-separated key=value pairs (e.g. stable-window=60s,enable-scale-to-zero=true); empty means Knative's defaults.")
+	fs.DurationVar(&k.progressDeadline, "progress-deadline", 600*time.Second, "config-deployment progress-deadline; activation times out 30s after it.")
+	fs.DurationVar(&k.targetRetry, "target-retry", 10*time.Second, "How long to wait before looking again for a PodAutoscaler's missing scale target.")
+	fs.StringVar(&k.brokers, "kafka-brokers", "", "Kafka bootstrap servers (host:port, comma-separated) that deployed functions use.")
+	fs.StringVar(&k.sidecarImage, "function-sidecar-image", "projectriff/function-sidecar:0.0.7", "Image of the sidecar container of deployed functions.")
 }
 
 func (c *config) validate() error {
 	if err := c.server.Validate(); err != nil {
 		return err
 	}
-	if c.scaler != "memory" {
-		return fmt.Errorf("--scaler %q: want memory", c.scaler)
+	switch c.scaler {
+	case scalerMemory:
+		return nil
+	case scalerKubernetes:
+	default:
+		return fmt.Errorf("--scaler %q: want memory or kubernetes", c.scaler)
+	}
+	k := &c.kube
+	if k.qps <= 0 {
+		return fmt.Errorf("--kube-qps %g: want > 0", k.qps)
+	}
+	if k.burst < 1 {
+		return fmt.Errorf("--kube-burst %d: want at least 1", k.burst)
+	}
+	if k.workers < 1 || k.workers > 64 {
+		return fmt.Errorf("--workers %d: want 1 to 64", k.workers)
+	}
+	if k.resync < 0 {
+		return fmt.Errorf("--resync %s: want at least 0", k.resync)
+	}
+	if k.targetRetry <= 0 {
+		return fmt.Errorf("--target-retry %s: want > 0", k.targetRetry)
+	}
+	if _, err := c.autoscalerConfig(); err != nil {
+		return err
+	}
+	if _, err := kpaconfig.ParseDeploymentConfig(map[string]string{kpaconfig.KeyProgressDeadline: k.progressDeadline.String()}); err != nil {
+		return fmt.Errorf("--progress-deadline: %w", err)
+	}
+	for _, b := range c.brokers() {
+		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
+			return fmt.Errorf("--kafka-brokers %q: %q is not host:port", k.brokers, b)
+		}
+	}
+	if k.sidecarImage == "" {
+		return errors.New("--function-sidecar-image: want an image reference")
 	}
 	return nil
+}
+
+func (c *config) brokers() []string {
+	if c.kube.brokers == "" {
+		return nil
+	}
+	return strings.Split(c.kube.brokers, ",")
+}
+
+func (c *config) autoscalerConfig() (kpaconfig.Config, error) {
+	data := map[string]string{}
+	if c.kube.configAutoscaler != "" {
+		for _, kv := range strings.Split(c.kube.configAutoscaler, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return kpaconfig.Config{}, fmt.Errorf("--config-autoscaler %q: %q is not key=value", c.kube.configAutoscaler, kv)
+			}
+			data[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	cfg, err := kpaconfig.ParseConfig(data)
+	if err != nil {
+		return cfg, fmt.Errorf("--config-autoscaler: %w", err)
+	}
+	return cfg, nil
 }
 
 func main() {
@@ -66,15 +172,103 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-
-	applier := scale.New(scale.NewMemory(), time.Now)
 	log.Info("scaler", zap.String("kind", cfg.scaler))
 
 	srv := server.New(cfg.server, log, prometheus.NewRegistry())
-	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), newHandler(applier, log))
+	if cfg.scaler == scalerMemory {
+		applier := scale.New(scale.NewMemory(), time.Now)
+		actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), newHandler(memoryEngine{applier}, nil, log))
+		if _, _, err := srv.Listen(); err != nil {
+			return err
+		}
+		srv.SetReady(true)
+		return srv.Run(ctx)
+	}
+	return runKube(ctx, &cfg, srv, log)
+}
+
+// restConfig loads the Kubernetes client config.
+func (c *kubeConfig) restConfig() (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	switch {
+	case c.kubeconfig != "":
+		rc, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	default:
+		rc, err = rest.InClusterConfig()
+		if errors.Is(err, rest.ErrNotInCluster) {
+			rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	rc.QPS, rc.Burst = float32(c.qps), c.burst
+	rc.UserAgent = "tidal-actuator"
+	return rc, nil
+}
+
+func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logger) error {
+	rc, err := cfg.kube.restConfig()
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	tidal, err := crdclient.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	scaler, err := scale.NewKube(rc)
+	if err != nil {
+		return err
+	}
+	ascfg, _ := cfg.autoscalerConfig() // validated
+	tidalInf := crdclient.NewInformers(tidal, cfg.kube.resync)
+	kubeInf := informers.NewSharedInformerFactory(kube, cfg.kube.resync)
+	recorder, broadcaster := autoscaler.NewEventRecorder(kube)
+	defer broadcaster.Shutdown()
+
+	pas, err := autoscaler.New(autoscaler.Config{
+		Autoscaler:  ascfg,
+		Deployment:  kpaconfig.DeploymentConfig{ProgressDeadline: cfg.kube.progressDeadline},
+		Workers:     cfg.kube.workers,
+		TargetRetry: cfg.kube.targetRetry,
+	}, log, tidal, tidalInf, kubeInf, scaler, recorder)
+	if err != nil {
+		return err
+	}
+	dep := deployer.New(deployer.Config{SidecarImage: cfg.kube.sidecarImage, Brokers: cfg.brokers()}, kube, scaler)
+	fns, err := deployer.NewController(dep, log, tidal, tidalInf, kubeInf, recorder, cfg.kube.workers)
+	if err != nil {
+		return err
+	}
+	eng := &kubeEngine{pas: pas, functions: fns}
+	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), newHandler(eng, &functionService{deployer: dep, tidal: tidal}, log))
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}
-	srv.SetReady(true)
-	return srv.Run(ctx)
+
+	g, gctx := errgroup.WithContext(ctx)
+	for _, inf := range []cache.SharedIndexInformer{tidalInf.PodAutoscalers, tidalInf.Metrics, tidalInf.Functions, tidalInf.Topics} {
+		g.Go(func() error { inf.RunWithContext(gctx); return nil })
+	}
+	kubeInf.Start(gctx.Done())
+	defer kubeInf.Shutdown()
+	g.Go(func() error { return pas.Run(gctx) })
+	g.Go(func() error { return fns.Run(gctx) })
+	g.Go(func() error {
+		// Prime before ready: every cache synced.
+		if !cache.WaitForCacheSync(gctx.Done(), pas.HasSynced, fns.HasSynced) {
+			return nil
+		}
+		log.Info("caches synced")
+		srv.SetReady(true)
+		return nil
+	})
+	g.Go(func() error { return srv.Run(gctx) })
+	return g.Wait()
 }

@@ -36,9 +36,14 @@ type ScaleRequest struct {
 	// The decision's reason in words, recorded in status and Events. At most 1024 bytes.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When true, report what would be applied and change nothing.
-	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DryRun bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// The decider's excess burst capacity for the target at this decision, in
+	// requests (KPA only; Knative's DeciderStatus.ExcessBurstCapacity,
+	// floored). The KPA reconciler uses its sign for the activator mode.
+	// Absent means 0. Must be finite.
+	ExcessBurstCapacity *float64 `protobuf:"fixed64,6,opt,name=excess_burst_capacity,json=excessBurstCapacity,proto3,oneof" json:"excess_burst_capacity,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ScaleRequest) Reset() {
@@ -104,6 +109,13 @@ func (x *ScaleRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ScaleRequest) GetExcessBurstCapacity() float64 {
+	if x != nil && x.ExcessBurstCapacity != nil {
+		return *x.ExcessBurstCapacity
+	}
+	return 0
 }
 
 // ScaleResponse says what happened.
@@ -798,13 +810,15 @@ var File_tidal_actuator_v1_actuator_service_proto protoreflect.FileDescriptor
 
 const file_tidal_actuator_v1_actuator_service_proto_rawDesc = "" +
 	"\n" +
-	"(tidal/actuator/v1/actuator_service.proto\x12\x11tidal.actuator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctidal/common/v1/target.proto\"\xcb\x01\n" +
+	"(tidal/actuator/v1/actuator_service.proto\x12\x11tidal.actuator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctidal/common/v1/target.proto\"\x9e\x02\n" +
 	"\fScaleRequest\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x12)\n" +
 	"\x10desired_replicas\x18\x02 \x01(\x05R\x0fdesiredReplicas\x12+\n" +
 	"\x11decision_sequence\x18\x03 \x01(\x04R\x10decisionSequence\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x17\n" +
-	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"\xcb\x01\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x127\n" +
+	"\x15excess_burst_capacity\x18\x06 \x01(\x01H\x00R\x13excessBurstCapacity\x88\x01\x01B\x18\n" +
+	"\x16_excess_burst_capacity\"\xcb\x01\n" +
 	"\rScaleResponse\x12)\n" +
 	"\x10applied_replicas\x18\x01 \x01(\x05R\x0fappliedReplicas\x12+\n" +
 	"\x11previous_replicas\x18\x02 \x01(\x05R\x10previousReplicas\x12\x18\n" +
@@ -930,6 +944,7 @@ func file_tidal_actuator_v1_actuator_service_proto_init() {
 	if File_tidal_actuator_v1_actuator_service_proto != nil {
 		return
 	}
+	file_tidal_actuator_v1_actuator_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_tidal_actuator_v1_actuator_service_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

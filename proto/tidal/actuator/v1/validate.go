@@ -5,6 +5,7 @@ package actuatorv1
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -23,6 +24,11 @@ func (r *ScaleRequest) Validate() error {
 	}
 	if r.GetDecisionSequence() == 0 {
 		return commonv1.Invalid("decision_sequence", 0, "at least 1")
+	}
+	if r.ExcessBurstCapacity != nil {
+		if e := r.GetExcessBurstCapacity(); math.IsNaN(e) || math.IsInf(e, 0) {
+			return commonv1.Invalid("excess_burst_capacity", e, "a finite number")
+		}
 	}
 	if len(r.GetReason()) > 1024 {
 		return commonv1.Invalid("reason", r.GetReason()[:32]+"…", "at most 1024 bytes")
@@ -111,9 +117,18 @@ func validateTopic(field, topic string, required bool) error {
 		return commonv1.Invalid(field, topic, "a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
 	}
 	for _, c := range topic {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !isTopicChar(c) {
 			return commonv1.Invalid(field, topic, "a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
 		}
 	}
 	return nil
+}
+
+func isTopicChar(c rune) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	default:
+		return c == '.' || c == '_' || c == '-'
+	}
 }

@@ -1,0 +1,329 @@
+// Package autoscaler is the actuator's PodAutoscaler controller: it keeps
+// each PodAutoscaler's Metric, applies Knative's KPA reconciler rules
+// (spec/knative-kpa.md §6, the pure functions of actuator/kpa) to the
+// deciders' latest desired scale, patches the target's scale subresource,
+// writes status and emits an Event for every scale change. Decisions arrive
+// through Scale (the deciders' RPC); the controller's informers and
+// workqueue re-run the same reconcile on every change and on the requeues
+// scale-to-zero timing needs, so nothing reaches a target without passing
+// the rules.
+package autoscaler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+)
+
+// Config configures the controller.
+type Config struct {
+	// Autoscaler is config-autoscaler; Deployment is config-deployment.
+	Autoscaler kpaconfig.Config
+	Deployment kpaconfig.DeploymentConfig
+	// Workers is the number of reconcile workers.
+	Workers int
+	// TargetRetry is how long to wait before looking again for a missing
+	// scale target.
+	TargetRetry time.Duration
+}
+
+// targetScaler reads and writes targets' scale subresources.
+type targetScaler interface {
+	GetScale(ctx context.Context, t scale.Target) (scale.Scale, error)
+	SetReplicas(ctx context.Context, t scale.Target, replicas int32) error
+}
+
+// indexTarget indexes PodAutoscalers by their scale target.
+const indexTarget = "scaleTarget"
+
+// Controller reconciles PodAutoscalers.
+type Controller struct {
+	cfg    Config
+	log    *zap.Logger
+	clock  clock.PassiveClock
+	tidal  *crdclient.Clientset
+	scaler targetScaler
+
+	paInformer cache.SharedIndexInformer
+	pas        crdclient.PodAutoscalerLister
+	metrics    crdclient.MetricLister
+	pods       corelisters.PodLister
+	synced     []cache.InformerSynced
+
+	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	recorder record.EventRecorder
+	// plain applies decisions for targets no PodAutoscaler names.
+	plain *scale.Applier
+
+	// locks serialises reconciles of one PodAutoscaler between the workers
+	// and Scale calls.
+	locks sync.Map // cache.ObjectName → *sync.Mutex
+
+	// selMu guards selectors, each PodAutoscaler's target pod selector, used
+	// to map pod events to PodAutoscalers.
+	selMu     sync.RWMutex
+	selectors map[cache.ObjectName]labels.Selector
+}
+
+// New returns a Controller. It registers its event handlers on the
+// informers; the caller starts the informers (and factory) and then Run.
+func New(cfg Config, log *zap.Logger, tidal *crdclient.Clientset,
+	tidalInformers *crdclient.Informers, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
+) (*Controller, error) {
+	return newController(cfg, log, clock.RealClock{}, tidal, tidalInformers, kubeInformers, scaler, recorder)
+}
+
+// NewEventRecorder returns a recorder writing Events as tidal-actuator, and
+// its broadcaster, which the caller shuts down. Every distinct scale change
+// is kept: the correlator allows bursts of 100 per object and never folds
+// distinct messages into "combined from similar events".
+func NewEventRecorder(kube kubernetes.Interface) (record.EventRecorder, record.EventBroadcaster) {
+	broadcaster := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{
+		BurstSize: 100,
+		QPS:       1,
+		KeyFunc: func(e *corev1.Event) (string, string) {
+			k := e.Source.Component + "/" + e.InvolvedObject.Namespace + "/" + e.InvolvedObject.Name + "/" +
+				string(e.InvolvedObject.UID) + "/" + e.Reason + "/" + e.Message
+			return k, e.Message
+		},
+	}))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return broadcaster.NewRecorder(crdclient.Scheme, corev1.EventSource{Component: "tidal-actuator"}), broadcaster
+}
+
+func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *crdclient.Clientset,
+	tidalInformers *crdclient.Informers, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
+) (*Controller, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.TargetRetry <= 0 {
+		cfg.TargetRetry = 10 * time.Second
+	}
+	if err := tidalInformers.PodAutoscalers.AddIndexers(cache.Indexers{indexTarget: targetIndex}); err != nil {
+		return nil, fmt.Errorf("podautoscaler target index: %w", err)
+	}
+	podInformer := kubeInformers.Core().V1().Pods()
+	c := &Controller{
+		cfg:        cfg,
+		log:        log,
+		clock:      clk,
+		tidal:      tidal,
+		scaler:     scaler,
+		paInformer: tidalInformers.PodAutoscalers,
+		pas:        crdclient.NewPodAutoscalerLister(tidalInformers.PodAutoscalers),
+		metrics:    crdclient.NewMetricLister(tidalInformers.Metrics),
+		pods:       podInformer.Lister(),
+		synced: []cache.InformerSynced{
+			tidalInformers.PodAutoscalers.HasSynced, tidalInformers.Metrics.HasSynced, podInformer.Informer().HasSynced,
+		},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
+				// Overall retry budget: 50 per second, bursts of 300.
+				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
+			),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "podautoscalers"}),
+		recorder:  recorder,
+		selectors: map[cache.ObjectName]labels.Selector{},
+	}
+	if fs, ok := scaler.(scale.Scaler); ok {
+		c.plain = scale.New(fs, clk.Now)
+	}
+
+	_, err := tidalInformers.PodAutoscalers.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() == cur.(metav1.Object).GetResourceVersion() {
+				return
+			}
+			c.enqueue(cur)
+		},
+		DeleteFunc: c.enqueue,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A Metric maps to the PodAutoscaler controlling it.
+	_, err = tidalInformers.Metrics.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueOwner,
+		UpdateFunc: func(old, cur any) {
+			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
+				c.enqueueOwner(cur)
+			}
+		},
+		DeleteFunc: c.enqueueOwner,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A pod maps to the PodAutoscalers whose targets select it: readiness
+	// changes move actualScale and the Active condition.
+	_, err = podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueuePod,
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*corev1.Pod), cur.(*corev1.Pod)
+			if o.ResourceVersion != n.ResourceVersion && podReady(o) != podReady(n) {
+				c.enqueuePod(cur)
+			}
+		},
+		DeleteFunc: c.enqueuePod,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// targetIndex keys a PodAutoscaler by namespace, kind, group and name of its
+// target, the way Scale looks targets up.
+func targetIndex(obj any) ([]string, error) {
+	pa, ok := obj.(*autoscalingv1alpha1.PodAutoscaler)
+	if !ok {
+		return nil, nil
+	}
+	t := targetOf(pa)
+	k, err := targetKey(t)
+	if err != nil {
+		return nil, nil //nolint:nilerr // a malformed apiVersion is reported by reconcile
+	}
+	return []string{k}, nil
+}
+
+func targetKey(t scale.Target) (string, error) {
+	gvk, err := t.GroupVersionKind()
+	if err != nil {
+		return "", err
+	}
+	return t.Namespace + "/" + gvk.Kind + "." + gvk.Group + "/" + t.Name, nil
+}
+
+func targetOf(pa *autoscalingv1alpha1.PodAutoscaler) scale.Target {
+	r := pa.Spec.ScaleTargetRef
+	return scale.Target{Namespace: pa.Namespace, Name: r.Name, APIVersion: r.APIVersion, Kind: r.Kind}
+}
+
+func (c *Controller) enqueue(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	name, err := cache.ObjectToName(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(name)
+}
+
+func (c *Controller) enqueueOwner(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == "PodAutoscaler" &&
+		ref.APIVersion == autoscalingv1alpha1.SchemeGroupVersion.String() {
+		c.queue.Add(cache.ObjectName{Namespace: m.GetNamespace(), Name: ref.Name})
+	}
+}
+
+func (c *Controller) enqueuePod(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	set := labels.Set(pod.Labels)
+	c.selMu.RLock()
+	defer c.selMu.RUnlock()
+	for name, sel := range c.selectors {
+		if name.Namespace == pod.Namespace && sel.Matches(set) {
+			c.queue.Add(name)
+		}
+	}
+}
+
+// Run waits for the caches, runs the workers until ctx ends, then shuts the
+// queue down and waits for them.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("podautoscaler controller: caches did not sync")
+	}
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// HasSynced reports whether the informers have synced; the binary reports
+// ready only after.
+func (c *Controller) HasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	name, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(name)
+	requeue, err := c.sync(ctx, name)
+	if err != nil {
+		c.log.Info("reconcile failed; retrying", zap.String("podautoscaler", name.String()), zap.Error(err))
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	if requeue > 0 {
+		c.queue.AddAfter(name, requeue)
+	}
+	return true
+}
+
+func (c *Controller) lock(name cache.ObjectName) func() {
+	m, _ := c.locks.LoadOrStore(name, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}

@@ -1,0 +1,96 @@
+package autoscaler
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/listers"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/kpa"
+	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+)
+
+// desiredMetric builds the Metric of pa (spec §6.2 step 4): named like it,
+// with its labels and annotations, the stable and panic windows, and the
+// target's pods as scrape target unless TBC is -1. A lag PodAutoscaler's
+// Metric carries its lag source instead.
+func desiredMetric(pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revision, spec *kpa.MetricSpec, target scale.Target, selector string) (*autoscalingv1alpha1.Metric, error) {
+	stable, panic, scraped := rev.StableWindow(), rev.PanicWindow(), rev.Scraped()
+	if spec != nil {
+		stable, panic, scraped = spec.StableWindow, spec.PanicWindow, spec.Scraped
+	}
+	m := &autoscalingv1alpha1.Metric{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        pa.Name,
+			Namespace:   pa.Namespace,
+			Labels:      maps.Clone(pa.Labels),
+			Annotations: maps.Clone(pa.Annotations),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pa,
+				autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"))},
+		},
+		Spec: autoscalingv1alpha1.MetricSpec{
+			StableWindow: metav1.Duration{Duration: stable},
+			PanicWindow:  &metav1.Duration{Duration: panic},
+		},
+	}
+	// The decision record is the actuator's bookkeeping, not the collector's.
+	delete(m.Annotations, AnnotationDecision)
+	if selector != "" {
+		sel, err := metav1.ParseToLabelSelector(selector)
+		if err != nil {
+			return nil, fmt.Errorf("target %s: selector %q: %w", target, selector, err)
+		}
+		m.Spec.Selector = sel
+		if scraped && pa.Spec.Strategy != autoscalingv1alpha1.StrategyLag {
+			m.Spec.ScrapeTarget = target.Name
+		}
+	}
+	if pa.Spec.Strategy == autoscalingv1alpha1.StrategyLag {
+		m.Spec.Lag = pa.Spec.Lag.DeepCopy()
+	}
+	return m, nil
+}
+
+// reconcileMetric creates pa's Metric or brings it to the desired spec.
+func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revision,
+	spec *kpa.MetricSpec, target scale.Target, selector string,
+) error {
+	want, err := desiredMetric(pa, rev, spec, target, selector)
+	if err != nil {
+		return err
+	}
+	client := c.tidal.Metrics(pa.Namespace)
+	have, err := listers.NewNamespaced(c.metrics, pa.Namespace).Get(pa.Name)
+	if apierrors.IsNotFound(err) {
+		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create metric %s/%s: the cache is behind: %w", pa.Namespace, pa.Name, err)
+		}
+		if err != nil {
+			return fmt.Errorf("create metric %s/%s: %w", pa.Namespace, pa.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(have, pa) {
+		return fmt.Errorf("metric %s/%s exists and is not controlled by the podautoscaler", pa.Namespace, pa.Name)
+	}
+	if equality.Semantic.DeepEqual(have.Spec, want.Spec) && maps.Equal(have.Labels, want.Labels) &&
+		maps.Equal(have.Annotations, want.Annotations) {
+		return nil
+	}
+	upd := have.DeepCopy()
+	upd.Spec, upd.Labels, upd.Annotations = want.Spec, want.Labels, want.Annotations
+	if _, err := client.Update(ctx, upd, metav1.UpdateOptions{FieldManager: scale.FieldManager}); err != nil {
+		return fmt.Errorf("update metric %s/%s: %w", pa.Namespace, pa.Name, err)
+	}
+	return nil
+}
