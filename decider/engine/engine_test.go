@@ -62,11 +62,9 @@ func runWorld(t *testing.T, e *Engine, from, to int, history []Sample, w *world)
 		at int
 		n  int32
 	}
-	if history != nil {
-		for _, s := range history {
-			if err := func() error { _, err := e.Record(app, s, s.At); return err }(); err != nil {
-				t.Fatal(err)
-			}
+	for _, s := range history {
+		if _, err := e.Record(app, s, s.At); err != nil {
+			t.Fatal(err)
 		}
 	}
 	for ms := from * 1000; ms < to*1000; ms += 100 {

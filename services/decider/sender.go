@@ -87,10 +87,7 @@ func (s *sender) run(ctx context.Context) error {
 		}
 		failed := false
 		for _, d := range s.take() {
-			if err := s.send(ctx, d); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
+			if s.send(ctx, d) != nil {
 				failed = true
 				s.enqueue([]engine.Decision{d}) // keeps a newer one if it came meanwhile
 			}
@@ -99,6 +96,8 @@ func (s *sender) run(ctx context.Context) error {
 			backoff = 100 * time.Millisecond
 			continue
 		}
+		// A failure may be the shutdown itself; the select below ends the
+		// loop then, without a retry.
 		select {
 		case <-ctx.Done():
 			return nil

@@ -100,7 +100,7 @@ func replayFile(path string, fams []family) error {
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return fmt.Errorf("file json - want a JSON object got error %v", err)
+		return fmt.Errorf("file json - want a JSON object got error %w", err)
 	}
 	for _, f := range fams {
 		if f.match(doc) {
