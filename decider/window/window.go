@@ -114,8 +114,28 @@ func checkLength(length time.Duration) error {
 // smoothingFor is max(1 − (1 − 0.9999)^(1/n), 0.2): short windows decay fast
 // enough for their buckets to hold 99.99 % of the weight.
 func smoothingFor(n int) float64 {
+	if n < len(smoothingTable) {
+		return smoothingTable[n]
+	}
+	// 1 − 10⁻⁴ᐟⁿ falls below the floor from n = 42 on.
+	return minSmoothing
+}
+
+func computeSmoothing(n int) float64 {
 	return math.Max(1-math.Pow(1-targetWeight, 1/float64(n)), minSmoothing)
 }
+
+// smoothingTable holds the coefficient for short windows, so that windows
+// need not store it and averages need not recompute it.
+var smoothingTable = func() (t [maxTabled + 1]float64) {
+	for n := 1; n <= maxTabled; n++ {
+		t[n] = computeSmoothing(n)
+	}
+	return t
+}()
+
+// maxTabled is where the coefficient reaches its floor for good.
+const maxTabled = 64
 
 // Len returns the window's length.
 func (w *Window) Len() time.Duration { return time.Duration(len(w.buckets)) * BucketSize }

@@ -90,6 +90,11 @@ func TestIsEmpty(t *testing.T) {
 
 func TestSmoothing(t *testing.T) {
 	t.Parallel()
+	for n := 1; n <= 4000; n++ {
+		if got, want := smoothingFor(n), computeSmoothing(n); got != want {
+			t.Fatalf("smoothingFor(%d) = %v, want %v", n, got, want)
+		}
+	}
 	if got := smoothingFor(60); got != 0.2 {
 		t.Errorf("smoothing(60) = %v, want 0.2", got)
 	}
