@@ -6,10 +6,8 @@ package loopback
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,13 +15,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/system"
 )
 
 var binDir string
@@ -37,81 +35,35 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, svc := range []string{"collector", "decider", "actuator"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "tidal-"+svc), "../../services/"+svc)
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			if err := cmd.Run(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n", svc, err)
-				return 1
-			}
+		if err := system.Build(context.Background(), dir, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
 		return m.Run()
 	}()
 	os.Exit(code)
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
+// start runs one binary with free ports until the test ends, waiting until
+// its health service says SERVING.
+func start(t *testing.T, svc string, args ...string) *system.Proc {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := system.NewProc(svc, binDir, svc, t.TempDir(), append([]string{"--log-level", "debug"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-type proc struct {
-	name     string
-	grpcAddr string
-	httpAddr string
-	cmd      *exec.Cmd
-	log      *strings.Builder
-}
-
-// start runs one binary with free ports and waits until its health service
-// says SERVING; the process is stopped with SIGTERM at cleanup.
-func start(t *testing.T, svc string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: svc, grpcAddr: freeAddr(t), httpAddr: freeAddr(t), log: &strings.Builder{}}
-	args = append([]string{"--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--log-level", "debug"}, args...)
-	p.cmd = exec.Command(filepath.Join(binDir, "tidal-"+svc), args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", svc, err)
+	if err := p.Start(context.Background(), 20*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- p.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("%s exited with %v after SIGINT; log:\n%s", svc, err, p.log)
-			}
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			t.Errorf("%s did not stop within 15s of SIGINT", svc)
+		if err := p.Stop(15 * time.Second); err != nil {
+			t.Error(err)
 		}
 		if t.Failed() {
-			t.Logf("%s log:\n%s", svc, p.log)
+			t.Logf("%s log:\n%s", svc, p.LogTail(100))
 		}
 	})
-	conn := dial(t, p.grpcAddr)
-	hc := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not SERVING after 20s (last: %v, %v); log:\n%s", svc, resp.GetStatus(), err, p.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return p
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {
@@ -122,6 +74,15 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	a, err := system.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // grpcurl runs the pinned grpcurl against addr.
@@ -143,13 +104,13 @@ func TestEachBinaryServesHealthAndReflection(t *testing.T) {
 	} {
 		t.Run(svc, func(t *testing.T) {
 			p := start(t, svc)
-			list := grpcurl(t, p.grpcAddr, "list")
+			list := grpcurl(t, p.GRPCAddr, "list")
 			for _, want := range []string{name, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
 				if !strings.Contains(list, want) {
 					t.Errorf("grpcurl list = %q, want it to contain %s", list, want)
 				}
 			}
-			if out := grpcurl(t, p.grpcAddr, "grpc.health.v1.Health/Check"); !strings.Contains(out, "SERVING") {
+			if out := grpcurl(t, p.GRPCAddr, "grpc.health.v1.Health/Check"); !strings.Contains(out, "SERVING") {
 				t.Errorf("Health/Check = %q, want SERVING", out)
 			}
 		})
@@ -158,7 +119,7 @@ func TestEachBinaryServesHealthAndReflection(t *testing.T) {
 
 func TestMalformedRequestsAreRefused(t *testing.T) {
 	act := start(t, "actuator")
-	client := actuatorv1.NewActuatorServiceClient(dial(t, act.grpcAddr))
+	client := actuatorv1.NewActuatorServiceClient(dial(t, act.GRPCAddr))
 	target := &commonv1.TargetRef{Namespace: "default", Name: "app"}
 	tests := []struct {
 		name      string
@@ -188,7 +149,7 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 	}
 
 	col := start(t, "collector", "--decider-addr", freeAddr(t))
-	_, err = collectorv1.NewCollectorServiceClient(dial(t, col.grpcAddr)).PushStats(context.Background(), &collectorv1.PushStatsRequest{
+	_, err = collectorv1.NewCollectorServiceClient(dial(t, col.GRPCAddr)).PushStats(context.Background(), &collectorv1.PushStatsRequest{
 		Stats: []*collectorv1.Stat{{Target: target, PodName: "activator-1", AverageConcurrency: 1, AverageProxiedConcurrency: 2}},
 	})
 	if got := status.Code(err); got != codes.InvalidArgument || !strings.Contains(err.Error(), "stats[0].average_proxied_concurrency") {
@@ -201,13 +162,13 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 // calls the actuator's Scale.
 func TestPushedStatReachesActuator(t *testing.T) {
 	act := start(t, "actuator")
-	dec := start(t, "decider", "--actuator-addr", act.grpcAddr)
-	col := start(t, "collector", "--decider-addr", dec.grpcAddr)
+	dec := start(t, "decider", "--actuator-addr", act.GRPCAddr)
+	col := start(t, "collector", "--decider-addr", dec.GRPCAddr)
 
 	target := &commonv1.TargetRef{Namespace: "default", Name: "hello"}
-	collector := collectorv1.NewCollectorServiceClient(dial(t, col.grpcAddr))
-	decider := deciderv1.NewDeciderServiceClient(dial(t, dec.grpcAddr))
-	actuator := actuatorv1.NewActuatorServiceClient(dial(t, act.grpcAddr))
+	collector := collectorv1.NewCollectorServiceClient(dial(t, col.GRPCAddr))
+	decider := deciderv1.NewDeciderServiceClient(dial(t, dec.GRPCAddr))
+	actuator := actuatorv1.NewActuatorServiceClient(dial(t, act.GRPCAddr))
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {

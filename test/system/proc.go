@@ -1,0 +1,190 @@
+package system
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// FreeAddr returns a loopback address whose port was free a moment ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Proc is one tidal service process. Its addresses stay the same across
+// restarts, as a Kubernetes Service's would.
+type Proc struct {
+	Name     string
+	GRPCAddr string
+	HTTPAddr string
+	bin      string
+	args     []string
+	logPath  string
+
+	// mu guards cmd and exited.
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// NewProc prepares service svc from binDir with args added after its
+// address flags; logs go to logDir/<name>.log. Nothing starts until Start.
+func NewProc(name, binDir, svc, logDir string, args ...string) (*Proc, error) {
+	g, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	h, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return &Proc{
+		Name: name, GRPCAddr: g, HTTPAddr: h,
+		bin:     filepath.Join(binDir, "tidal-"+svc),
+		args:    append([]string{"--grpc-addr", g, "--http-addr", h}, args...),
+		logPath: filepath.Join(logDir, name+".log"),
+	}, nil
+}
+
+// Start starts the process and waits until its gRPC health service says
+// SERVING, or fails with the tail of its log.
+func (p *Proc) Start(ctx context.Context, timeout time.Duration) error {
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group, and SIGKILL when the parent dies, so nothing
+	// outlives the test or `make run` even if they are killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	if err := p.waitServing(ctx, timeout, exited); err != nil {
+		p.Kill()
+		return err
+	}
+	return nil
+}
+
+func (p *Proc) waitServing(ctx context.Context, timeout time.Duration, exited chan struct{}) error {
+	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited while starting:\n%s", p.Name, p.LogTail(40))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not SERVING after %v (last: %v):\n%s", p.Name, timeout, err, p.LogTail(40))
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits up to grace, then kills. It reports an
+// error when the process did not exit cleanly on SIGTERM.
+func (p *Proc) Stop(grace time.Duration) error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+		if st := cmd.ProcessState; st != nil && !st.Success() {
+			return fmt.Errorf("%s exited with %v after SIGTERM:\n%s", p.Name, st, p.LogTail(20))
+		}
+		return nil
+	case <-time.After(grace):
+		p.Kill()
+		return fmt.Errorf("%s did not stop within %v of SIGTERM", p.Name, grace)
+	}
+}
+
+// Kill ends the process group at once, as a crash would.
+func (p *Proc) Kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+}
+
+// Running reports whether the process is alive.
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Conn dials the process's gRPC port.
+func (p *Proc) Conn() (*grpc.ClientConn, error) {
+	return grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// LogTail returns the last n lines of the process's log.
+func (p *Proc) LogTail(n int) string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
