@@ -242,10 +242,10 @@ func lockFile(ctx context.Context, path string, log io.Writer) (unlock func(), e
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return func() { f.Close() }, nil
+			return func() { _ = f.Close() }, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !told {
@@ -254,7 +254,7 @@ func lockFile(ctx context.Context, path string, log io.Writer) (unlock func(), e
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}

@@ -353,10 +353,10 @@ func waitHTTP(ctx context.Context, client *http.Client, p *process, url, token s
 		resp, err := client.Do(req)
 		if err != nil {
 			last = err.Error()
-			return false, nil
+			return false, nil //nolint:nilerr // not up yet: keep polling
 		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 		return resp.StatusCode == http.StatusOK, nil
 	})
@@ -459,7 +459,7 @@ func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	for range n {
@@ -488,9 +488,9 @@ func takePodNetSlot(ctx context.Context, cacheDir string) (slot int, release fun
 			}
 			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 			if err == nil {
-				return i, func() { f.Close() }, nil
+				return i, func() { _ = f.Close() }, nil
 			}
-			f.Close()
+			_ = f.Close()
 			if !errors.Is(err, syscall.EWOULDBLOCK) {
 				return 0, nil, fmt.Errorf("pod network slot: %w", err)
 			}

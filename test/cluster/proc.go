@@ -40,7 +40,7 @@ func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
@@ -49,7 +49,7 @@ func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	_ = os.WriteFile(filepath.Join(dir, name+".pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
 	go func() {
 		p.err = cmd.Wait()
-		logFile.Close()
+		_ = logFile.Close()
 		close(p.exited)
 	}()
 	return p, nil
@@ -59,7 +59,11 @@ func startProcess(dir, name, bin string, args ...string) (*process, error) {
 func (p *process) running() error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("%s exited: %v\n%s", p.name, p.err, p.logTail(30))
+		err := p.err
+		if err == nil {
+			err = errors.New("exit status 0")
+		}
+		return fmt.Errorf("%s exited: %w\n%s", p.name, err, p.logTail(30))
 	default:
 		return nil
 	}

@@ -12,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -90,68 +88,17 @@ func Start(ctx context.Context, opts Options) (*Workload, error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	w := &Workload{opts: opts, cancel: cancel, model: model, servers: map[string]*podServer{}}
-	synced := w.watchPods(runCtx, sel)
+	synced, waitWatch := watchPods(runCtx, opts.Client, opts.Namespace, sel.String(), podEvents{ready: w.addPod, gone: w.removePod})
+	w.done.Go(waitWatch)
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		w.Stop()
 		return nil, fmt.Errorf("workload %s/%s: pod informer did not sync: %w", opts.Namespace, opts.Deployment, ctx.Err())
 	}
-	w.done.Add(1)
-	go w.tick(runCtx)
+	w.done.Go(func() { w.tick(runCtx) })
 	return w, nil
 }
 
-// watchPods runs a pod informer for the selector; its handlers keep one
-// endpoint per Ready pod.
-func (w *Workload) watchPods(ctx context.Context, sel labels.Selector) cache.InformerSynced {
-	factory := informers.NewSharedInformerFactoryWithOptions(w.opts.Client, 0,
-		informers.WithNamespace(w.opts.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
-	inf := factory.Core().V1().Pods().Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.syncPod(obj) },
-		UpdateFunc: func(_, obj any) { w.syncPod(obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				w.removePod(p.Name)
-			}
-		},
-	})
-	factory.Start(ctx.Done())
-	w.done.Add(1)
-	go func() {
-		defer w.done.Done()
-		<-ctx.Done()
-		factory.Shutdown()
-	}()
-	return inf.HasSynced
-}
-
-// PodReady reports whether a pod counts as serving: Running, Ready, with an
-// IP, and not terminating, as Knative's scraper qualifies pods.
-func PodReady(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func (w *Workload) syncPod(obj any) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	if !PodReady(p) {
-		w.removePod(p.Name)
-		return
-	}
+func (w *Workload) addPod(p *corev1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if s, ok := w.servers[p.Name]; ok && s.ip == p.Status.PodIP {
@@ -260,7 +207,6 @@ func (w *Workload) servePrometheus(rw http.ResponseWriter, _ *http.Request, name
 }
 
 func (w *Workload) tick(ctx context.Context) {
-	defer w.done.Done()
 	t := time.NewTicker(w.opts.Tick)
 	defer t.Stop()
 	for {

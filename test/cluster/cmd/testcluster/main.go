@@ -61,7 +61,7 @@ func run(ctx context.Context, cmd, link string) error {
 			if err := os.Symlink(c.Kubeconfig, link); err != nil {
 				return fmt.Errorf("kubeconfig link: %w", err)
 			}
-			defer os.Remove(link)
+			defer func() { _ = os.Remove(link) }()
 		}
 		fmt.Println(c.Kubeconfig)
 		<-ctx.Done()
