@@ -134,6 +134,11 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) (time.Dura
 	if err != nil {
 		return 0, err
 	}
+	if pa.DeletionTimestamp != nil {
+		// Being deleted: leave the target as it is, and do not recreate the
+		// Metric the garbage collector is removing.
+		return 0, nil
+	}
 	out, err := c.reconcile(ctx, pa.DeepCopy(), nil, false)
 	return out.Requeue, err
 }
@@ -493,6 +498,8 @@ func ruleNote(desired, to int32, rev *kpaconfig.Revision) string {
 		return "the last pod stays until the PodAutoscaler has been active for a stable window"
 	case desired < 0 && to == 0:
 		return "activation timed out"
+	case desired < 0 && to == lo:
+		return fmt.Sprintf("min-scale %d", lo)
 	case desired < 0:
 		return fmt.Sprintf("initial scale %d", to)
 	case to > desired:

@@ -1,0 +1,498 @@
+package autoscaler
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/test/cluster"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+// harness runs a Controller against the shared test cluster with a fake
+// clock, in a namespace of its own.
+type harness struct {
+	t     *testing.T
+	c     *cluster.Cluster
+	ns    string
+	clock *clocktesting.FakePassiveClock
+	tidal *crdclient.Clientset
+	ctrl  *Controller
+}
+
+func newHarness(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	tidal, err := crdclient.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scaler, err := scale.NewKube(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Autoscaler: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), Workers: 2, TargetRetry: time.Second}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	tidalInf := crdclient.NewInformers(tidal, 0)
+	kubeInf := informers.NewSharedInformerFactory(c.Client, 0)
+	recorder, broadcaster := NewEventRecorder(c.Client)
+	clk := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
+	ctrl, err := newController(cfg, zap.NewNop(), clk, tidal, tidalInf, kubeInf, scaler, recorder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go tidalInf.PodAutoscalers.RunWithContext(ctx)
+	go tidalInf.Metrics.RunWithContext(ctx)
+	kubeInf.Start(ctx.Done())
+	go func() { _ = ctrl.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		kubeInf.Shutdown()
+		broadcaster.Shutdown()
+	})
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		t.Fatal("caches did not sync")
+	}
+	return &harness{t: t, c: c, ns: ns, clock: clk, tidal: tidal, ctrl: ctrl}
+}
+
+func (h *harness) deployment(name string, replicas int32) {
+	h.t.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake:latest"}}},
+			},
+		},
+	}
+	if _, err := h.c.Client.AppsV1().Deployments(h.ns).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) podAutoscaler(name, target string, annotations map[string]string) *autoscalingv1alpha1.PodAutoscaler {
+	h.t.Helper()
+	pa := &autoscalingv1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations, Labels: map[string]string{"team": "a"}},
+		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: target},
+			Strategy:       autoscalingv1alpha1.StrategyKPA,
+		},
+	}
+	pa, err := h.tidal.PodAutoscalers(h.ns).Create(context.Background(), pa, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	// Scale finds PodAutoscalers through the cache.
+	h.eventually("podautoscaler in cache", func() bool {
+		got, _ := h.ctrl.podAutoscalerFor(scale.Target{Namespace: h.ns, Name: target, APIVersion: "apps/v1", Kind: "Deployment"})
+		return got != nil
+	})
+	return pa
+}
+
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		h.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func (h *harness) scale(target string, seq uint64, desired int32, reason string) scale.Result {
+	h.t.Helper()
+	res, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{
+		Target: scale.Target{Namespace: h.ns, Name: target}, Desired: desired, Sequence: seq, Reason: reason,
+	}})
+	if err != nil {
+		h.t.Fatalf("Scale(%s, seq %d, %d): %v", target, seq, desired, err)
+	}
+	return res
+}
+
+// reconcile runs one reconcile of the PodAutoscaler now, from the API's
+// copy, as a requeue would.
+func (h *harness) reconcile(name string) outcome {
+	h.t.Helper()
+	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: name})
+	defer unlock()
+	pa := h.get(name)
+	out, err := h.ctrl.reconcile(context.Background(), pa, nil, false)
+	if err != nil {
+		h.t.Fatalf("reconcile %s: %v", name, err)
+	}
+	return out
+}
+
+// update changes the PodAutoscaler, retrying on conflicts with the
+// controller's own writes.
+func (h *harness) update(name string, change func(*autoscalingv1alpha1.PodAutoscaler)) {
+	h.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pa := h.get(name)
+		change(pa)
+		_, err := h.tidal.PodAutoscalers(h.ns).Update(context.Background(), pa, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) get(name string) *autoscalingv1alpha1.PodAutoscaler {
+	h.t.Helper()
+	pa, err := h.tidal.PodAutoscalers(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return pa
+}
+
+func (h *harness) replicas(name string) int32 {
+	h.t.Helper()
+	d, err := h.c.Client.AppsV1().Deployments(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return *d.Spec.Replicas
+}
+
+func (h *harness) readyPods(name string, n int) {
+	h.t.Helper()
+	h.eventually("ready pods", func() bool {
+		got, _ := h.ctrl.readyPods(h.ns, mustSelector("app="+name))
+		return int(got) == n
+	})
+}
+
+// events returns the messages of the PodAutoscaler's Events with reason.
+func (h *harness) events(name, reason string) []string {
+	list, err := h.c.Client.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.name=" + name + ",reason=" + reason,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+func (h *harness) waitEvent(name, reason, message string) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return slices.Contains(h.events(name, reason), message), nil })
+	if err != nil {
+		h.t.Fatalf("no %s Event %q on %s; have %q", reason, message, name, h.events(name, reason))
+	}
+}
+
+func condition(pa *autoscalingv1alpha1.PodAutoscaler, typ string) metav1.Condition {
+	if c := findCondition(pa.Status.Conditions, typ); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func TestScaleUpDownAndToZero(t *testing.T) {
+	h := newHarness(t, nil)
+	h.deployment("web", 1)
+	h.podAutoscaler("web", "web", map[string]string{kpaconfig.AnnotationWindow: "6s"})
+	h.readyPods("web", 1)
+
+	// The workers create the Metric and write status.
+	h.eventually("metric", func() bool {
+		m, err := h.tidal.Metrics(h.ns).Get(context.Background(), "web", metav1.GetOptions{})
+		return err == nil && m.Spec.ScrapeTarget == "web" && m.Spec.StableWindow.Duration == 6*time.Second &&
+			m.Spec.Selector != nil && m.Spec.Selector.MatchLabels["app"] == "web" && m.Labels["team"] == "a"
+	})
+
+	res := h.scale("web", 1000, 5, "panic: observed concurrency 84 over target 7")
+	if want := (scale.Result{Applied: 5, Previous: 1, Changed: true, LastSequence: 1000}); res != want {
+		t.Errorf("scale up = %+v, want %+v", res, want)
+	}
+	if got := h.replicas("web"); got != 5 {
+		t.Errorf("replicas = %d, want 5", got)
+	}
+	h.waitEvent("web", EventScaled, "panic: 1 → 5, observed concurrency 84 over target 7")
+	pa := h.get("web")
+	if pa.Status.DesiredScale == nil || *pa.Status.DesiredScale != 5 {
+		t.Errorf("status.desiredScale = %v, want 5", pa.Status.DesiredScale)
+	}
+	if d, ok, _ := recordedDecision(pa); !ok || d.Sequence != 1000 || d.DesiredScale != 5 || !strings.HasPrefix(d.Reason, "panic:") {
+		t.Errorf("recorded decision = %+v, want sequence 1000, desired 5, the reason", d)
+	}
+	if pa.Status.LastScaleTime == nil {
+		t.Error("status.lastScaleTime not set after a scale")
+	}
+	h.readyPods("web", 5)
+
+	res = h.scale("web", 2000, 2, "stable: observed concurrency 12 over target 7")
+	if res.Applied != 2 || !res.Changed || h.replicas("web") != 2 {
+		t.Errorf("scale down = %+v, replicas %d; want 2", res, h.replicas("web"))
+	}
+	h.waitEvent("web", EventScaled, "stable: 5 → 2, observed concurrency 12 over target 7")
+
+	// A late, older decision is refused and changes nothing.
+	res = h.scale("web", 1500, 9, "panic: late")
+	if !res.Stale || res.Applied != 2 || res.LastSequence != 2000 || h.replicas("web") != 2 {
+		t.Errorf("stale decision = %+v, replicas %d; want refused at 2, last 2000", res, h.replicas("web"))
+	}
+	h.waitEvent("web", EventStaleDecision, "refused decision 1500 (9 replicas): older than decision 2000 already applied")
+	// The same decision again is a no-op.
+	if res = h.scale("web", 2000, 2, "stable: again"); res.Changed || res.Stale || res.Applied != 2 {
+		t.Errorf("repeated decision = %+v, want unchanged 2", res)
+	}
+	h.readyPods("web", 2)
+
+	// Scale to zero (spec §6.4): the decider says 0; the PA has been Active
+	// for less than the 6 s window, so one pod stays.
+	h.reconcile("web") // observe the ready pods: Active
+	pa = h.get("web")
+	if c := condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive); c.Status != metav1.ConditionTrue {
+		t.Fatalf("Active = %+v, want True", c)
+	}
+	h.clock.SetTime(h.clock.Now().Add(2 * time.Second))
+	res = h.scale("web", 3000, 0, "stable: no traffic for 6s")
+	if res.Applied != 1 || h.replicas("web") != 1 {
+		t.Errorf("desired 0 while active for 2s = %+v, replicas %d; want held at 1", res, h.replicas("web"))
+	}
+	h.waitEvent("web", EventScaled, "stable: 2 → 1, no traffic for 6s (decider wanted 0; the last pod stays until the PodAutoscaler has been active for a stable window)")
+	// After the window the PA goes Inactive, and the last pod stays for
+	// the grace period.
+	h.clock.SetTime(h.clock.Now().Add(6 * time.Second))
+	out := h.reconcile("web")
+	pa = h.get("web")
+	if c := condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive); c.Status != metav1.ConditionFalse || c.Reason != "NoTraffic" {
+		t.Errorf("Active after the window = %+v, want False NoTraffic", c)
+	}
+	if out.Patched || h.replicas("web") != 1 {
+		t.Errorf("went to zero at once (%+v); want the grace period first", out)
+	}
+	h.clock.SetTime(h.clock.Now().Add(10 * time.Second))
+	out = h.reconcile("web")
+	if out.Patched || h.replicas("web") != 1 || out.Requeue <= 0 || out.Requeue > 30*time.Second {
+		t.Errorf("10s into the grace period: %+v, replicas %d; want no change and a requeue", out, h.replicas("web"))
+	}
+	h.clock.SetTime(h.clock.Now().Add(21 * time.Second))
+	out = h.reconcile("web")
+	if !out.Patched || h.replicas("web") != 0 {
+		t.Errorf("after the grace period: %+v, replicas %d; want 0", out, h.replicas("web"))
+	}
+	pa = h.get("web")
+	if pa.Status.DesiredScale == nil || *pa.Status.DesiredScale != 0 {
+		t.Errorf("status.desiredScale = %v, want 0", pa.Status.DesiredScale)
+	}
+	h.readyPods("web", 0)
+	h.reconcile("web")
+	pa = h.get("web")
+	if pa.Status.ActualScale == nil || *pa.Status.ActualScale != 0 {
+		t.Errorf("status.actualScale = %v, want 0", pa.Status.ActualScale)
+	}
+	if c := condition(pa, autoscalingv1alpha1.PodAutoscalerConditionReady); c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v, want True", c)
+	}
+	if c := condition(pa, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized); c.Status != metav1.ConditionTrue {
+		t.Errorf("ScaleTargetInitialized = %+v, want True", c)
+	}
+
+	// And back from zero.
+	res = h.scale("web", 4000, 3, "panic: observed concurrency 20 over target 7")
+	if res.Applied != 3 || h.replicas("web") != 3 {
+		t.Errorf("scale from zero = %+v, replicas %d; want 3", res, h.replicas("web"))
+	}
+	pa = h.get("web")
+	if c := condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive); c.Status != metav1.ConditionUnknown || c.Reason != "Queued" {
+		t.Errorf("Active while activating = %+v, want Unknown Queued", c)
+	}
+}
+
+func TestBoundsAndBadInput(t *testing.T) {
+	h := newHarness(t, nil)
+	h.deployment("web", 1)
+	h.podAutoscaler("web", "web", map[string]string{kpaconfig.AnnotationMinScale: "2", kpaconfig.AnnotationMaxScale: "6"})
+
+	// Before any decision, the activating PodAutoscaler's min-scale applies.
+	h.eventually("min-scale applied", func() bool { return h.replicas("web") == 2 })
+	h.waitEvent("web", EventScaled, "1 → 2 (no decision yet; min-scale 2)")
+	if res := h.scale("web", 10, 1, "stable: quiet"); res.Applied != 2 || res.Changed || h.replicas("web") != 2 {
+		t.Errorf("desired 1 under min-scale 2 = %+v, replicas %d; want 2", res, h.replicas("web"))
+	}
+	if res := h.scale("web", 11, 5, "stable: busy"); res.Applied != 5 || h.replicas("web") != 5 {
+		t.Errorf("desired 5 = %+v, replicas %d; want 5", res, h.replicas("web"))
+	}
+	if res := h.scale("web", 12, 0, "stable: idle"); res.Applied != 2 || h.replicas("web") != 2 {
+		t.Errorf("desired 0 with min-scale 2 = %+v, replicas %d; want 2", res, h.replicas("web"))
+	}
+	h.waitEvent("web", EventScaled, "stable: 5 → 2, idle (decider wanted 0; min-scale 2)")
+
+	ctx := context.Background()
+	_, err := h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "web"}, Desired: 7, Sequence: 20}})
+	if !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "max-scale 6") {
+		t.Errorf("desired above max-scale: err = %v, want ErrOutOfRange naming max-scale 6", err)
+	}
+	if h.replicas("web") != 2 {
+		t.Errorf("replicas = %d after a refused decision, want 2", h.replicas("web"))
+	}
+	if d, _, _ := recordedDecision(h.get("web")); d.Sequence != 12 {
+		t.Errorf("refused decision was recorded: %+v", d)
+	}
+
+	// A target nobody has, with no PodAutoscaler: NOT_FOUND.
+	_, err = h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "ghost"}, Desired: 1, Sequence: 1}})
+	if !errors.Is(err, scale.ErrNotFound) {
+		t.Errorf("missing target: err = %v, want ErrNotFound", err)
+	}
+	// A target without /scale.
+	_, err = h.ctrl.Scale(ctx, Request{Decision: scale.Decision{
+		Target: scale.Target{Namespace: h.ns, Name: "cm", APIVersion: "v1", Kind: "ConfigMap"}, Desired: 1, Sequence: 1,
+	}})
+	if !errors.Is(err, scale.ErrNoScaleSubresource) {
+		t.Errorf("target without /scale: err = %v, want ErrNoScaleSubresource", err)
+	}
+
+	// A PodAutoscaler whose target is missing says so in status and Events.
+	h.podAutoscaler("orphan", "missing", nil)
+	h.eventually("TargetNotFound status", func() bool {
+		c := condition(h.get("orphan"), autoscalingv1alpha1.PodAutoscalerConditionReady)
+		return c.Status == metav1.ConditionFalse && c.Reason == ReasonTargetNotFound
+	})
+	// Bad annotations: InvalidSpec, naming the key and value.
+	h.deployment("bad", 1)
+	h.podAutoscaler("bad", "bad", map[string]string{kpaconfig.AnnotationMinScale: "-3"})
+	h.eventually("InvalidSpec status", func() bool {
+		c := condition(h.get("bad"), autoscalingv1alpha1.PodAutoscalerConditionReady)
+		return c.Status == metav1.ConditionFalse && c.Reason == ReasonInvalidSpec && strings.Contains(c.Message, "min-scale")
+	})
+	if h.replicas("bad") != 1 {
+		t.Errorf("invalid PodAutoscaler changed its target: replicas %d", h.replicas("bad"))
+	}
+}
+
+func TestDryRunAndPause(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+
+	// Per request: reported, nothing changed, nothing recorded.
+	h.deployment("req", 1)
+	h.podAutoscaler("req", "req", nil)
+	res, err := h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "req"}, Desired: 4, Sequence: 5, DryRun: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied != 4 || res.Changed || h.replicas("req") != 1 {
+		t.Errorf("dry-run request = %+v, replicas %d; want would-be 4, unchanged 1", res, h.replicas("req"))
+	}
+	if _, ok, _ := recordedDecision(h.get("req")); ok {
+		t.Error("a dry-run request recorded its decision")
+	}
+
+	// Per PodAutoscaler: recorded and reported, target unchanged.
+	h.deployment("dry", 1)
+	h.podAutoscaler("dry", "dry", map[string]string{AnnotationDryRun: "true"})
+	res = h.scale("dry", 5, 4, "panic: burst")
+	if res.Applied != 4 || res.Changed || h.replicas("dry") != 1 {
+		t.Errorf("dry-run podautoscaler = %+v, replicas %d; want would-be 4, unchanged 1", res, h.replicas("dry"))
+	}
+	h.waitEvent("dry", EventDryRun, "dry run, not applied: panic: 1 → 4, burst")
+	if c := condition(h.get("dry"), autoscalingv1alpha1.PodAutoscalerConditionReady); c.Reason != ReasonDryRun || !strings.Contains(c.Message, "would scale 1 → 4") {
+		t.Errorf("Ready = %+v, want DryRun saying it would scale 1 → 4", c)
+	}
+
+	// Paused: frozen at its current scale.
+	h.deployment("paused", 3)
+	h.podAutoscaler("paused", "paused", map[string]string{AnnotationPaused: "true"})
+	res = h.scale("paused", 5, 8, "panic: burst")
+	if res.Applied != 3 || res.Changed || h.replicas("paused") != 3 {
+		t.Errorf("paused = %+v, replicas %d; want held at 3", res, h.replicas("paused"))
+	}
+	h.waitEvent("paused", EventPaused, "paused at 3, not applied: panic: 3 → 8, burst")
+	// Unpausing applies the latest recorded decision.
+	h.update("paused", func(pa *autoscalingv1alpha1.PodAutoscaler) { delete(pa.Annotations, AnnotationPaused) })
+	h.eventually("unpaused target scaled", func() bool { return h.replicas("paused") == 8 })
+}
+
+func TestMetricFollowsPodAutoscaler(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	h.deployment("web", 1)
+	h.podAutoscaler("web", "web", map[string]string{kpaconfig.AnnotationTargetBurstCapacity: "-1"})
+	getMetric := func() (*autoscalingv1alpha1.Metric, error) {
+		return h.tidal.Metrics(h.ns).Get(ctx, "web", metav1.GetOptions{})
+	}
+	h.eventually("unscraped metric", func() bool {
+		m, err := getMetric()
+		return err == nil && m.Spec.ScrapeTarget == "" && m.Spec.StableWindow.Duration == 60*time.Second &&
+			m.Spec.PanicWindow.Duration == 6*time.Second
+	})
+	h.update("web", func(pa *autoscalingv1alpha1.PodAutoscaler) {
+		pa.Annotations[kpaconfig.AnnotationWindow] = "20s"
+		delete(pa.Annotations, kpaconfig.AnnotationTargetBurstCapacity)
+	})
+	h.eventually("updated metric", func() bool {
+		m, err := getMetric()
+		return err == nil && m.Spec.ScrapeTarget == "web" && m.Spec.StableWindow.Duration == 20*time.Second &&
+			m.Spec.PanicWindow.Duration == 2*time.Second
+	})
+	// The Metric is restored if someone deletes it.
+	if err := h.tidal.Metrics(h.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("recreated metric", func() bool { _, err := getMetric(); return err == nil })
+	// Deleting the PodAutoscaler deletes its Metric (owner reference).
+	bg := metav1.DeletePropagationForeground
+	if err := h.tidal.PodAutoscalers(h.ns).Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	// The garbage collector may need its discovery resync (30 s) to watch
+	// a kind installed with the cluster.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		_, err := getMetric()
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("metric not deleted with its podautoscaler: %v", err)
+	}
+}
+
+func mustSelector(s string) labels.Selector {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return sel
+}
