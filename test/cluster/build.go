@@ -129,7 +129,15 @@ func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
 	for _, s := range steps {
 		t0 := time.Now()
 		fmt.Fprintf(log, "test/cluster: go build %s ...\n", s.what)
-		if err := goBuild(ctx, s.dir, s.args, log); err != nil {
+		stopHeartbeat := heartbeat(log, s.what, t0)
+		err := goBuild(ctx, s.dir, s.args, log)
+		stopHeartbeat()
+		if err != nil {
+			if ctx.Err() != nil {
+				return Binaries{}, fmt.Errorf("build %s: stopped after %s (%w); the Go build cache keeps what was compiled, "+
+					"so rerun to resume, with a longer go test -timeout (a cold build takes about 10 minutes on 2 cores) "+
+					"or after `go run ./test/cluster/cmd/testcluster build`", s.what, time.Since(t0).Round(time.Second), ctx.Err())
+			}
 			return Binaries{}, fmt.Errorf("build %s: %w", s.what, err)
 		}
 		if err := os.Rename(s.out+".tmp", s.out); err != nil {
@@ -145,6 +153,27 @@ func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
 	}
 	fmt.Fprintf(log, "test/cluster: control plane ready in %s after %s\n", dir, time.Since(start).Round(time.Second))
 	return bins, nil
+}
+
+// heartbeat prints a line every 30 s until stopped, so a long cold build
+// does not look like a hang in CI logs.
+func heartbeat(log io.Writer, what string, since time.Time) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(log, "test/cluster: still building %s (%s so far)\n", what, time.Since(since).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // upToDate reports whether every cached file exists and the cache was built

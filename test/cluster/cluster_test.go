@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -337,3 +338,59 @@ func TestCRDValidation(t *testing.T) {
 		t.Errorf("status.desiredScale = %d after UpdateStatus, want 3", d)
 	}
 }
+
+// BenchmarkStart measures a warm start: cached binaries to a Ready cluster
+// with the CRDs installed (issue 5 asks for under 15 s).
+//
+//	go test -run='^$' -bench=Start -benchtime=3x ./test/cluster
+func BenchmarkStart(b *testing.B) {
+	if testing.Short() {
+		b.Skip("needs a Kubernetes control plane")
+	}
+	if _, err := cluster.EnsureBinaries(context.Background(), io.Discard); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		c, err := cluster.Start(context.Background(), cluster.Options{Log: io.Discard})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		c.Stop()
+		b.StartTimer()
+	}
+}
+
+// BenchmarkScaleUp measures how long a Deployment takes from a scale
+// request to all pods Ready, by size.
+func BenchmarkScaleUp(b *testing.B) {
+	c := cluster.Shared(b)
+	ns := c.Namespace(b)
+	ctx := context.Background()
+	for _, n := range []int32{10, 50} {
+		b.Run(itoa(n)+"pods", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				name := "scale-" + itoa(n) + "-" + itoa(int32(i))
+				if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, newDeployment(name, 0), metav1.CreateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: n}}
+				if _, err := c.Client.AppsV1().Deployments(ns).UpdateScale(ctx, name, scale, metav1.UpdateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+					pods, err := readyPods(ctx, c.Client, ns, "app="+name)
+					return len(pods) == int(n), err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				_ = c.Client.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{})
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }

@@ -59,7 +59,17 @@ func Shared(t testing.TB) *Cluster {
 		t.Skip("test/cluster: skipped in -short mode: needs a Kubernetes control plane (built on first use, then cached)")
 	}
 	shared.once.Do(func() {
-		shared.c, shared.err = Start(context.Background(), Options{})
+		// Stop a cold build short of the test binary's deadline so the
+		// failure explains itself instead of being a timeout panic.
+		ctx := context.Background()
+		if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+			if deadline, ok := d.Deadline(); ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, deadline.Add(-30*time.Second))
+				defer cancel()
+			}
+		}
+		shared.c, shared.err = Start(ctx, Options{})
 	})
 	if shared.err != nil {
 		t.Fatalf("test cluster: %v", shared.err)
