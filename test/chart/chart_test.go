@@ -1,0 +1,524 @@
+package chart_test
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+)
+
+var components = []string{"collector", "decider", "actuator"}
+
+// scenario is one set of values and what the rendering must hold.
+type scenario struct {
+	name    string
+	release release
+	// fullname is what every resource name starts with.
+	fullname string
+	replicas map[string]int64
+	// serviceAccounts are the pods' ServiceAccount names; created says
+	// whether the chart creates them.
+	serviceAccounts map[string]string
+	createAccounts  bool
+	pdb             map[string]bool
+	rbac            bool
+	tls             bool
+	networkPolicy   bool
+	serviceMonitor  bool
+	scrapeAnnots    bool
+	images          map[string]string
+}
+
+var scenarios = []scenario{
+	{
+		name:     "defaults",
+		release:  release{name: "tidal", namespace: "tidal-system"},
+		fullname: "tidal",
+		replicas: map[string]int64{"collector": 2, "decider": 2, "actuator": 2},
+		serviceAccounts: map[string]string{
+			"collector": "tidal-collector", "decider": "tidal-decider", "actuator": "tidal-actuator",
+		},
+		createAccounts: true,
+		pdb:            map[string]bool{"collector": true, "decider": true, "actuator": true},
+		rbac:           true,
+		scrapeAnnots:   true,
+		images: map[string]string{
+			"collector": "ghcr.io/tidalscale/tidal-collector:0.1.0",
+			"decider":   "ghcr.io/tidalscale/tidal-decider:0.1.0",
+			"actuator":  "ghcr.io/tidalscale/tidal-actuator:0.1.0",
+		},
+	},
+	{
+		name:     "all options",
+		release:  release{name: "prod", namespace: "autoscaling", valuesFiles: []string{"test/chart/testdata/all-options.yaml"}},
+		fullname: "tidal-all",
+		replicas: map[string]int64{"collector": 3, "decider": 4, "actuator": 3},
+		serviceAccounts: map[string]string{
+			"collector": "tidal-collector-sa", "decider": "tidal-all-decider", "actuator": "tidal-all-actuator",
+		},
+		createAccounts: true,
+		pdb:            map[string]bool{"collector": true, "decider": true, "actuator": false},
+		rbac:           true,
+		tls:            true,
+		networkPolicy:  true,
+		serviceMonitor: true,
+		scrapeAnnots:   true,
+		images: map[string]string{
+			"collector": "registry.example.com/custom/collector:1.2.4",
+			"decider":   "registry.example.com/tidal/tidal-decider:1.2.3",
+			"actuator":  "registry.example.com/tidal/tidal-actuator:1.2.3",
+		},
+	},
+	{
+		name: "everything off",
+		release: release{name: "bare", namespace: "default", set: []string{
+			"rbac.create=false", "metrics.podAnnotations=false",
+			"collector.serviceAccount.create=false", "collector.serviceAccount.name=sa-c",
+			"decider.serviceAccount.create=false", "decider.serviceAccount.name=sa-d",
+			"actuator.serviceAccount.create=false", "actuator.serviceAccount.name=sa-a",
+			"collector.podDisruptionBudget.enabled=false", "decider.podDisruptionBudget.enabled=false",
+			"actuator.podDisruptionBudget.enabled=false", "actuator.replicas=0",
+		}},
+		fullname:        "bare-tidal",
+		replicas:        map[string]int64{"collector": 2, "decider": 2, "actuator": 0},
+		serviceAccounts: map[string]string{"collector": "sa-c", "decider": "sa-d", "actuator": "sa-a"},
+		pdb:             map[string]bool{},
+		images: map[string]string{
+			"collector": "ghcr.io/tidalscale/tidal-collector:0.1.0",
+			"decider":   "ghcr.io/tidalscale/tidal-decider:0.1.0",
+			"actuator":  "ghcr.io/tidalscale/tidal-actuator:0.1.0",
+		},
+	},
+}
+
+func TestLint(t *testing.T) {
+	t.Parallel()
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			out, err := helm(t, sc.release.args("lint")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, "0 chart(s) failed") {
+				t.Errorf("helm lint output lacks \"0 chart(s) failed\":\n%s", out)
+			}
+			// --strict already fails on warnings; errors must not slip
+			// through as text either.
+			for _, bad := range []string{"[WARNING]", "[ERROR]"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("helm lint reports %s:\n%s", bad, out)
+				}
+			}
+		})
+	}
+}
+
+// typed converts a rendered object to its Go type, refusing fields the type
+// does not have (a typo in a template).
+func typed[T any](t testing.TB, o *unstructured.Unstructured) *T {
+	t.Helper()
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, out, true); err != nil {
+		t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+	}
+	return out
+}
+
+func TestTemplate(t *testing.T) {
+	t.Parallel()
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			m := manifest(render(t, sc.release))
+			for _, o := range m {
+				if ns := o.GetNamespace(); ns != "" && ns != sc.release.namespace {
+					t.Errorf("%s %s: namespace %q, want the release's %q", o.GetKind(), o.GetName(), ns, sc.release.namespace)
+				}
+				if got := o.GetLabels()["app.kubernetes.io/instance"]; got != sc.release.name {
+					t.Errorf("%s %s: instance label %q, want %q", o.GetKind(), o.GetName(), got, sc.release.name)
+				}
+			}
+			for _, c := range components {
+				t.Run(c, func(t *testing.T) { checkComponent(t, m, sc, c) })
+			}
+			checkConfig(t, m, sc)
+			checkRBAC(t, m, sc)
+			checkNetworkPolicies(t, m, sc)
+			if got := m.find("ServiceMonitor", sc.fullname) != nil; got != sc.serviceMonitor {
+				t.Errorf("ServiceMonitor rendered = %v, want %v", got, sc.serviceMonitor)
+			}
+		})
+	}
+}
+
+func checkComponent(t *testing.T, m manifest, sc scenario, c string) {
+	name := sc.fullname + "-" + c
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", name))
+	if got, want := int64(*dep.Spec.Replicas), sc.replicas[c]; got != want {
+		t.Errorf("replicas = %d, want %d", got, want)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := dep.Spec.Template
+	if !sel.Matches(labels.Set(pod.Labels)) {
+		t.Fatalf("selector %s does not match the pod labels %v", sel, pod.Labels)
+	}
+	if got := pod.Labels["app.kubernetes.io/component"]; got != c {
+		t.Errorf("component label = %q, want %q", got, c)
+	}
+	spec := pod.Spec
+	if got, want := spec.ServiceAccountName, sc.serviceAccounts[c]; got != want {
+		t.Errorf("serviceAccountName = %q, want %q", got, want)
+	}
+	if sc.createAccounts {
+		m.get(t, "ServiceAccount", spec.ServiceAccountName)
+	} else if m.find("ServiceAccount", spec.ServiceAccountName) != nil {
+		t.Errorf("ServiceAccount %s rendered although serviceAccount.create is false", spec.ServiceAccountName)
+	}
+	// Only the services that call the Kubernetes API get a token.
+	if got, want := *spec.AutomountServiceAccountToken, c != "decider"; got != want {
+		t.Errorf("automountServiceAccountToken = %v, want %v", got, want)
+	}
+	psc := spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("pod securityContext %+v: want runAsNonRoot and a non-zero runAsUser", psc)
+	}
+	if spec.Affinity == nil || (spec.Affinity.PodAntiAffinity == nil && spec.Affinity.NodeAffinity == nil && spec.Affinity.PodAffinity == nil) {
+		t.Errorf("affinity = %+v, want one", spec.Affinity)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(spec.Containers))
+	}
+	ctr := spec.Containers[0]
+	if got, want := ctr.Image, sc.images[c]; got != want {
+		t.Errorf("image = %q, want %q", got, want)
+	}
+	csc := ctr.SecurityContext
+	switch {
+	case csc == nil:
+		t.Errorf("container has no securityContext")
+	case csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem:
+		t.Errorf("readOnlyRootFilesystem not true")
+	case csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation:
+		t.Errorf("allowPrivilegeEscalation not false")
+	case csc.Capabilities == nil || !slices.Contains(csc.Capabilities.Drop, "ALL"):
+		t.Errorf("capabilities %+v: want ALL dropped", csc.Capabilities)
+	}
+	if ctr.Resources.Requests.Cpu().IsZero() || ctr.Resources.Requests.Memory().IsZero() || ctr.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v: want cpu and memory requests and a memory limit", ctr.Resources)
+	}
+	ports := map[string]int32{}
+	for _, p := range ctr.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for _, probe := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"readiness", ctr.ReadinessProbe, "/readyz"}, {"liveness", ctr.LivenessProbe, "/healthz"}} {
+		if probe.probe == nil || probe.probe.HTTPGet == nil {
+			t.Errorf("%s probe = %+v, want an HTTP GET", probe.name, probe.probe)
+			continue
+		}
+		if got := probe.probe.HTTPGet; got.Path != probe.path || got.Port.String() != "http" {
+			t.Errorf("%s probe GET %s on port %s, want %s on port http", probe.name, got.Path, got.Port.String(), probe.path)
+		}
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range ctr.Env {
+		if _, dup := env[e.Name]; dup {
+			t.Errorf("env %s set twice", e.Name)
+		}
+		env[e.Name] = e
+	}
+	if got, want := env["TIDAL_GRPC_ADDR"].Value, ":"+itoa(ports["grpc"]); got != want {
+		t.Errorf("TIDAL_GRPC_ADDR = %q, want %q (the grpc container port)", got, want)
+	}
+	if got, want := env["TIDAL_HTTP_ADDR"].Value, ":"+itoa(ports["http"]); got != want {
+		t.Errorf("TIDAL_HTTP_ADDR = %q, want %q (the http container port)", got, want)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, vm := range ctr.VolumeMounts {
+		mounts[vm.Name] = vm
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	for n := range mounts {
+		if _, ok := volumes[n]; !ok {
+			t.Errorf("volume mount %s has no volume", n)
+		}
+	}
+	if sc.tls {
+		tlsMount, ok := mounts["tls"]
+		if !ok || volumes["tls"].Secret == nil || volumes["tls"].Secret.SecretName == "" {
+			t.Errorf("tls enabled: want the Secret mounted; mounts %v volumes %v", mounts, volumes)
+		}
+		for key, file := range map[string]string{"TIDAL_TLS_CERT_FILE": "tls.crt", "TIDAL_TLS_KEY_FILE": "tls.key", "TIDAL_TLS_CA_FILE": "ca.crt"} {
+			if got, want := env[key].Value, tlsMount.MountPath+"/"+file; got != want {
+				t.Errorf("%s = %q, want %q", key, got, want)
+			}
+		}
+		if env["TIDAL_TLS_SERVER_NAME"].Value == "" {
+			t.Errorf("TIDAL_TLS_SERVER_NAME unset with tls enabled")
+		}
+	} else {
+		for k := range env {
+			if strings.HasPrefix(k, "TIDAL_TLS_") {
+				t.Errorf("%s set with tls disabled", k)
+			}
+		}
+		if _, ok := mounts["tls"]; ok {
+			t.Errorf("tls volume mounted with tls disabled")
+		}
+	}
+	_, annotated := pod.Annotations["prometheus.io/scrape"]
+	if annotated != sc.scrapeAnnots {
+		t.Errorf("prometheus.io/scrape annotation present = %v, want %v", annotated, sc.scrapeAnnots)
+	}
+	if annotated && pod.Annotations["prometheus.io/port"] != itoa(ports["http"]) {
+		t.Errorf("prometheus.io/port = %q, want the http port %d", pod.Annotations["prometheus.io/port"], ports["http"])
+	}
+
+	switch c {
+	case "collector":
+		want := "dns:///" + sc.fullname + "-decider." + sc.release.namespace + ".svc:" + itoa(deciderPort(t, m, sc))
+		if got := env["TIDAL_DECIDER_ADDR"].Value; got != want {
+			t.Errorf("TIDAL_DECIDER_ADDR = %q, want %q", got, want)
+		}
+	case "decider":
+		want := sc.fullname + "-actuator." + sc.release.namespace + ".svc:9003"
+		if got := env["TIDAL_ACTUATOR_ADDR"].Value; got != want {
+			t.Errorf("TIDAL_ACTUATOR_ADDR = %q, want %q", got, want)
+		}
+		for key, vol := range map[string]string{"TIDAL_CONFIG_AUTOSCALER": "config-autoscaler", "TIDAL_CONFIG_DEPLOYMENT": "config-deployment"} {
+			if got, want := env[key].Value, mounts[vol].MountPath; got != want || want == "" {
+				t.Errorf("%s = %q, want the mount path of volume %s %q", key, got, vol, want)
+			}
+			cm := volumes[vol].ConfigMap
+			if cm == nil {
+				t.Errorf("volume %s is not a ConfigMap", vol)
+				continue
+			}
+			m.get(t, "ConfigMap", cm.Name)
+		}
+		if _, ok := pod.Annotations["checksum/config"]; !ok {
+			t.Errorf("decider pods lack checksum/config: a config change would not roll them")
+		}
+	}
+
+	svc := typed[corev1.Service](t, m.get(t, "Service", name))
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+		t.Errorf("Service selector %v does not match the pods", svc.Spec.Selector)
+	}
+	if headless := svc.Spec.ClusterIP == corev1.ClusterIPNone; headless != (c == "decider") {
+		t.Errorf("Service clusterIP %q: want headless only for the decider", svc.Spec.ClusterIP)
+	}
+	for _, p := range svc.Spec.Ports {
+		if got, ok := ports[p.TargetPort.String()]; !ok || got != p.Port {
+			t.Errorf("Service port %s %d → %s: want a container port of that name and number", p.Name, p.Port, p.TargetPort.String())
+		}
+	}
+
+	pdbObj := m.find("PodDisruptionBudget", name)
+	if got := pdbObj != nil; got != sc.pdb[c] {
+		t.Fatalf("PodDisruptionBudget rendered = %v, want %v", got, sc.pdb[c])
+	}
+	if pdbObj != nil {
+		pdb := typed[policyv1.PodDisruptionBudget](t, pdbObj)
+		ps, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || !ps.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("PodDisruptionBudget selector %v does not match the pods (%v)", pdb.Spec.Selector, err)
+		}
+		if (pdb.Spec.MinAvailable == nil) == (pdb.Spec.MaxUnavailable == nil) {
+			t.Errorf("PodDisruptionBudget: want exactly one of minAvailable and maxUnavailable")
+		}
+	}
+}
+
+func deciderPort(t *testing.T, m manifest, sc scenario) int32 {
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", sc.fullname+"-decider"))
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		if p.Name == "grpc" {
+			return p.ContainerPort
+		}
+	}
+	t.Fatal("decider has no grpc port")
+	return 0
+}
+
+func itoa(i int32) string { return strconv.Itoa(int(i)) }
+
+// checkConfig proves the ConfigMap carries every config-autoscaler key the
+// decider knows and that the decider accepts them; with default values the
+// result is exactly Knative's defaults.
+func checkConfig(t *testing.T, m manifest, sc scenario) {
+	cm := typed[corev1.ConfigMap](t, m.get(t, "ConfigMap", sc.fullname+"-config-autoscaler"))
+	got, err := kpaconfig.ParseConfig(cm.Data)
+	if err != nil {
+		t.Fatalf("config-autoscaler: the decider refuses it: %v", err)
+	}
+	for _, key := range autoscalerKeys {
+		if _, ok := cm.Data[key]; !ok {
+			t.Errorf("config-autoscaler lacks key %s", key)
+		}
+	}
+	for key := range cm.Data {
+		if !slices.Contains(autoscalerKeys, key) {
+			t.Errorf("config-autoscaler has key %s, which the decider does not read", key)
+		}
+	}
+	dcm := typed[corev1.ConfigMap](t, m.get(t, "ConfigMap", sc.fullname+"-config-deployment"))
+	dgot, err := kpaconfig.ParseDeploymentConfig(dcm.Data)
+	if err != nil {
+		t.Fatalf("config-deployment: the decider refuses it: %v", err)
+	}
+	if sc.name != "defaults" {
+		return
+	}
+	if want := kpaconfig.Default(); !reflect.DeepEqual(got, want) {
+		t.Errorf("default config-autoscaler parses to\n%+v\nwant Knative's defaults\n%+v", got, want)
+	}
+	if want := kpaconfig.DefaultDeployment(); !reflect.DeepEqual(dgot, want) {
+		t.Errorf("default config-deployment parses to %+v, want %+v", dgot, want)
+	}
+}
+
+// autoscalerKeys are every config-autoscaler key the decider reads.
+var autoscalerKeys = []string{
+	kpaconfig.KeyContainerConcurrencyTargetPercentage, kpaconfig.KeyContainerConcurrencyTargetDefault,
+	kpaconfig.KeyRPSTargetDefault, kpaconfig.KeyTargetBurstCapacity, kpaconfig.KeyStableWindow,
+	kpaconfig.KeyPanicWindowPercentage, kpaconfig.KeyPanicThresholdPercentage, kpaconfig.KeyMaxScaleUpRate,
+	kpaconfig.KeyMaxScaleDownRate, kpaconfig.KeyEnableScaleToZero, kpaconfig.KeyScaleToZeroGracePeriod,
+	kpaconfig.KeyScaleToZeroPodRetentionPeriod, kpaconfig.KeyScaleDownDelay, kpaconfig.KeyActivatorCapacity,
+	kpaconfig.KeyInitialScale, kpaconfig.KeyAllowZeroInitialScale, kpaconfig.KeyMinScale, kpaconfig.KeyMaxScale,
+	kpaconfig.KeyMaxScaleLimit, kpaconfig.KeyPodAutoscalerClass,
+}
+
+// checkRBAC checks the bindings point at the rendered roles and the pods'
+// accounts; what the roles allow is proven against the API server in
+// rbac_test.go.
+func checkRBAC(t *testing.T, m manifest, sc scenario) {
+	roles := append(m.ofKind("Role"), m.ofKind("ClusterRole")...)
+	bindings := append(m.ofKind("RoleBinding"), m.ofKind("ClusterRoleBinding")...)
+	if !sc.rbac {
+		if len(roles)+len(bindings) != 0 {
+			t.Errorf("rbac.create false but %d roles and %d bindings rendered", len(roles), len(bindings))
+		}
+		return
+	}
+	bound := map[string]bool{}
+	for _, o := range bindings {
+		b := typed[rbacv1.RoleBinding](t, o) // a ClusterRoleBinding has the same fields
+		m.get(t, b.RoleRef.Kind, b.RoleRef.Name)
+		if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Namespace != sc.release.namespace {
+			t.Errorf("%s %s subjects %+v: want one ServiceAccount of the release namespace", o.GetKind(), o.GetName(), b.Subjects)
+			continue
+		}
+		bound[b.Subjects[0].Name] = true
+	}
+	wantBound := map[string]bool{sc.serviceAccounts["collector"]: true, sc.serviceAccounts["actuator"]: true}
+	if !maps.Equal(bound, wantBound) {
+		t.Errorf("bound accounts %v, want %v (the decider calls no Kubernetes API)", bound, wantBound)
+	}
+	for _, o := range roles {
+		r := typed[rbacv1.ClusterRole](t, o)
+		for _, rule := range r.Rules {
+			for _, s := range append(append(rule.Verbs, rule.Resources...), rule.APIGroups...) {
+				if s == "*" {
+					t.Errorf("%s %s has a wildcard rule %+v", o.GetKind(), o.GetName(), rule)
+				}
+			}
+		}
+	}
+}
+
+func checkNetworkPolicies(t *testing.T, m manifest, sc scenario) {
+	nps := m.ofKind("NetworkPolicy")
+	if !sc.networkPolicy {
+		if len(nps) != 0 {
+			t.Errorf("%d NetworkPolicies rendered, want none", len(nps))
+		}
+		return
+	}
+	podLabels := map[string]labels.Set{}
+	for _, c := range components {
+		dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", sc.fullname+"-"+c))
+		podLabels[c] = dep.Spec.Template.Labels
+	}
+	// admitted reports which components a policy lets in on a named port.
+	admitted := func(np *networkingv1.NetworkPolicy, port string) []string {
+		var out []string
+		for _, rule := range np.Spec.Ingress {
+			onPort := false
+			for _, p := range rule.Ports {
+				onPort = onPort || p.Port.String() == port
+			}
+			if !onPort {
+				continue
+			}
+			for _, from := range rule.From {
+				if from.PodSelector == nil || from.NamespaceSelector != nil {
+					continue
+				}
+				sel, err := metav1.LabelSelectorAsSelector(from.PodSelector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range components {
+					if sel.Matches(podLabels[c]) {
+						out = append(out, c)
+					}
+				}
+			}
+		}
+		return out
+	}
+	want := map[string][]string{"collector": nil, "decider": {"collector"}, "actuator": {"decider"}}
+	for _, c := range components {
+		np := typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", sc.fullname+"-"+c))
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(podLabels[c]) {
+			t.Errorf("NetworkPolicy %s does not select the %s pods", np.Name, c)
+		}
+		for _, other := range components {
+			if other != c && sel.Matches(podLabels[other]) {
+				t.Errorf("NetworkPolicy %s also selects the %s pods", np.Name, other)
+			}
+		}
+		if got := admitted(np, "grpc"); !slices.Equal(got, want[c]) {
+			t.Errorf("NetworkPolicy %s admits %v on grpc, want %v", np.Name, got, want[c])
+		}
+		scrapes := false
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				if p.Port.String() == "http" && len(rule.From) > 0 {
+					scrapes = true
+				}
+				if p.Port == nil {
+					t.Errorf("NetworkPolicy %s has a rule for every port", np.Name)
+				}
+			}
+		}
+		if !scrapes {
+			t.Errorf("NetworkPolicy %s admits no scraper on the http port", np.Name)
+		}
+	}
+}

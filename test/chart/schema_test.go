@@ -1,0 +1,52 @@
+package chart_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSchemaRefuses proves values.schema.json stops bad values at install
+// time, before anything reaches the cluster, with a message naming the value.
+func TestSchemaRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		set  []string
+		// want are substrings the error must carry.
+		want []string
+	}{
+		{"negative collector replicas", []string{"collector.replicas=-1"}, []string{"/collector/replicas", "minimum: got -1, want 0"}},
+		{"negative decider replicas", []string{"decider.replicas=-3"}, []string{"/decider/replicas", "minimum: got -3, want 0"}},
+		{"negative actuator replicas", []string{"actuator.replicas=-1"}, []string{"/actuator/replicas", "minimum"}},
+		{"replicas as text", []string{"collector.replicas=two"}, []string{"/collector/replicas", "want integer"}},
+		{"port out of range", []string{"decider.ports.grpc=70000"}, []string{"/decider/ports/grpc", "maximum"}},
+		{"unknown log level", []string{"logLevel=verbose"}, []string{"/logLevel", "verbose"}},
+		{"unknown pull policy", []string{"image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy"}},
+		{"misspelt top-level key", []string{"colector.replicas=2"}, []string{"colector"}},
+		{"misspelt component key", []string{"decider.replica=2"}, []string{"/decider", "replica"}},
+		{"tls without a secret", []string{"tls.enabled=true"}, []string{"/tls", "secretName"}},
+		{"tick interval not in seconds", []string{"decider.tickInterval=1500ms"}, []string{"/decider/tickInterval"}},
+		{"history not a duration", []string{"collector.history=two minutes"}, []string{"/collector/history"}},
+		{"secret name not a DNS name", []string{"actuator.secretNames[0]=Not_A_Name"}, []string{"/actuator/secretNames/0"}},
+		{"config value not a scalar", []string{"config.autoscaler.stable-window.x=1"}, []string{"/config/autoscaler/stable-window"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := release{name: "bad", namespace: "default", set: tt.set}
+			out, err := helm(t, r.args("template")...)
+			if err == nil {
+				t.Fatalf("helm template --set %v succeeded; want a schema error. Output:\n%.400s", tt.set, out)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "values don't meet the specifications of the schema") {
+				t.Errorf("error is not the schema's:\n%s", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error lacks %q:\n%s", w, msg)
+				}
+			}
+		})
+	}
+}
