@@ -275,12 +275,18 @@ func replayKnativeDecider(raw []byte) error {
 		where := fmt.Sprintf("t_ms=%d", e.tms)
 		switch e.order {
 		case 0:
+			// The update's algorithm and scrape target follow its annotations.
 			u := f.SpecUpdates[e.i]
-			ns, err := vectorSpec(u.DeciderSpec, u.MetricStableWindowMs, u.MetricPanicWindowMs, c.AggregationAlgorithm, c.ScrapeTargetSet)
+			rev, err := knRevision(where+" spec_update", c.ConfigAutoscalerOverrides, nil, u.PAAnnotations, c.ContainerConcurrency, c.Reachable)
+			if err != nil {
+				return err
+			}
+			ns := rev.DeciderSpec()
+			want, err := vectorSpec(u.DeciderSpec, u.MetricStableWindowMs, u.MetricPanicWindowMs, algoName(ns), ns.Scraped)
 			if err != nil {
 				return &mismatch{at: where, field: "spec_update", want: "a valid spec", got: err}
 			}
-			if err := checkResolvedSpec(where+" spec_update", c.ConfigAutoscalerOverrides, u.PAAnnotations, c.ContainerConcurrency, c.Reachable, ns); err != nil {
+			if err := compareSpecs(where+" spec_update", want, ns); err != nil {
 				return err
 			}
 			if err := a.Update(ns, at(e.tms)); err != nil {
