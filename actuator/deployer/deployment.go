@@ -167,11 +167,15 @@ func ValidateTopic(topic string) error {
 		return fmt.Errorf("a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
 	}
 	for _, c := range topic {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !topicChar(c) {
 			return fmt.Errorf("a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
 		}
 	}
 	return nil
+}
+
+func topicChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // Selector returns the labels selecting f's pods.
