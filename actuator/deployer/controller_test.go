@@ -262,4 +262,3 @@ func TestDeployerCalls(t *testing.T) {
 		t.Errorf("second Undeploy = %v, %v; want not deleted, no error", deleted, err)
 	}
 }
-

@@ -2,9 +2,9 @@ package deployer
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
-	"errors"
 	"strings"
 	"testing"
 
