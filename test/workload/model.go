@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,11 @@ type ModelConfig struct {
 	// MaxStep bounds one simulation step, the resolution of arrivals; 0
 	// means 10 ms.
 	MaxStep time.Duration
+	// Poisson makes arrivals a Poisson process with the profile's rate,
+	// seeded by Seed, so requests bunch up as real traffic does; otherwise
+	// they are evenly spaced and the model is fully deterministic.
+	Poisson bool
+	Seed    uint64
 }
 
 // Validate names the first invalid field.
@@ -69,6 +75,7 @@ type Model struct {
 
 	arrived, served int64
 	waits           []time.Duration
+	rng             *rand.Rand // nil unless Poisson
 }
 
 // simPod is one pod's queue-proxy: requests in service, requests queued, and
@@ -108,7 +115,11 @@ func NewModel(cfg ModelConfig, profile Profile, start time.Time) (*Model, error)
 	if cfg.MaxStep == 0 {
 		cfg.MaxStep = 10 * time.Millisecond
 	}
-	return &Model{cfg: cfg, profile: profile, start: start, now: start, pods: map[string]*simPod{}}, nil
+	m := &Model{cfg: cfg, profile: profile, start: start, now: start, pods: map[string]*simPod{}}
+	if cfg.Poisson {
+		m.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	}
+	return m, nil
 }
 
 // AddPod adds a pod that turned Ready at now. It serves after ColdStart and
@@ -201,11 +212,16 @@ func (m *Model) step(t time.Time) {
 	if rate < 0 || math.IsNaN(rate) {
 		rate = 0
 	}
-	m.carry += rate * dt.Seconds()
-	// The epsilon keeps ten steps of 0.1 from summing to 0.999… and losing
-	// a request to float rounding.
-	n := int(m.carry + 1e-9)
-	m.carry = max(m.carry-float64(n), 0)
+	var n int
+	if m.rng != nil {
+		n = poisson(m.rng, rate*dt.Seconds())
+	} else {
+		m.carry += rate * dt.Seconds()
+		// The epsilon keeps ten steps of 0.1 from summing to 0.999… and
+		// losing a request to float rounding.
+		n = int(m.carry + 1e-9)
+		m.carry = max(m.carry-float64(n), 0)
+	}
 	m.now = t
 	m.dispatchPending()
 	for range n {
@@ -364,5 +380,24 @@ func summarise(waits []time.Duration) WaitStats {
 	return WaitStats{
 		Count: len(s), Mean: sum / time.Duration(len(s)),
 		P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: s[len(s)-1],
+	}
+}
+
+// poisson draws from a Poisson distribution with mean lambda: Knuth's
+// product of uniforms for small means, a rounded normal approximation for
+// large ones (where the two agree closely).
+func poisson(rng *rand.Rand, lambda float64) int {
+	switch {
+	case lambda <= 0:
+		return 0
+	case lambda < 30:
+		limit, k, p := math.Exp(-lambda), 0, rng.Float64()
+		for p > limit {
+			k++
+			p *= rng.Float64()
+		}
+		return k
+	default:
+		return max(int(math.Round(lambda+math.Sqrt(lambda)*rng.NormFloat64())), 0)
 	}
 }

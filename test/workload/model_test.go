@@ -2,6 +2,7 @@ package workload
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -179,5 +180,42 @@ func BenchmarkModelAdvance(b *testing.B) {
 				m.Advance(now)
 			}
 		})
+	}
+}
+
+func TestModelPoissonArrivals(t *testing.T) {
+	// At 50% utilisation evenly spaced arrivals never wait; Poisson ones
+	// sometimes do, and their count stays near rate × time.
+	cfg := ModelConfig{ContainerConcurrency: 1, ServiceTime: 100 * time.Millisecond, Poisson: true, Seed: 1}
+	m := newTestModel(t, cfg, Constant(5))
+	m.AddPod("p0", t0)
+	m.Advance(t0.Add(200 * time.Second))
+	r := m.Report()
+	if r.Arrived < 900 || r.Arrived > 1100 {
+		t.Errorf("Arrived = %d over 200 s at 5/s, want about 1000", r.Arrived)
+	}
+	if r.Wait.P99 == 0 {
+		t.Errorf("Wait.P99 = 0, want some queueing from bunched arrivals")
+	}
+	// The same seed replays the same run.
+	again := newTestModel(t, cfg, Constant(5))
+	again.AddPod("p0", t0)
+	again.Advance(t0.Add(200 * time.Second))
+	if got := again.Report(); got != r {
+		t.Errorf("same seed: %+v, want %+v", got, r)
+	}
+}
+
+func TestPoissonMean(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, lambda := range []float64{0.05, 2, 29, 100} {
+		sum := 0
+		const n = 20000
+		for range n {
+			sum += poisson(rng, lambda)
+		}
+		if mean := float64(sum) / n; !near(mean, lambda, 0.05*lambda+0.01) {
+			t.Errorf("mean of poisson(%v) = %v", lambda, mean)
+		}
 	}
 }
