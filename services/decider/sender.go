@@ -110,13 +110,19 @@ func (s *sender) run(ctx context.Context) error {
 func (s *sender) send(ctx context.Context, d engine.Decision) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := s.client.Scale(cctx, &actuatorv1.ScaleRequest{
+	req := &actuatorv1.ScaleRequest{
 		Target:           refOf(d.Target),
 		DesiredReplicas:  d.Desired,
 		DecisionSequence: d.Sequence,
 		Reason:           d.Reason,
 		DryRun:           s.dryRun,
-	})
+	}
+	if d.Strategy == engine.KPA {
+		// The reconciler needs it to choose the SKS mode and activator count.
+		ebc := float64(d.ExcessBurstCapacity)
+		req.ExcessBurstCapacity = &ebc
+	}
+	resp, err := s.client.Scale(cctx, req)
 	if err != nil {
 		s.sent.WithLabelValues("error").Inc()
 		code := status.Code(err)
