@@ -474,13 +474,11 @@ func TestMetricFollowsPodAutoscaler(t *testing.T) {
 	}
 	h.eventually("recreated metric", func() bool { _, err := getMetric(); return err == nil })
 	// Deleting the PodAutoscaler deletes its Metric (owner reference).
-	bg := metav1.DeletePropagationForeground
-	if err := h.tidal.PodAutoscalers(h.ns).Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+	if err := h.tidal.PodAutoscalers(h.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The garbage collector may need its discovery resync (30 s) to watch
-	// a kind installed with the cluster.
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+	// The controller deletes it without waiting for the garbage collector.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		_, err := getMetric()
 		return apierrors.IsNotFound(err), nil
 	})

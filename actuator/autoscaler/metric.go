@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/listers"
+	"k8s.io/client-go/tools/cache"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kpa"
@@ -91,6 +92,29 @@ func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha
 	upd.Spec, upd.Labels, upd.Annotations = want.Spec, want.Labels, want.Annotations
 	if _, err := client.Update(ctx, upd, metav1.UpdateOptions{FieldManager: scale.FieldManager}); err != nil {
 		return fmt.Errorf("update metric %s/%s: %w", pa.Namespace, pa.Name, err)
+	}
+	return nil
+}
+
+// deleteOrphanMetric deletes the Metric of a deleted PodAutoscaler without
+// waiting for the garbage collector, which may take its discovery period to
+// act on a newly installed kind.
+func (c *Controller) deleteOrphanMetric(ctx context.Context, pa cache.ObjectName) error {
+	m, err := listers.NewNamespaced(c.metrics, pa.Namespace).Get(pa.Name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ref := metav1.GetControllerOf(m)
+	if ref == nil || ref.Kind != "PodAutoscaler" || ref.APIVersion != autoscalingv1alpha1.SchemeGroupVersion.String() || ref.Name != pa.Name {
+		return nil
+	}
+	uid := m.UID
+	err = c.tidal.Metrics(pa.Namespace).Delete(ctx, pa.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete metric %s: %w", pa, err)
 	}
 	return nil
 }

@@ -127,9 +127,8 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) (time.Dura
 	defer unlock()
 	pa, err := listers.NewNamespaced(c.pas, name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
-		// Deleted: its Metric goes with it through the owner reference.
 		c.forget(name)
-		return 0, nil
+		return 0, c.deleteOrphanMetric(ctx, name)
 	}
 	if err != nil {
 		return 0, err

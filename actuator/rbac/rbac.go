@@ -1,0 +1,56 @@
+// Package rbac states exactly which Kubernetes API verbs on which resources
+// the actuator needs, as RBAC policy rules for one ClusterRole (it works
+// across all namespaces). The chart turns Rules into its ClusterRole, and
+// the actuator's integration test runs the binary with a ServiceAccount
+// bound to nothing else, so a missing rule fails a test.
+//
+//	group                  resource                       verbs                         why
+//	autoscaling.tidal.dev  podautoscalers                 get list watch update         informer; record each decision (sequence, desired, reason)
+//	autoscaling.tidal.dev  podautoscalers/status          update                        desiredScale, actualScale, conditions
+//	autoscaling.tidal.dev  podautoscalers/finalizers      update                        Metric owner references with blockOwnerDeletion
+//	autoscaling.tidal.dev  metrics                        get list watch create update delete   one Metric per PodAutoscaler
+//	functions.tidal.dev    functions                      get list watch                informer; owner of the Deployment
+//	functions.tidal.dev    functions/status               update                        deploymentName, replicas, Ready
+//	functions.tidal.dev    functions/finalizers           update                        Deployment owner references with blockOwnerDeletion
+//	functions.tidal.dev    topics                         get list watch                the partition cap
+//	apps                   deployments                    get list watch create patch delete   Deployer (server-side apply is patch)
+//	apps                   deployments/scale              get update                    scale targets
+//	apps                   statefulsets/scale             get update                    scale targets
+//	apps                   replicasets/scale              get update                    scale targets
+//	""                     pods                           list watch                    ready pods of each target
+//	""                     events                         create update patch           scale changes and refusals
+//	events.k8s.io          events                         create update patch           the same, for clusters that route Events there
+//
+// A custom resource used as a scale target needs "get" and "update" on its
+// "<plural>/scale" too (Extra builds that rule). Discovery (/api, /apis) is
+// open to every authenticated user through the default system:discovery role.
+package rbac
+
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// Rules returns the actuator's policy rules.
+func Rules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"podautoscalers"}, Verbs: []string{"get", "list", "watch", "update"}},
+		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"podautoscalers/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"podautoscalers/finalizers"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"metrics"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"functions.tidal.dev"}, Resources: []string{"functions"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"functions.tidal.dev"}, Resources: []string{"functions/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"functions.tidal.dev"}, Resources: []string{"functions/finalizers"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"functions.tidal.dev"}, Resources: []string{"topics"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale", "statefulsets/scale", "replicasets/scale"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+	}
+}
+
+// Extra returns the rule a custom scale target needs: get and update on
+// its scale subresource.
+func Extra(group, plural string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{plural + "/scale"}, Verbs: []string{"get", "update"}}
+}
