@@ -232,7 +232,7 @@ func goBuild(ctx context.Context, dir string, args []string, log io.Writer) erro
 	cmd.Stdout, cmd.Stderr = log, log
 	// Never let a GOFLAGS=-mod=vendor or a workspace from the caller's
 	// environment leak into the separate modules under hack/kube.
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	return cmd.Run()
@@ -241,7 +241,7 @@ func goBuild(ctx context.Context, dir string, args []string, log io.Writer) erro
 func writeKwokStages(ctx context.Context, kwokModDir, dst string) error {
 	cmd := exec.CommandContext(ctx, goCmd(), "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok")
 	cmd.Dir = kwokModDir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off")
 	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("locate kwok module: %w", err)
