@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/scale"
@@ -81,6 +82,7 @@ func NewController(d *Deployer, log *zap.Logger, tidal *crdclient.Clientset, tid
 				c.enqueue(cur)
 			}
 		},
+		DeleteFunc: c.enqueue,
 	}); err != nil {
 		return nil, err
 	}
@@ -99,6 +101,9 @@ func NewController(d *Deployer, log *zap.Logger, tidal *crdclient.Clientset, tid
 }
 
 func (c *Controller) enqueue(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
 	name, err := cache.ObjectToName(obj)
 	if err != nil {
 		utilruntime.HandleError(err)
@@ -170,7 +175,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	fn, err := listers.NewNamespaced(c.functions, name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
-		return nil // its Deployment goes with it through the owner reference
+		return c.undeployOrphans(ctx, name)
 	}
 	if err != nil {
 		return err
@@ -198,6 +203,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			c.recorder.Eventf(fn, corev1.EventTypeNormal, EventDeployed, "deployment %s created with 0 replicas", fn.Name)
 		}
 		st.DeploymentName = fn.Name
+		if err := c.ensurePodAutoscaler(ctx, fn); err != nil {
+			return err
+		}
 		if dep, err := c.deployments.Deployments(fn.Namespace).Get(fn.Name); err == nil {
 			st.Replicas, st.ReadyReplicas = deploymentReplicas(dep), dep.Status.ReadyReplicas
 		}
@@ -254,4 +262,101 @@ func setCondition(conds *[]metav1.Condition, c metav1.Condition) {
 	}
 	c.LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
 	*conds = append(*conds, c)
+}
+
+// podAutoscaler builds the lag PodAutoscaler that scales fn's Deployment on
+// its input topic's consumer lag, with the Function's consumer group, mode,
+// maxReplicas and idle timeout (riff's scaling of a Function, spec/riff.md
+// §5–§6); the decider caps it at the partition count.
+func (c *Controller) podAutoscaler(fn *functionsv1alpha1.Function) *autoscalingv1alpha1.PodAutoscaler {
+	mode := autoscalingv1alpha1.LagModeRiff
+	if fn.Spec.LagMode == functionsv1alpha1.LagModeKEDA {
+		mode = autoscalingv1alpha1.LagModeKEDA
+	}
+	lag := &autoscalingv1alpha1.LagSource{
+		Brokers:       c.deployer.Brokers(),
+		Topic:         fn.Spec.Input,
+		ConsumerGroup: fn.Name,
+		Mode:          mode,
+	}
+	if mode == autoscalingv1alpha1.LagModeRiff {
+		lag.Riff = &autoscalingv1alpha1.RiffLagParameters{MaxReplicas: fn.Spec.MaxReplicas, IdleTimeout: fn.Spec.IdleTimeout}
+	}
+	return &autoscalingv1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fn.Name,
+			Namespace: fn.Namespace,
+			Labels:    map[string]string{LabelFunction: fn.Name, LabelManagedBy: ManagedBy},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(fn,
+				functionsv1alpha1.SchemeGroupVersion.WithKind("Function"))},
+		},
+		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: fn.Name},
+			Strategy:       autoscalingv1alpha1.StrategyLag,
+			Lag:            lag,
+		},
+	}
+}
+
+// ensurePodAutoscaler creates fn's lag PodAutoscaler or brings its spec up
+// to date; a PodAutoscaler of that name the Function does not control is
+// left alone (the user scales the function their way).
+func (c *Controller) ensurePodAutoscaler(ctx context.Context, fn *functionsv1alpha1.Function) error {
+	want := c.podAutoscaler(fn)
+	client := c.tidal.PodAutoscalers(fn.Namespace)
+	have, err := client.Get(ctx, fn.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if _, err := client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create podautoscaler of function %s/%s: %w", fn.Namespace, fn.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get podautoscaler of function %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	if !metav1.IsControlledBy(have, fn) {
+		return nil
+	}
+	if equality.Semantic.DeepEqual(have.Spec, want.Spec) {
+		return nil
+	}
+	have.Spec = want.Spec
+	if _, err := client.Update(ctx, have, metav1.UpdateOptions{FieldManager: scale.FieldManager}); err != nil {
+		return fmt.Errorf("update podautoscaler of function %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	return nil
+}
+
+// undeployOrphans removes the Deployment and PodAutoscaler of a deleted
+// Function, as riff's controller undeployed on delete, rather than waiting
+// for the garbage collector, which may take its discovery period to act on
+// a newly installed kind. Objects not controlled by a Function of that name
+// are left alone.
+func (c *Controller) undeployOrphans(ctx context.Context, fn cache.ObjectName) error {
+	owned := func(m metav1.Object) bool {
+		ref := metav1.GetControllerOf(m)
+		return ref != nil && ref.Kind == "Function" && ref.Name == fn.Name &&
+			ref.APIVersion == functionsv1alpha1.SchemeGroupVersion.String()
+	}
+	if dep, err := c.deployments.Deployments(fn.Namespace).Get(fn.Name); err == nil && owned(dep) && dep.DeletionTimestamp == nil {
+		if _, err := c.deployer.Undeploy(ctx, fn.Namespace, fn.Name); err != nil {
+			return err
+		}
+	}
+	pa, err := c.tidal.PodAutoscalers(fn.Namespace).Get(ctx, fn.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get podautoscaler of function %s: %w", fn, err)
+	}
+	if !owned(pa) || pa.DeletionTimestamp != nil {
+		return nil
+	}
+	uid := pa.UID
+	err = c.tidal.PodAutoscalers(fn.Namespace).Delete(ctx, fn.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete podautoscaler of function %s: %w", fn, err)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/scale"
@@ -122,6 +123,14 @@ func TestFunctionLifecycle(t *testing.T) {
 		return false
 	})
 
+	// A lag PodAutoscaler, owned by the Function, scales the Deployment.
+	eventually(t, "podautoscaler", 20*time.Second, func() bool {
+		pa, err := tidal.PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
+		return err == nil && metav1.IsControlledBy(pa, fn) && pa.Spec.Strategy == autoscalingv1alpha1.StrategyLag &&
+			pa.Spec.ScaleTargetRef.Name == "square" && pa.Spec.Lag.Topic == "numbers" && pa.Spec.Lag.ConsumerGroup == "square" &&
+			*pa.Spec.Lag.Riff.MaxReplicas == 4 && pa.Spec.Lag.Riff.IdleTimeout.Duration == 10*time.Second
+	})
+
 	// Scale within the cap: min(maxReplicas 4, partitions 6).
 	limit, ok := ctrl.Cap(ns, "square")
 	if !ok || limit != 4 {
@@ -160,8 +169,12 @@ func TestFunctionLifecycle(t *testing.T) {
 	if err := tidal.Functions(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deployment garbage-collected", 90*time.Second, func() bool {
+	eventually(t, "deployment deleted", 20*time.Second, func() bool {
 		_, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "square", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	eventually(t, "podautoscaler deleted", 20*time.Second, func() bool {
+		_, err := tidal.PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
 }

@@ -5,7 +5,7 @@
 // bound to nothing else, so a missing rule fails a test.
 //
 //	group                  resource                       verbs                         why
-//	autoscaling.tidal.dev  podautoscalers                 get list watch update         informer; record each decision (sequence, desired, reason)
+//	autoscaling.tidal.dev  podautoscalers                 get list watch create update delete   informer; record each decision; a lag PodAutoscaler per Function
 //	autoscaling.tidal.dev  podautoscalers/status          update                        desiredScale, actualScale, conditions
 //	autoscaling.tidal.dev  podautoscalers/finalizers      update                        Metric owner references with blockOwnerDeletion
 //	autoscaling.tidal.dev  metrics                        get list watch create update delete   one Metric per PodAutoscaler
@@ -33,7 +33,7 @@ import (
 // Rules returns the actuator's policy rules.
 func Rules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"podautoscalers"}, Verbs: []string{"get", "list", "watch", "update"}},
+		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"podautoscalers"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"podautoscalers/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"podautoscalers/finalizers"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"autoscaling.tidal.dev"}, Resources: []string{"metrics"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
