@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -394,3 +396,57 @@ func BenchmarkScaleUp(b *testing.B) {
 }
 
 func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+// TestServiceAccountConfig checks that a ServiceAccount's config carries
+// only the rights RBAC grants it, and that its kubeconfig works the same.
+func TestServiceAccountConfig(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	cfg, err := c.ServiceAccountConfig(ctx, ns, "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := sa.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("list pods without RBAC: error %v, want Forbidden", err)
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+	if _, err := c.Client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "pod-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "reader", Namespace: ns}},
+	}
+	if _, err := c.Client.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// RBAC changes reach the authorizer through its informers: poll.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := sa.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("list pods after the RoleBinding: still refused: %v", err)
+	}
+	if _, err := sa.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("list pods in another namespace: error %v, want Forbidden", err)
+	}
+
+	path, err := c.WriteKubeconfig("reader", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(fromFile).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("list pods with the written kubeconfig: %v", err)
+	}
+}
