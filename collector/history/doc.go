@@ -1,6 +1,6 @@
-// Package history keeps every target's recent samples and spec in one store,
-// each change stamped with a store-wide sequence number. A stream to a
-// decider reads everything after its cursor; a new stream starts from zero and
-// so replays the whole retained history, which is how a restarted decider
-// rebuilds its state.
+// Package history keeps one target's recent samples: the span a decider
+// needs to rebuild its windows (the stable window plus the scale-down delay,
+// or a lag strategy's memory), so that a decider that restarted, or that a
+// target moved to, replays it and reaches the same state as one that never
+// stopped.
 package history

@@ -1,5 +1,14 @@
-// Package stream sends a history store's changes to a decider over one
-// Ingest stream, reconnecting with jittered backoff. Every new stream starts
-// by replaying the whole retained history, marked as replay, so a decider
-// that restarted or lost the stream rebuilds exactly what it held.
+// Package stream routes every target's samples to one decider replica and
+// streams them there over DeciderService.Ingest.
+//
+// The Hub keeps each target's history (package history) and one outbox per
+// decider, both under one lock, so a replay snapshot and the live samples
+// after it never overlap or leave a gap. A target is owned by the decider
+// that rendezvous hashing (package route) picks from the current endpoints.
+// Whenever a stream opens, every target it owns is replayed (replay=true, the
+// first replayed batch replacing what the decider held); when the endpoint
+// set changes, each moved target is replayed to its new owner and removed
+// from the old one. Outboxes are bounded: a decider that falls behind has its
+// backlog replaced by a replay from history, and PushStats callers wait for
+// room (backpressure) rather than grow memory.
 package stream

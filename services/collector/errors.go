@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -9,4 +11,20 @@ import (
 
 func errUnknownTarget(ref *commonv1.TargetRef) error {
 	return status.Errorf(codes.NotFound, "target %s: not known to this collector", ref.Key())
+}
+
+// errUnknownPushed refuses a PushStats call naming a target this collector
+// does not measure; nothing in the call is recorded.
+func errUnknownPushed(field string, ref *commonv1.TargetRef) error {
+	return status.Errorf(codes.NotFound, "invalid %s %q: want a target with a Metric, PodAutoscaler or Function this collector measures; no stat of the call was recorded", field, ref.Key())
+}
+
+// errNotOwner refuses a stat for a target another collector replica owns;
+// the message names the owner so the caller can send it there.
+func errNotOwner(field string, ref *commonv1.TargetRef, owner string) error {
+	return status.Errorf(codes.FailedPrecondition, "invalid %s %q: owned by collector %s, send it there; no stat of the call was recorded", field, ref.Key(), owner)
+}
+
+func errStopping(err error) error {
+	return status.Error(codes.Unavailable, fmt.Sprintf("collector busy or stopping: %v", err))
 }

@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,64 +14,103 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidalscale/tidal/collector/history"
+	"github.com/tidalscale/tidal/collector/stream"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
-	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
+
+// readyPodNames lists a target's ready pods for GetWindow; nil when unknown.
+type readyPodNames func(ref *commonv1.TargetRef) []string
+
+// ownerOf names the collector replica that owns a target, and whether it is
+// this one. Nil means this replica owns everything.
+type ownerOf func(ref *commonv1.TargetRef) (owner string, mine bool)
 
 // handler serves CollectorService. Requests arrive validated by the server's
 // interceptor chain.
 type handler struct {
 	collectorv1.UnimplementedCollectorServiceServer
-	store       *history.Store
-	deciderAddr string
-	now         func() time.Time
-	log         *zap.Logger
-	connected   atomic.Bool
-	pushed      prometheus.Counter
+	hub *stream.Hub
+	now func() time.Time
+	log *zap.Logger
+	// implicit makes an unknown pushed target a KPA target with defaults
+	// (--discovery=push); otherwise it is refused.
+	implicit bool
+	pods     readyPodNames
+	owner    ownerOf
+	pushed   prometheus.Counter
+	refused  *prometheus.CounterVec
 }
 
 var _ collectorv1.CollectorServiceServer = (*handler)(nil)
 
-func newHandler(store *history.Store, deciderAddr string, now func() time.Time, log *zap.Logger, reg prometheus.Registerer) *handler {
-	return &handler{
-		store:       store,
-		deciderAddr: deciderAddr,
-		now:         now,
-		log:         log,
-		pushed: promauto.With(reg).NewCounter(prometheus.CounterOpts{
+func newHandler(hub *stream.Hub, implicit bool, pods readyPodNames, owner ownerOf, now func() time.Time, log *zap.Logger, reg prometheus.Registerer) *handler {
+	f := promauto.With(reg)
+	h := &handler{
+		hub:      hub,
+		now:      now,
+		log:      log,
+		implicit: implicit,
+		pods:     pods,
+		owner:    owner,
+		pushed: f.NewCounter(prometheus.CounterOpts{
 			Name: "tidal_collector_pushed_stats_total",
-			Help: "Stats received through PushStats and PushStatsStream.",
+			Help: "Stats recorded from PushStats and PushStatsStream.",
 		}),
+		refused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_collector_pushed_stats_refused_total",
+			Help: "PushStats calls or stream messages refused, by reason: unknown-target, not-owner.",
+		}, []string{"reason"}),
 	}
+	h.refused.WithLabelValues("unknown-target")
+	h.refused.WithLabelValues("not-owner")
+	return h
 }
 
-func (h *handler) setConnected(ok bool) { h.connected.Store(ok) }
-
 // record stamps each stat with its arrival second, as Knative's autoscaler
-// does with activator stats, and stores it. A target first seen here gets
-// the KPA strategy with the decider's defaults.
-func (h *handler) record(stats []*collectorv1.Stat) {
-	at := timestamppb.New(h.now().Truncate(time.Second))
-	for _, s := range stats {
-		if !h.store.HasSpec(s.GetTarget()) {
-			h.store.SetSpec(&deciderv1.TargetSpec{Target: s.GetTarget(), Strategy: commonv1.Strategy_STRATEGY_KPA})
+// stamps activator stats, and records all of them or none. It waits while a
+// decider's backlog is full: a fast pusher slows down rather than the
+// collector growing without bound.
+func (h *handler) record(ctx context.Context, stats []*collectorv1.Stat) error {
+	if err := h.hub.WaitRoom(ctx); err != nil {
+		return errStopping(err)
+	}
+	if h.owner != nil {
+		for i, s := range stats {
+			if owner, mine := h.owner(s.GetTarget()); !mine {
+				h.refused.WithLabelValues("not-owner").Inc()
+				return errNotOwner(fmt.Sprintf("stats[%d].target", i), s.GetTarget(), owner)
+			}
 		}
-		h.store.Append(s.GetTarget(), &commonv1.MetricSample{
+	}
+	at := timestamppb.New(h.now().Truncate(time.Second))
+	refs := make([]*commonv1.TargetRef, len(stats))
+	samples := make([]commonv1.MetricSample, len(stats))
+	ptrs := make([]*commonv1.MetricSample, len(stats))
+	for i, s := range stats {
+		refs[i] = s.GetTarget()
+		samples[i] = commonv1.MetricSample{
 			Time:                      at,
 			Source:                    commonv1.SampleSource_SAMPLE_SOURCE_PUSH,
 			AverageConcurrency:        s.GetAverageConcurrency(),
 			AverageProxiedConcurrency: s.GetAverageProxiedConcurrency(),
 			RequestCount:              s.GetRequestCount(),
 			ProxiedRequestCount:       s.GetProxiedRequestCount(),
-		})
+		}
+		ptrs[i] = &samples[i]
+	}
+	if i := h.hub.RecordPushed(refs, ptrs, h.implicit); i >= 0 {
+		h.refused.WithLabelValues("unknown-target").Inc()
+		return errUnknownPushed(fmt.Sprintf("stats[%d].target", i), refs[i])
 	}
 	h.pushed.Add(float64(len(stats)))
+	return nil
 }
 
-func (h *handler) PushStats(_ context.Context, req *collectorv1.PushStatsRequest) (*collectorv1.PushStatsResponse, error) {
-	h.record(req.GetStats())
+func (h *handler) PushStats(ctx context.Context, req *collectorv1.PushStatsRequest) (*collectorv1.PushStatsResponse, error) {
+	if err := h.record(ctx, req.GetStats()); err != nil {
+		return nil, err
+	}
 	return &collectorv1.PushStatsResponse{Accepted: int32(len(req.GetStats()))}, nil
 }
 
@@ -84,30 +124,19 @@ func (h *handler) PushStatsStream(st collectorv1.CollectorService_PushStatsStrea
 		if err != nil {
 			return err
 		}
-		h.record(req.GetStats())
+		if err := h.record(st.Context(), req.GetStats()); err != nil {
+			return err
+		}
 		n += int64(len(req.GetStats()))
 	}
 }
 
 func (h *handler) ListTargets(_ context.Context, req *collectorv1.ListTargetsRequest) (*collectorv1.ListTargetsResponse, error) {
 	resp := &collectorv1.ListTargetsResponse{}
-	decider := ""
-	if h.connected.Load() {
-		decider = h.deciderAddr
-	}
-	for _, w := range h.store.Targets() {
-		if ns := req.GetNamespace(); ns != "" && w.Target.GetNamespace() != ns {
-			continue
-		}
-		sum := &collectorv1.TargetSummary{Target: w.Target, ReadyPods: -1, Decider: decider}
+	for _, w := range h.hub.Targets(req.GetNamespace()) {
+		sum := &collectorv1.TargetSummary{Target: w.Target, ReadyPods: w.ReadyPods, Decider: w.Decider}
 		if n := len(w.Samples); n > 0 {
 			sum.LastSampleTime = w.Samples[n-1].GetTime()
-		}
-		for i := len(w.Samples) - 1; i >= 0; i-- {
-			if w.Samples[i].ReadyPods != nil {
-				sum.ReadyPods = w.Samples[i].GetReadyPods()
-				break
-			}
 		}
 		resp.Targets = append(resp.Targets, sum)
 	}
@@ -115,17 +144,31 @@ func (h *handler) ListTargets(_ context.Context, req *collectorv1.ListTargetsReq
 }
 
 func (h *handler) GetWindow(_ context.Context, req *collectorv1.GetWindowRequest) (*collectorv1.GetWindowResponse, error) {
-	w, ok := h.store.Get(req.GetTarget())
+	w, ok := h.hub.Get(req.GetTarget())
 	if !ok {
 		return nil, errUnknownTarget(req.GetTarget())
 	}
 	resp := &collectorv1.GetWindowResponse{
 		Target:    w.Target,
-		Retention: durationpb.New(h.store.Retention()),
+		Retention: durationpb.New(w.Retention),
 		Samples:   w.Samples,
 	}
+	if h.pods != nil {
+		resp.ReadyPods = h.pods(req.GetTarget())
+	}
 	if w.Error != "" {
-		resp.Errors = append(resp.Errors, &collectorv1.ScrapeError{Reason: "measure", Message: w.Error})
+		// The current error state (a Kafka broker down, say) comes first.
+		reason, msg, ok := strings.Cut(w.Error, ": ")
+		if !ok {
+			reason, msg = "error", w.Error
+		}
+		resp.Errors = append(resp.Errors, &collectorv1.ScrapeError{Time: timestamppb.New(h.now()), Reason: reason, Message: msg})
+	}
+	for _, f := range w.Failures {
+		if len(resp.Errors) == 16 {
+			break
+		}
+		resp.Errors = append(resp.Errors, &collectorv1.ScrapeError{Time: timestamppb.New(f.Time), PodName: f.Pod, Reason: f.Reason, Message: f.Message})
 	}
 	return resp, nil
 }

@@ -8,59 +8,167 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tidalscale/tidal/collector/history"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/collector/bucket"
+	"github.com/tidalscale/tidal/collector/deciders"
+	"github.com/tidalscale/tidal/collector/lag"
+	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/targets"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/server"
 )
 
+// defaultDecider is the decider address when none is configured.
+const defaultDecider = "127.0.0.1:9002"
+
+// Discovery modes.
+const (
+	discoveryAuto       = "auto"
+	discoveryKubernetes = "kubernetes"
+	discoveryPush       = "push"
+)
+
 type config struct {
-	server      server.Config
-	deciderAddr string
-	collectorID string
-	retention   time.Duration
-	minBackoff  time.Duration
-	maxBackoff  time.Duration
+	server     server.Config
+	discovery  string
+	kubeconfig string
+	advertise  string
+	retention  time.Duration
+
+	deciderAddrs   []string
+	deciderService string
+	deciderDNS     string
+	dnsInterval    time.Duration
+
+	stream  stream.Config
+	scrape  scrape.Config
+	lag     lag.Config
+	targets targets.Config
+	bucket  bucket.Config
 }
 
 func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9001", "127.0.0.1:9011")
 	host, _ := os.Hostname()
-	fs.StringVar(&c.deciderAddr, "decider-addr", "127.0.0.1:9002", "Decider gRPC address, host:port.")
-	fs.StringVar(&c.collectorID, "collector-id", host, "Name of this collector in its streams to deciders; defaults to the host name.")
-	fs.DurationVar(&c.retention, "history", 2*time.Minute, "How much history is kept per target and replayed to a decider that reconnects; at least the longest stable window plus scale-down delay.")
-	fs.DurationVar(&c.minBackoff, "reconnect-min-backoff", 100*time.Millisecond, "First wait before reconnecting a broken decider stream.")
-	fs.DurationVar(&c.maxBackoff, "reconnect-max-backoff", 5*time.Second, "Longest wait between reconnects.")
+	fs.StringVar(&c.stream.CollectorID, "collector-id", host, "Name of this collector in its streams to deciders; defaults to the host name.")
+	fs.StringVar(&c.discovery, "discovery", discoveryAuto, "Where targets come from: kubernetes (Metric, PodAutoscaler and Function objects), push (any target PushStats names becomes a KPA target), or auto (kubernetes when --kubeconfig is set or in a cluster, else push).")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path of a kubeconfig; empty means in-cluster config.")
+	fs.StringVar(&c.advertise, "advertise-addr", "", "gRPC address other components reach this replica at, named in bucket Leases; empty means $POD_IP with the --grpc-addr port, else --grpc-addr.")
+	fs.DurationVar(&c.retention, "history", 2*time.Minute, "Least history kept per target and replayed to a decider that reconnects or takes the target over; a target keeps at least its stable window plus scale-down delay.")
+	fs.Func("decider-addr", "Comma-separated static decider addresses, host:port each; targets are split among them by rendezvous hashing (default "+defaultDecider+" when no other decider flag is set).", func(v string) error {
+		c.deciderAddrs = nil
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					return fmt.Errorf("%q: want host:port", a)
+				}
+				c.deciderAddrs = append(c.deciderAddrs, a)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&c.deciderService, "decider-service", "", "Decider endpoints from a Service's ready pods through the Pods API, as namespace/name:port; needs Kubernetes.")
+	fs.StringVar(&c.deciderDNS, "decider-dns", "", "Decider endpoints from a headless Service's DNS name, as host:port, looked up every --decider-dns-interval.")
+	fs.DurationVar(&c.dnsInterval, "decider-dns-interval", 5*time.Second, "How often --decider-dns is looked up.")
+	c.stream.RegisterFlagsWithPrefix("stream-", fs)
+	c.scrape.RegisterFlagsWithPrefix("scrape-", fs)
+	c.lag.RegisterFlagsWithPrefix("lag-", fs)
+	c.targets.RegisterFlagsWithPrefix("", fs)
+	c.bucket.RegisterFlagsWithPrefix("", fs)
 }
 
 func (c *config) validate() error {
 	if err := c.server.Validate(); err != nil {
 		return err
 	}
-	if c.deciderAddr == "" {
-		return errors.New("--decider-addr: required")
+	switch c.discovery {
+	case discoveryAuto:
+		c.discovery = discoveryPush
+		if c.kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			c.discovery = discoveryKubernetes
+		}
+	case discoveryKubernetes, discoveryPush:
+	default:
+		return fmt.Errorf("--discovery %q: want auto, kubernetes or push", c.discovery)
 	}
-	if c.collectorID == "" || len(c.collectorID) > 253 {
-		return fmt.Errorf("--collector-id %q: want 1 to 253 bytes", c.collectorID)
+	n := 0
+	for _, set := range []bool{len(c.deciderAddrs) > 0, c.deciderService != "", c.deciderDNS != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("--decider-addr, --decider-service, --decider-dns: want one of them")
+	}
+	if n == 0 {
+		c.deciderAddrs = []string{defaultDecider}
+	}
+	if c.deciderService != "" {
+		if _, _, _, err := parseService(c.deciderService); err != nil {
+			return err
+		}
+		if c.discovery != discoveryKubernetes {
+			return errors.New("--decider-service: needs Kubernetes (--discovery=kubernetes)")
+		}
+	}
+	if c.deciderDNS != "" {
+		if _, _, err := net.SplitHostPort(c.deciderDNS); err != nil {
+			return fmt.Errorf("--decider-dns %q: want host:port", c.deciderDNS)
+		}
+		if c.dnsInterval <= 0 {
+			return fmt.Errorf("--decider-dns-interval %s: want more than 0", c.dnsInterval)
+		}
 	}
 	if c.retention < 10*time.Second {
 		return fmt.Errorf("--history %s: want at least 10s", c.retention)
 	}
-	if c.minBackoff <= 0 || c.maxBackoff < c.minBackoff {
-		return fmt.Errorf("--reconnect-min-backoff %s, --reconnect-max-backoff %s: want 0 < min <= max", c.minBackoff, c.maxBackoff)
+	if c.advertise == "" {
+		_, port, _ := net.SplitHostPort(c.server.GRPCAddr)
+		c.advertise = c.server.GRPCAddr
+		if ip := os.Getenv("POD_IP"); ip != "" {
+			c.advertise = net.JoinHostPort(ip, port)
+		}
+	}
+	c.bucket.Identity = c.advertise
+	if c.bucket.Buckets > 0 && c.discovery != discoveryKubernetes {
+		return errors.New("--buckets: needs Kubernetes (--discovery=kubernetes)")
+	}
+	for _, v := range []func(string) error{c.stream.Validate, c.scrape.Validate, c.lag.Validate, c.bucket.Validate} {
+		if err := v(""); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// parseService reads namespace/name:port.
+func parseService(v string) (ns, name string, port int, err error) {
+	hostPort, portStr, err := net.SplitHostPort(v)
+	if err == nil {
+		port, err = strconv.Atoi(portStr)
+	}
+	ns, name, ok := strings.Cut(hostPort, "/")
+	if err != nil || !ok || ns == "" || name == "" || port < 1 || port > 65535 {
+		return "", "", 0, fmt.Errorf("--decider-service %q: want namespace/name:port", v)
+	}
+	return ns, name, port, nil
 }
 
 func main() {
@@ -90,29 +198,117 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 
 	reg := prometheus.NewRegistry()
-	store := history.New(cfg.retention)
-	conn, err := grpc.NewClient(cfg.deciderAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("decider client %s: %w", cfg.deciderAddr, err)
+	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater}, stream.NewMetrics(reg), log)
+	var dialOpts []grpc.DialOption
+	if cfg.server.TLS.Enabled() {
+		opt, err := cfg.server.TLS.DialOption()
+		if err != nil {
+			return err
+		}
+		dialOpts = append(dialOpts, opt)
 	}
-	defer func() { _ = conn.Close() }()
-	h := newHandler(store, cfg.deciderAddr, time.Now, log, reg)
-	sender := stream.New(stream.Config{
-		CollectorID: cfg.collectorID,
-		MinBackoff:  cfg.minBackoff,
-		MaxBackoff:  cfg.maxBackoff,
-	}, store, conn, log.With(zap.String("decider", cfg.deciderAddr)), h.setConnected)
+	streams := stream.NewStreams(cfg.stream, hub, log, dialOpts...)
+	scraper := scrape.New(cfg.scrape, scrapeRecorder{hub}, scrape.NewMetrics(reg), log)
+	fetcher := lag.New(cfg.lag, hub, lag.NewMetrics(reg), log)
 
+	g, gctx := errgroup.WithContext(ctx)
+	var (
+		disc    *targets.Discovery
+		buckets *bucket.Set
+		kube    kubernetes.Interface
+	)
+	if cfg.discovery == discoveryKubernetes {
+		rc, err := restConfig(cfg.kubeconfig)
+		if err != nil {
+			return err
+		}
+		kube, err = kubernetes.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		tidal, err := crdclient.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("tidal client: %w", err)
+		}
+		disc = targets.New(cfg.targets, kube, tidal, hub, scraper, fetcher, log)
+		if cfg.bucket.Buckets > 0 {
+			buckets = bucket.New(cfg.bucket, kube, disc.Resync, reg, log)
+			disc.SetOwnership(buckets.Owns)
+		}
+	}
+
+	var pods readyPodNames
+	var owner ownerOf
+	if disc != nil {
+		pods = disc.ReadyPodNames
+	}
+	if buckets != nil {
+		owner = func(ref *commonv1.TargetRef) (string, bool) { return buckets.Owner(ref.Key()) }
+	}
+	h := newHandler(hub, cfg.discovery == discoveryPush, pods, owner, time.Now, log, reg)
 	srv := server.New(cfg.server, log, reg)
 	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), h)
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}
-	// Pushed stats are kept and replayed, so the collector can take them
-	// before a decider is reachable: it is ready once it listens.
-	srv.SetReady(true)
-	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(gctx) })
-	g.Go(func() error { return sender.Run(gctx) })
+
+	// Decider endpoints.
+	switch {
+	case len(cfg.deciderAddrs) > 0:
+		streams.SetDeciders(cfg.deciderAddrs)
+	case cfg.deciderService != "":
+		ns, name, port, _ := parseService(cfg.deciderService)
+		if err := deciders.WatchService(gctx, kube, ns, name, port, streams.SetDeciders, log); err != nil {
+			return err
+		}
+	default:
+		host, portStr, _ := net.SplitHostPort(cfg.deciderDNS)
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return fmt.Errorf("--decider-dns %q: %w", cfg.deciderDNS, err)
+		}
+		g.Go(func() error { deciders.WatchDNS(gctx, host, port, cfg.dnsInterval, streams.SetDeciders, log); return nil })
+	}
+	g.Go(func() error { return streams.Run(gctx) })
+	g.Go(func() error { return scraper.Run(gctx) })
+	g.Go(func() error { return fetcher.Run(gctx) })
+	if buckets != nil {
+		g.Go(func() error { return buckets.Run(gctx) })
+	}
+	if disc != nil {
+		// Prime before reporting ready: informers synced, targets set up.
+		if err := disc.Start(gctx); err != nil {
+			return errors.Join(err, g.Wait())
+		}
+		g.Go(func() error { return disc.Run(gctx) })
+	}
+	// Samples are kept and replayed, so the collector can measure and take
+	// pushed stats before a decider is reachable: ready once primed.
+	srv.SetReady(true)
 	return g.Wait()
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (or set --kubeconfig): %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return rc, nil
+}
+
+// scrapeRecorder adapts the hub to the scraper's Recorder.
+type scrapeRecorder struct{ hub *stream.Hub }
+
+func (r scrapeRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) { r.hub.Record(ref, s) }
+
+func (r scrapeRecorder) Failed(ref *commonv1.TargetRef, f scrape.Failure) {
+	r.hub.Failed(ref, stream.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
 }

@@ -1,0 +1,413 @@
+package lag
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tidalscale/tidal/collector/logkey"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+)
+
+// Error reasons, the values of the reason label of
+// tidal_collector_lag_fetch_errors_total.
+const (
+	ReasonBroker = "broker" // the cluster could not be reached or answered with an error
+	ReasonTopic  = "topic"  // the topic does not exist, or a partition could not be read
+	ReasonGroup  = "group"  // the consumer group's offsets could not be read
+	ReasonConfig = "config" // the target's cluster settings are unusable
+)
+
+// Config tunes a Fetcher.
+type Config struct {
+	// Tick is how often the fetcher looks for due targets; each target is
+	// fetched at its own interval, rounded up to a tick.
+	Tick time.Duration
+	// Timeout bounds one cluster's fetch.
+	Timeout time.Duration
+}
+
+// RegisterFlagsWithPrefix registers the fetcher's flags with their defaults.
+func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
+	fs.DurationVar(&c.Tick, p+"tick", 100*time.Millisecond, "How often due lag targets are fetched; a target's own interval (riff: 100ms, KEDA: pollingInterval) is rounded up to it.")
+	fs.DurationVar(&c.Timeout, p+"timeout", 5*time.Second, "Timeout of one Kafka cluster's lag fetch.")
+}
+
+// Validate refuses unusable values, naming the flag.
+func (c *Config) Validate(p string) error {
+	if c.Tick < time.Millisecond {
+		return fmt.Errorf("--%stick %s: want at least 1ms", p, c.Tick)
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("--%stimeout %s: want more than 0", p, c.Timeout)
+	}
+	return nil
+}
+
+// Target is a lag target: a consumer group reading a topic.
+type Target struct {
+	Ref     *commonv1.TargetRef
+	Cluster Cluster
+	// Topic is the input topic; empty means the one topic the group has
+	// committed offsets for.
+	Topic string
+	Group string
+	// Interval is how often the lag is read (the strategy's tick).
+	Interval time.Duration
+}
+
+// Recorder receives lag samples and error states.
+type Recorder interface {
+	// Record takes a sample; the recorder keeps it.
+	Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) bool
+	// SetError puts the target in an error state: no data.
+	SetError(ref *commonv1.TargetRef, msg string)
+}
+
+// Metrics are the fetcher's Prometheus metrics.
+type Metrics struct {
+	latency prometheus.Histogram
+	errors  *prometheus.CounterVec
+	targets prometheus.Gauge
+}
+
+// NewMetrics registers the fetcher's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		latency: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tidal_collector_lag_fetch_duration_seconds",
+			Help:    "Time of one Kafka cluster's lag fetch (committed and end offsets of every due target).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9),
+		}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_collector_lag_fetch_errors_total",
+			Help: "Lag targets that could not be measured at a fetch, by reason.",
+		}, []string{"reason"}),
+		targets: f.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_collector_lag_targets",
+			Help: "Lag targets being measured.",
+		}),
+	}
+	for _, r := range []string{ReasonBroker, ReasonTopic, ReasonGroup, ReasonConfig} {
+		m.errors.WithLabelValues(r)
+	}
+	return m
+}
+
+// Fetcher reads the lag of every target at its interval.
+type Fetcher struct {
+	cfg     Config
+	rec     Recorder
+	metrics *Metrics
+	log     *zap.Logger
+	limit   *logkey.Limiter
+	now     func() time.Time
+
+	// mu guards targets and clusters.
+	mu       sync.Mutex
+	targets  map[string]*target
+	clusters map[string]*cluster
+}
+
+type target struct {
+	spec    Target
+	cluster string
+	next    time.Time
+}
+
+type cluster struct {
+	cfg   Cluster
+	cl    *kgo.Client
+	adm   *kadm.Client
+	err   error // the options were unusable
+	users int
+	// busy is set while a fetch runs: a slow cluster is not asked twice.
+	busy bool
+}
+
+// New returns a Fetcher; it fetches nothing until Run.
+func New(cfg Config, rec Recorder, m *Metrics, log *zap.Logger) *Fetcher {
+	return &Fetcher{cfg: cfg, rec: rec, metrics: m, log: log, limit: logkey.NewLimiter(time.Minute), now: time.Now,
+		targets: map[string]*target{}, clusters: map[string]*cluster{}}
+}
+
+// Set adds or replaces a target; it is fetched at the next tick.
+func (f *Fetcher) Set(t Target) {
+	key := t.Ref.Key()
+	ck := t.Cluster.key()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old, ok := f.targets[key]; ok {
+		if old.cluster == ck {
+			old.spec = t
+			return
+		}
+		f.releaseLocked(old.cluster)
+	}
+	c, ok := f.clusters[ck]
+	if !ok {
+		c = &cluster{cfg: t.Cluster}
+		opts, err := t.Cluster.options()
+		if err == nil {
+			c.cl, err = kgo.NewClient(opts...)
+		}
+		if err != nil {
+			c.err = err
+		} else {
+			c.adm = kadm.NewClient(c.cl)
+		}
+		f.clusters[ck] = c
+	}
+	c.users++
+	f.targets[key] = &target{spec: t, cluster: ck}
+	f.metrics.targets.Set(float64(len(f.targets)))
+}
+
+// Remove forgets a target, closing its cluster's client when unused.
+func (f *Fetcher) Remove(ref *commonv1.TargetRef) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t, ok := f.targets[ref.Key()]; ok {
+		delete(f.targets, ref.Key())
+		f.releaseLocked(t.cluster)
+		f.metrics.targets.Set(float64(len(f.targets)))
+	}
+}
+
+func (f *Fetcher) releaseLocked(ck string) {
+	c := f.clusters[ck]
+	if c.users--; c.users == 0 {
+		delete(f.clusters, ck)
+		if c.cl != nil {
+			go c.cl.Close() // may wait on in-flight requests
+		}
+	}
+}
+
+// Run fetches due targets every tick until ctx ends, then closes clients.
+func (f *Fetcher) Run(ctx context.Context) error {
+	tick := time.NewTicker(f.cfg.Tick)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		f.mu.Lock()
+		for ck, c := range f.clusters {
+			if c.cl != nil {
+				c.cl.Close()
+			}
+			delete(f.clusters, ck)
+		}
+		f.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			f.fetchDue(ctx, &wg)
+		}
+	}
+}
+
+// FetchNow fetches every target at once and waits for the results.
+func (f *Fetcher) FetchNow(ctx context.Context) {
+	f.mu.Lock()
+	for _, t := range f.targets {
+		t.next = time.Time{}
+	}
+	f.mu.Unlock()
+	var wg sync.WaitGroup
+	f.fetchDue(ctx, &wg)
+	wg.Wait()
+}
+
+func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
+	now := f.now()
+	due := map[string][]Target{}
+	f.mu.Lock()
+	for _, t := range f.targets {
+		c := f.clusters[t.cluster]
+		if now.Before(t.next) || c.busy {
+			continue
+		}
+		t.next = now.Add(t.spec.Interval)
+		due[t.cluster] = append(due[t.cluster], t.spec)
+	}
+	work := make(map[*cluster][]Target, len(due))
+	for ck, ts := range due {
+		c := f.clusters[ck]
+		c.busy = true
+		work[c] = ts
+	}
+	f.mu.Unlock()
+	for c, ts := range work {
+		wg.Go(func() {
+			f.fetchCluster(ctx, c, ts)
+			f.mu.Lock()
+			c.busy = false
+			f.mu.Unlock()
+		})
+	}
+}
+
+// fetchCluster reads the committed offsets of every due group and the end
+// offsets of every due topic of one cluster, then records each target.
+func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster, ts []Target) {
+	if c.err != nil {
+		for _, t := range ts {
+			f.fail(t, ReasonConfig, fmt.Sprintf("kafka cluster %v: %v", c.cfg.Brokers, c.err))
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	began := time.Now()
+	defer func() { f.metrics.latency.Observe(time.Since(began).Seconds()) }()
+
+	groups := make([]string, 0, len(ts))
+	for _, t := range ts {
+		groups = append(groups, t.Group)
+	}
+	slices.Sort(groups)
+	groups = slices.Compact(groups)
+	commits := c.adm.FetchManyOffsets(ctx, groups...)
+
+	topicOf := make([]string, len(ts))
+	errOf := make([]error, len(ts))
+	var topics []string
+	for i, t := range ts {
+		gr, ok := commits[t.Group]
+		switch {
+		case !ok:
+			errOf[i] = fmt.Errorf("consumer group %q: no answer", t.Group)
+		case errors.Is(gr.Err, kerr.GroupIDNotFound):
+			// A group that never committed (its consumers have not started)
+			// has no offsets: every partition counts as uncommitted, which
+			// the strategy's reset policy prices, as riff and KEDA do.
+			commits[t.Group] = kadm.FetchOffsetsResponse{Group: t.Group}
+			if t.Topic == "" {
+				errOf[i] = fmt.Errorf("consumer group %q does not exist and no topic is named", t.Group)
+				break
+			}
+			topicOf[i] = t.Topic
+		case gr.Err != nil:
+			errOf[i] = fmt.Errorf("consumer group %q: %w", t.Group, gr.Err)
+		case t.Topic != "":
+			topicOf[i] = t.Topic
+		default:
+			committed := gr.Fetched.Partitions().Topics()
+			if len(committed) != 1 {
+				errOf[i] = fmt.Errorf("consumer group %q has committed offsets for %d topics %v: name the topic", t.Group, len(committed), committed)
+				break
+			}
+			topicOf[i] = committed[0]
+		}
+		if topicOf[i] != "" {
+			topics = append(topics, topicOf[i])
+		}
+	}
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	var ends kadm.ListedOffsets
+	var endsErr error
+	if len(topics) > 0 {
+		ends, endsErr = c.adm.ListEndOffsets(ctx, topics...)
+	}
+	now := f.now()
+	for i, t := range ts {
+		if err := errOf[i]; err != nil {
+			reason := ReasonGroup
+			if isBrokerErr(err) {
+				reason = ReasonBroker
+			}
+			f.fail(t, reason, err.Error())
+			continue
+		}
+		s, reason, err := sample(ends, endsErr, commits[t.Group].Fetched, topicOf[i], now)
+		if err != nil {
+			f.fail(t, reason, err.Error())
+			continue
+		}
+		f.rec.Record(t.Ref, s)
+	}
+}
+
+// sample builds one target's lag sample from the cluster's answers.
+func sample(ends kadm.ListedOffsets, endsErr error, fetched kadm.OffsetResponses, topic string, now time.Time) (*commonv1.MetricSample, string, error) {
+	parts, ok := ends[topic]
+	if !ok {
+		if endsErr != nil {
+			return nil, ReasonBroker, fmt.Errorf("topic %q end offsets: %w", topic, endsErr)
+		}
+		return nil, ReasonTopic, fmt.Errorf("topic %q: no end offsets", topic)
+	}
+	if p, ok := parts[-1]; ok && p.Err != nil {
+		if errors.Is(p.Err, kerr.UnknownTopicOrPartition) {
+			return nil, ReasonTopic, fmt.Errorf("topic %q does not exist", topic)
+		}
+		return nil, ReasonTopic, fmt.Errorf("topic %q: %w", topic, p.Err)
+	}
+	ids := make([]int32, 0, len(parts))
+	for id := range parts {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	lags := make([]*commonv1.PartitionLag, 0, len(ids))
+	for _, id := range ids {
+		p := parts[id]
+		if p.Err != nil || p.Offset < 0 {
+			reason := ReasonTopic
+			if isBrokerErr(p.Err) {
+				reason = ReasonBroker
+			}
+			return nil, reason, fmt.Errorf("topic %q partition %d end offset: %v", topic, id, p.Err)
+		}
+		pl := &commonv1.PartitionLag{Partition: id, EndOffset: p.Offset}
+		if o, ok := fetched.Lookup(topic, id); ok && o.Err == nil && o.At >= 0 {
+			at := o.At
+			pl.CommittedOffset = &at
+		}
+		lags = append(lags, pl)
+	}
+	n := int32(len(lags))
+	return &commonv1.MetricSample{
+		Time:           timestamppb.New(now),
+		Source:         commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+		PartitionLags:  lags,
+		PartitionCount: &n,
+	}, "", nil
+}
+
+func isBrokerErr(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Retriable
+	}
+	return true // a transport or timeout error
+}
+
+func (f *Fetcher) fail(t Target, reason, msg string) {
+	f.metrics.errors.WithLabelValues(reason).Inc()
+	f.rec.SetError(t.Ref, reason+": "+msg)
+	if f.limit.Allow(t.Ref.Key(), f.now()) {
+		f.log.Warn("lag fetch failed", logkey.Target(t.Ref.Key()), logkey.Reason(reason), zap.String("error", msg))
+	}
+}

@@ -1,0 +1,611 @@
+package stream
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tidalscale/tidal/collector/history"
+	"github.com/tidalscale/tidal/collector/route"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+// maxFailures is how many recent failures a target keeps for GetWindow.
+const maxFailures = 16
+
+// Failure is one failed measurement, for GetWindow.
+type Failure struct {
+	Time    time.Time
+	Pod     string
+	Reason  string
+	Message string
+}
+
+// Hub holds every target this collector measures and the outboxes of the
+// deciders they stream to.
+type Hub struct {
+	retention    time.Duration
+	highWater    int
+	metrics      *Metrics
+	log          *zap.Logger
+	onConnection func(addr string, up bool)
+
+	// mu guards everything below and every outbox's fields.
+	mu       sync.Mutex
+	targets  map[string]*target
+	members  []string // sorted decider endpoints
+	outboxes map[string]*outbox
+	// room is closed and replaced when outboxes drain below the high water
+	// mark, waking PushStats callers that wait.
+	room chan struct{}
+}
+
+type target struct {
+	ref      *commonv1.TargetRef
+	spec     *deciderv1.TargetSpec
+	hist     *history.History
+	errMsg   string
+	owner    string
+	ready    int32 // -1 unknown
+	failures []Failure
+}
+
+// outbox is what one decider has yet to receive. Guarded by Hub.mu.
+type outbox struct {
+	addr      string
+	connected bool
+	// replay holds targets whose whole history goes out next, in a replay
+	// batch; their live entries are dropped when they are marked.
+	replay  map[string]bool
+	pending map[string]*pendingTarget
+	removed []*commonv1.TargetRef
+	depth   int // samples in pending
+	urgent  bool
+	// behind is set when the backlog overflowed and cleared once a flush
+	// after the next replay went through: PushStats waits meanwhile.
+	behind bool
+	// cancel ends the current stream; set while connected.
+	cancel func()
+	// wake has room for one token: a signal that there is work.
+	wake chan struct{}
+}
+
+type pendingTarget struct {
+	ref     *commonv1.TargetRef
+	spec    *deciderv1.TargetSpec
+	samples []*commonv1.MetricSample
+	errSet  bool
+	errMsg  string
+}
+
+// HubConfig tunes a Hub.
+type HubConfig struct {
+	// Retention is the history kept per target unless SetSpec says more.
+	Retention time.Duration
+	// HighWater bounds the samples waiting for one decider; beyond it the
+	// backlog becomes a replay and PushStats waits.
+	HighWater int
+}
+
+// NewHub returns an empty Hub.
+func NewHub(cfg HubConfig, m *Metrics, log *zap.Logger) *Hub {
+	return &Hub{
+		retention: cfg.Retention,
+		highWater: cfg.HighWater,
+		metrics:   m,
+		log:       log,
+		targets:   map[string]*target{},
+		outboxes:  map[string]*outbox{},
+		room:      make(chan struct{}),
+	}
+}
+
+// SetSpec adds a target or changes its spec. retention, if longer than the
+// hub's default, is kept for this target (its stable window plus scale-down
+// delay, say).
+func (h *Hub) SetSpec(spec *deciderv1.TargetSpec, retention time.Duration) {
+	spec = proto.CloneOf(spec)
+	key := spec.GetTarget().Key()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.addLocked(key, spec, retention)
+}
+
+// addLocked adds or updates a target.
+func (h *Hub) addLocked(key string, spec *deciderv1.TargetSpec, retention time.Duration) {
+	t, ok := h.targets[key]
+	if !ok {
+		t = &target{ref: spec.GetTarget(), hist: history.New(max(retention, h.retention)), ready: -1}
+		t.owner, _ = route.Owner(key, h.members)
+		h.targets[key] = t
+		h.metrics.targets.Set(float64(len(h.targets)))
+		// A new target goes live, not as a replay: when it was another
+		// collector replica's until now (its bucket moved here), the
+		// decider keeps what that replica sent and appends ours.
+	}
+	t.hist.Retention = max(retention, h.retention)
+	if t.spec != nil && proto.Equal(t.spec, spec) {
+		return
+	}
+	t.spec = spec
+	if ob := h.outboxes[t.owner]; ob != nil && ob.connected && !ob.replay[key] {
+		ob.entryLocked(key, t.ref).spec = spec
+		ob.signal()
+	}
+}
+
+// Known reports whether the hub measures the target.
+func (h *Hub) Known(ref *commonv1.TargetRef) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.targets[ref.Key()]
+	return ok
+}
+
+// SetReadyPods records the target's ready pod count, which decides whether
+// a pushed stat wakes its decider at once.
+func (h *Hub) SetReadyPods(ref *commonv1.TargetRef, n int32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.targets[ref.Key()]; ok {
+		t.ready = n
+	}
+}
+
+// Record adds a sample to a known target, keeps it in history and queues it
+// for the target's decider; a sample for an unknown target is dropped and
+// false returned. The hub keeps s. A pushed stat with requests in flight
+// that opens a new second for a target with no ready pods (or none known)
+// is sent at once, as Knative pokes its decider on the activator's first
+// stat; everything else goes with the next batch.
+func (h *Hub) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.recordLocked(ref.Key(), s)
+}
+
+// RecordPushed records pushed samples (samples[i] for refs[i]) under one
+// lock, all or nothing: if a target is unknown, nothing is recorded and its
+// index is returned. With implicit set, an unknown target is created as a
+// KPA target with the decider's defaults instead (a collector without
+// target discovery). It returns -1 when everything was recorded.
+func (h *Hub) RecordPushed(refs []*commonv1.TargetRef, samples []*commonv1.MetricSample, implicit bool) (unknown int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !implicit {
+		for i, ref := range refs {
+			if _, ok := h.targets[ref.Key()]; !ok {
+				return i
+			}
+		}
+	}
+	for i, ref := range refs {
+		key := ref.Key()
+		if _, ok := h.targets[key]; !ok {
+			h.addLocked(key, &deciderv1.TargetSpec{Target: proto.CloneOf(ref), Strategy: commonv1.Strategy_STRATEGY_KPA}, 0)
+		}
+		h.recordLocked(key, samples[i])
+	}
+	return -1
+}
+
+func (h *Hub) recordLocked(key string, s *commonv1.MetricSample) bool {
+	t, ok := h.targets[key]
+	if !ok {
+		return false
+	}
+	live := history.Clone(s)
+	t.hist.Append(s)
+	if t.errMsg != "" && s.GetSource() != commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
+		t.errMsg = "" // a good measurement ends the error state
+	}
+	ob := h.outboxes[t.owner]
+	if ob == nil || !ob.connected || ob.replay[key] {
+		return true // a replay will carry it
+	}
+	if ob.depth >= h.highWater {
+		// The decider is behind. Drop its backlog and end its stream: the
+		// next stream replays everything from history, which already holds
+		// s. (A replay on the same stream would be added to, not replace,
+		// what the decider holds.)
+		h.metrics.replays.WithLabelValues(ob.addr, "overflow").Inc()
+		ob.behind = true
+		h.resetLocked(ob)
+		return true
+	}
+	p := ob.entryLocked(key, t.ref)
+	if n := len(p.samples); n > 0 && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
+		if last := p.samples[n-1]; last.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && last.GetTime().AsTime().Equal(s.GetTime().AsTime()) {
+			history.AddInto(last, live)
+			return true
+		}
+	}
+	p.samples = append(p.samples, live)
+	ob.depth++
+	if s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && s.GetAverageConcurrency() > 0 && t.ready <= 0 {
+		ob.urgent = true
+	}
+	ob.signal()
+	return true
+}
+
+// SetError puts the target in (or, with "", out of) an error state: the
+// collector could not measure it. The decider hears it as "no data".
+func (h *Hub) SetError(ref *commonv1.TargetRef, msg string) {
+	key := ref.Key()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.targets[key]
+	if !ok || t.errMsg == msg {
+		return
+	}
+	t.errMsg = msg
+	if ob := h.outboxes[t.owner]; ob != nil && ob.connected && !ob.replay[key] {
+		p := ob.entryLocked(key, t.ref)
+		p.errSet, p.errMsg = true, msg
+		ob.signal()
+	}
+}
+
+// Failed keeps a failure for GetWindow.
+func (h *Hub) Failed(ref *commonv1.TargetRef, f Failure) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.targets[ref.Key()]
+	if !ok {
+		return
+	}
+	if len(t.failures) == maxFailures {
+		copy(t.failures, t.failures[1:])
+		t.failures = t.failures[:maxFailures-1]
+	}
+	t.failures = append(t.failures, f)
+}
+
+// Remove forgets a deleted target and tells its decider to forget it too.
+func (h *Hub) Remove(ref *commonv1.TargetRef) { h.remove(ref, true) }
+
+// Drop forgets a target this collector no longer owns (its bucket moved to
+// another replica) without telling the decider, which keeps it for the new
+// owner's replay.
+func (h *Hub) Drop(ref *commonv1.TargetRef) { h.remove(ref, false) }
+
+func (h *Hub) remove(ref *commonv1.TargetRef, tell bool) {
+	key := ref.Key()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.targets[key]
+	if !ok {
+		return
+	}
+	delete(h.targets, key)
+	h.metrics.targets.Set(float64(len(h.targets)))
+	if ob := h.outboxes[t.owner]; ob != nil {
+		ob.dropLocked(key)
+		if tell && ob.connected {
+			ob.removed = append(ob.removed, t.ref)
+			ob.signal()
+		}
+	}
+}
+
+// SetDeciders replaces the decider endpoints. Targets whose owner changes
+// are removed from the old owner's stream and replayed to the new one.
+// It returns the outboxes to start and the endpoints to stop.
+func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
+	addrs = slices.Clone(addrs)
+	sort.Strings(addrs)
+	addrs = slices.Compact(addrs)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if slices.Equal(addrs, h.members) {
+		return nil, nil
+	}
+	for _, a := range addrs {
+		if _, ok := h.outboxes[a]; !ok {
+			h.outboxes[a] = &outbox{addr: a, replay: map[string]bool{}, pending: map[string]*pendingTarget{}, wake: make(chan struct{}, 1)}
+			added = append(added, a)
+		}
+	}
+	for _, a := range h.members {
+		if !slices.Contains(addrs, a) {
+			gone = append(gone, a)
+		}
+	}
+	h.members = addrs
+	for key, t := range h.targets {
+		owner, _ := route.Owner(key, addrs)
+		if owner == t.owner {
+			continue
+		}
+		if old := h.outboxes[t.owner]; old != nil {
+			old.dropLocked(key)
+			if old.connected {
+				old.removed = append(old.removed, t.ref)
+				old.signal()
+			}
+		}
+		t.owner = owner
+		if ob := h.outboxes[owner]; ob != nil && ob.connected {
+			h.metrics.replays.WithLabelValues(owner, "move").Inc()
+			ob.markReplayLocked(key)
+			ob.signal()
+		}
+	}
+	for _, a := range gone {
+		delete(h.outboxes, a)
+	}
+	return added, gone
+}
+
+// resetLocked ends a decider's stream and empties its outbox.
+func (h *Hub) resetLocked(ob *outbox) {
+	ob.connected = false
+	ob.pending = map[string]*pendingTarget{}
+	ob.replay = map[string]bool{}
+	ob.removed = nil
+	ob.depth = 0
+	h.metrics.depth.WithLabelValues(ob.addr).Set(0)
+	if ob.cancel != nil {
+		ob.cancel()
+		ob.cancel = nil
+	}
+	h.wakeRoomLocked()
+}
+
+// caughtUp records that a flush to addr went through.
+func (h *Hub) caughtUp(addr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ob := h.outboxes[addr]; ob != nil && ob.behind && ob.connected && len(ob.replay) == 0 {
+		ob.behind = false
+		h.wakeRoomLocked()
+	}
+}
+
+// connect marks a decider's stream open: everything it owns is replayed.
+// cancel ends the stream (when the decider falls too far behind).
+func (h *Hub) connect(addr string, cancel func()) *outbox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ob := h.outboxes[addr]
+	if ob == nil {
+		return nil
+	}
+	ob.connected = true
+	ob.cancel = cancel
+	ob.pending = map[string]*pendingTarget{}
+	ob.removed = nil
+	ob.depth = 0
+	for key, t := range h.targets {
+		if t.owner == addr {
+			ob.replay[key] = true
+		}
+	}
+	h.metrics.replays.WithLabelValues(addr, "connect").Add(float64(len(ob.replay)))
+	ob.signal()
+	h.wakeRoomLocked()
+	return ob
+}
+
+// disconnect drops a decider's outbox contents: the next stream replays.
+func (h *Hub) disconnect(addr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ob := h.outboxes[addr]; ob != nil {
+		h.resetLocked(ob)
+	}
+}
+
+// batchSet is what one sender turn sends: replay batches first, then live.
+type batchSet struct {
+	replay []*deciderv1.IngestRequest
+	live   []*deciderv1.IngestRequest
+	urgent bool
+}
+
+// take empties the outbox into batches of at most maxSamples samples each
+// (a target's replay is never split).
+func (h *Hub) take(addr string, maxSamples int) batchSet {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var bs batchSet
+	ob := h.outboxes[addr]
+	if ob == nil || !ob.connected {
+		return bs
+	}
+	if len(ob.replay) > 0 {
+		keys := make([]string, 0, len(ob.replay))
+		for k := range ob.replay {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		cur := &deciderv1.IngestRequest{Replay: true}
+		n := 0
+		for _, k := range keys {
+			t := h.targets[k]
+			if t == nil || t.owner != addr {
+				continue
+			}
+			if t.spec != nil {
+				cur.Specs = append(cur.Specs, t.spec)
+			}
+			tm := &deciderv1.TargetMetrics{Target: t.ref, MeasureError: t.errMsg, Samples: t.hist.AppendTo(nil)}
+			cur.Metrics = append(cur.Metrics, tm)
+			n += len(tm.Samples)
+			if n >= maxSamples {
+				bs.replay = append(bs.replay, cur)
+				cur, n = &deciderv1.IngestRequest{Replay: true}, 0
+			}
+		}
+		if len(cur.Metrics) > 0 {
+			bs.replay = append(bs.replay, cur)
+		}
+		ob.replay = map[string]bool{}
+	}
+	if len(ob.pending) > 0 || len(ob.removed) > 0 {
+		keys := make([]string, 0, len(ob.pending))
+		for k := range ob.pending {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		cur := &deciderv1.IngestRequest{Removed: ob.removed}
+		n := 0
+		for _, k := range keys {
+			p := ob.pending[k]
+			if p.spec != nil {
+				cur.Specs = append(cur.Specs, p.spec)
+			}
+			if len(p.samples) > 0 || p.errSet {
+				cur.Metrics = append(cur.Metrics, &deciderv1.TargetMetrics{Target: p.ref, Samples: p.samples, MeasureError: p.errMsg})
+				n += len(p.samples)
+			}
+			if n >= maxSamples {
+				bs.live = append(bs.live, cur)
+				cur, n = &deciderv1.IngestRequest{}, 0
+			}
+		}
+		if len(cur.Metrics)+len(cur.Specs)+len(cur.Removed) > 0 {
+			bs.live = append(bs.live, cur)
+		}
+		ob.pending = map[string]*pendingTarget{}
+		ob.removed = nil
+	}
+	bs.urgent = ob.urgent
+	ob.urgent = false
+	ob.depth = 0
+	h.metrics.depth.WithLabelValues(addr).Set(0)
+	h.wakeRoomLocked()
+	return bs
+}
+
+// pendingWork says how much waits for addr (samples, plus one for each
+// target with other news) and whether it must go at once: an urgent pushed
+// stat, or a replay.
+func (h *Hub) pendingWork(addr string) (work int, urgent bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ob := h.outboxes[addr]; ob != nil && ob.connected {
+		h.metrics.depth.WithLabelValues(addr).Set(float64(ob.depth))
+		return ob.depth + len(ob.pending) + len(ob.replay) + len(ob.removed), ob.urgent || len(ob.replay) > 0
+	}
+	return 0, false
+}
+
+// WaitRoom blocks while any connected decider's backlog is at the high
+// water mark: PushStats callers slow down instead of the collector growing.
+func (h *Hub) WaitRoom(ctx context.Context) error {
+	for {
+		h.mu.Lock()
+		full := false
+		for _, ob := range h.outboxes {
+			if ob.behind || (ob.connected && ob.depth >= h.highWater) {
+				full = true
+				break
+			}
+		}
+		room := h.room
+		h.mu.Unlock()
+		if !full {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-room:
+		}
+	}
+}
+
+func (h *Hub) wakeRoomLocked() {
+	close(h.room)
+	h.room = make(chan struct{})
+}
+
+func (ob *outbox) entryLocked(key string, ref *commonv1.TargetRef) *pendingTarget {
+	p, ok := ob.pending[key]
+	if !ok {
+		p = &pendingTarget{ref: ref}
+		ob.pending[key] = p
+	}
+	return p
+}
+
+func (ob *outbox) markReplayLocked(key string) {
+	ob.dropLocked(key)
+	ob.replay[key] = true
+}
+
+func (ob *outbox) dropLocked(key string) {
+	if p, ok := ob.pending[key]; ok {
+		ob.depth -= len(p.samples)
+		delete(ob.pending, key)
+	}
+	delete(ob.replay, key)
+}
+
+func (ob *outbox) signal() {
+	select {
+	case ob.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Window is what the hub holds for one target.
+type Window struct {
+	Target    *commonv1.TargetRef
+	Spec      *deciderv1.TargetSpec
+	Retention time.Duration
+	Samples   []*commonv1.MetricSample
+	Error     string
+	Failures  []Failure // newest first
+	Decider   string    // empty when its decider is not connected
+	ReadyPods int32
+}
+
+// Get returns a copy of what the hub holds for the target.
+func (h *Hub) Get(ref *commonv1.TargetRef) (Window, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.targets[ref.Key()]
+	if !ok {
+		return Window{}, false
+	}
+	return h.windowLocked(t), true
+}
+
+func (h *Hub) windowLocked(t *target) Window {
+	w := Window{Target: t.ref, Spec: t.spec, Retention: t.hist.Retention, Samples: t.hist.AppendTo(nil), Error: t.errMsg, ReadyPods: t.ready}
+	for i := len(t.failures) - 1; i >= 0; i-- {
+		w.Failures = append(w.Failures, t.failures[i])
+	}
+	if ob := h.outboxes[t.owner]; ob != nil && ob.connected {
+		w.Decider = t.owner
+	}
+	return w
+}
+
+// Targets returns every target's window, sorted by key, optionally only in
+// one namespace.
+func (h *Hub) Targets(namespace string) []Window {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keys := make([]string, 0, len(h.targets))
+	for k, t := range h.targets {
+		if namespace == "" || t.ref.GetNamespace() == namespace {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	out := make([]Window, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, h.windowLocked(h.targets[k]))
+	}
+	return out
+}

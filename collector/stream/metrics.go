@@ -1,0 +1,52 @@
+package stream
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics are the streams' Prometheus metrics.
+type Metrics struct {
+	targets   prometheus.Gauge
+	depth     *prometheus.GaugeVec
+	replays   *prometheus.CounterVec
+	sent      *prometheus.CounterVec
+	batches   *prometheus.CounterVec
+	connected *prometheus.GaugeVec
+	failures  *prometheus.CounterVec
+}
+
+// NewMetrics registers the streams' metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	return &Metrics{
+		targets: f.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_collector_targets",
+			Help: "Targets this collector measures and streams.",
+		}),
+		depth: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_collector_stream_queue_depth",
+			Help: "Samples waiting to be sent to a decider.",
+		}, []string{"decider"}),
+		replays: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_collector_stream_replays_total",
+			Help: "Target histories replayed to a decider, by cause: connect (a new stream), move (the target's owner changed), overflow (the decider fell behind).",
+		}, []string{"decider", "cause"}),
+		sent: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_collector_stream_samples_sent_total",
+			Help: "Samples sent to a decider, replayed ones included.",
+		}, []string{"decider"}),
+		batches: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_collector_stream_batches_sent_total",
+			Help: "Ingest batches sent to a decider.",
+		}, []string{"decider"}),
+		connected: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_collector_stream_connected",
+			Help: "1 while the stream to a decider is open.",
+		}, []string{"decider"}),
+		failures: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_collector_stream_failures_total",
+			Help: "Decider streams that failed or could not be opened.",
+		}, []string{"decider"}),
+	}
+}

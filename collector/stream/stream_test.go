@@ -1,0 +1,364 @@
+package stream
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+func testConfig(t testing.TB) Config {
+	var c Config
+	c.RegisterFlagsWithPrefix("stream.", flag.NewFlagSet("t", flag.PanicOnError))
+	c.CollectorID = "collector-test"
+	c.MinBackoff = 10 * time.Millisecond
+	c.MaxBackoff = 50 * time.Millisecond
+	c.FlushInterval = 5 * time.Millisecond
+	if err := c.Validate("stream."); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type collector struct {
+	hub     *Hub
+	streams *Streams
+	reg     *prometheus.Registry
+}
+
+func startCollector(t testing.TB, cfg Config, retention time.Duration, deciders ...string) *collector {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	hub := NewHub(HubConfig{Retention: retention, HighWater: cfg.HighWater}, NewMetrics(reg), zap.NewNop())
+	st := NewStreams(cfg, hub, testLogger(t))
+	st.SetDeciders(deciders)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = st.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &collector{hub: hub, streams: st, reg: reg}
+}
+
+func ref(name string) *commonv1.TargetRef { return &commonv1.TargetRef{Namespace: "ns", Name: name} }
+
+func spec(name string) *deciderv1.TargetSpec {
+	return &deciderv1.TargetSpec{Target: ref(name), Strategy: commonv1.Strategy_STRATEGY_KPA}
+}
+
+func scrapeSample(at time.Time, c float64, ready int32) *commonv1.MetricSample {
+	return &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, AverageConcurrency: c, ReadyPods: &ready}
+}
+
+func pushSample(at time.Time, c float64) *commonv1.MetricSample {
+	return &commonv1.MetricSample{Time: timestamppb.New(at.Truncate(time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_PUSH, AverageConcurrency: c}
+}
+
+// TestDeciderRestartReplaysHistory is the acceptance test of the stream: two
+// collectors measure the same targets; one streams to a decider that never
+// stops, the other to a decider that is stopped mid-stream, misses samples
+// while down, and is restarted on the same address. After the restart the
+// restarted decider holds exactly what the uninterrupted one holds over the
+// retained span, so its next decision is the same.
+func TestDeciderRestartReplaysHistory(t *testing.T) {
+	const retention = 30 * time.Second
+	steady := startDecider(t, "")
+	restarted := startDecider(t, "")
+	cfg := testConfig(t)
+	a := startCollector(t, cfg, retention, steady.addr)
+	b := startCollector(t, cfg, retention, restarted.addr)
+	names := []string{"alpha", "beta", "gamma"}
+	for _, c := range []*collector{a, b} {
+		for _, n := range names {
+			c.hub.SetSpec(spec(n), 0)
+		}
+	}
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	second := 0
+	feed := func(upto int) {
+		for ; second < upto; second++ {
+			at := t0.Add(time.Duration(second) * time.Second)
+			for i, n := range names {
+				s := scrapeSample(at.Add(500*time.Millisecond), float64(second*(i+1)), int32(i+1))
+				a.hub.Record(ref(n), s)
+				b.hub.Record(ref(n), scrapeSample(at.Add(500*time.Millisecond), float64(second*(i+1)), int32(i+1)))
+				// Two activator stats in the same second: merged in history,
+				// summed by the decider either way.
+				for _, c := range []*collector{a, b} {
+					c.hub.Record(ref(n), pushSample(at, 0.25))
+					c.hub.Record(ref(n), pushSample(at, 0.5))
+				}
+			}
+		}
+	}
+	caughtUp := func(d *fakeDecider) func() bool {
+		return func() bool {
+			for _, n := range names {
+				secs, _, ok := d.window(ref(n).Key(), 0)
+				if !ok || len(secs) == 0 || secs[len(secs)-1] != t0.Unix()+int64(second-1) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	feed(20)
+	eventually(t, "both deciders to receive 20 s", caughtUp(steady))
+	eventually(t, "restarted decider to receive 20 s", caughtUp(restarted))
+
+	// Stop the decider mid-stream; samples keep coming while it is down.
+	restarted.srv.Stop()
+	feed(45)
+	restarted2 := startDecider(t, restarted.addr)
+	eventually(t, "the restarted decider to be replayed", caughtUp(restarted2))
+	feed(50)
+	eventually(t, "steady decider to catch up", caughtUp(steady))
+	eventually(t, "restarted decider to catch up", caughtUp(restarted2))
+
+	from := t0.Unix() + int64(second) - int64(retention/time.Second)
+	for _, n := range names {
+		ws, wv, _ := steady.window(ref(n).Key(), from)
+		rs, rv, _ := restarted2.window(ref(n).Key(), from)
+		if !slices.Equal(ws, rs) || !slices.Equal(wv, rv) {
+			t.Errorf("%s over the retained span:\nuninterrupted %v %v\nrestarted     %v %v", n, ws, wv, rs, rv)
+		}
+		if len(rs) < int(retention/time.Second) {
+			t.Errorf("%s: restarted decider holds %d seconds, want the %s retained", n, len(rs), retention)
+		}
+	}
+	batches := restarted2.takeBatches()
+	if len(batches) == 0 || !batches[0].GetReplay() || len(batches[0].GetSpecs()) != len(names) {
+		t.Fatalf("first batch after the restart = %v, want a replay with every spec", batches[0])
+	}
+	for _, bt := range batches {
+		if bt.GetCollectorId() != "collector-test" {
+			t.Fatalf("batch collector id %q", bt.GetCollectorId())
+		}
+	}
+	if got := counter(t, b.reg, "tidal_collector_stream_replays_total", "connect"); got < 6 {
+		t.Errorf("replays{cause=connect} = %v, want 3 targets on each of 2 streams", got)
+	}
+}
+
+func TestTargetsMoveBetweenDeciders(t *testing.T) {
+	d1, d2 := startDecider(t, ""), startDecider(t, "")
+	c := startCollector(t, testConfig(t), time.Minute, d1.addr, d2.addr)
+	var names []string
+	for i := range 30 {
+		n := fmt.Sprintf("t%02d", i)
+		names = append(names, n)
+		c.hub.SetSpec(spec(n), 0)
+	}
+	now := time.Now().Truncate(time.Second)
+	for i, n := range names {
+		c.hub.Record(ref(n), scrapeSample(now.Add(-10*time.Second), float64(i), 1))
+	}
+	all := func(ds ...*fakeDecider) func() bool {
+		return func() bool {
+			var got []string
+			for _, d := range ds {
+				got = append(got, d.keys()...)
+			}
+			slices.Sort(got)
+			return len(got) == len(names)
+		}
+	}
+	eventually(t, "every target on exactly one of two deciders", all(d1, d2))
+
+	d3 := startDecider(t, "")
+	c.streams.SetDeciders([]string{d1.addr, d2.addr, d3.addr})
+	eventually(t, "the third decider to take its share", func() bool { return len(d3.keys()) > 0 })
+	eventually(t, "every target on exactly one of three deciders", all(d1, d2, d3))
+	for _, k := range d3.keys() {
+		secs, vals, _ := d3.window(k, 0)
+		if len(secs) != 1 {
+			t.Errorf("moved target %s: decider 3 holds %v %v, want its replayed history", k, secs, vals)
+		}
+		for _, d := range []*fakeDecider{d1, d2} {
+			if slices.Contains(d.keys(), k) {
+				t.Errorf("moved target %s still held by %s", k, d.addr)
+			}
+		}
+	}
+	// Removing a decider moves its targets back.
+	c.streams.SetDeciders([]string{d1.addr, d2.addr})
+	eventually(t, "targets back on two deciders", all(d1, d2))
+
+	// A deleted target is removed from its decider.
+	c.hub.Remove(ref(names[0]))
+	eventually(t, "the deleted target forgotten", func() bool {
+		return !slices.Contains(append(d1.keys(), d2.keys()...), ref(names[0]).Key())
+	})
+}
+
+func TestPushToTargetAtZeroIsSentAtOnce(t *testing.T) {
+	d := startDecider(t, "")
+	cfg := testConfig(t)
+	cfg.FlushInterval = time.Hour // only urgent stats go out
+	c := startCollector(t, cfg, time.Minute, d.addr)
+	c.hub.SetSpec(spec("zero"), 0)
+	c.hub.SetSpec(spec("busy"), 0)
+	c.hub.SetReadyPods(ref("zero"), 0)
+	c.hub.SetReadyPods(ref("busy"), 3)
+	eventually(t, "the replay on connect", func() bool { return len(d.keys()) == 2 })
+	d.takeBatches()
+	now := time.Now()
+	c.hub.Record(ref("busy"), pushSample(now, 1))
+	time.Sleep(50 * time.Millisecond)
+	if b := d.takeBatches(); len(b) != 0 {
+		t.Fatalf("a stat for a target with ready pods went out before the flush interval: %v", b)
+	}
+	c.hub.Record(ref("zero"), pushSample(now, 1))
+	eventually(t, "the poke", func() bool {
+		_, vals, _ := d.window(ref("zero").Key(), 0)
+		return len(vals) == 1 && vals[0] == 1
+	})
+}
+
+func TestReconnectAfterDeciderComesUp(t *testing.T) {
+	d := startDecider(t, "")
+	addr := d.addr
+	d.srv.Stop()
+	c := startCollector(t, testConfig(t), time.Minute, addr)
+	c.hub.SetSpec(spec("late"), 0)
+	c.hub.Record(ref("late"), scrapeSample(time.Now(), 4, 1))
+	time.Sleep(100 * time.Millisecond) // several failed attempts
+	d2 := startDecider(t, addr)
+	eventually(t, "the history replayed once the decider is up", func() bool {
+		_, vals, ok := d2.window(ref("late").Key(), 0)
+		return ok && len(vals) == 1 && vals[0] == 4
+	})
+	if got := counter(t, c.reg, "tidal_collector_stream_failures_total", ""); got < 1 {
+		t.Errorf("stream failures = %v, want the failed attempts counted", got)
+	}
+}
+
+func TestSlowDeciderOverflowsIntoReplay(t *testing.T) {
+	d := startDecider(t, "")
+	block := make(chan struct{})
+	d.mu.Lock()
+	d.block = block
+	d.mu.Unlock()
+	cfg := testConfig(t)
+	cfg.BatchSamples = 10
+	cfg.HighWater = 20
+	c := startCollector(t, cfg, time.Hour, d.addr)
+	c.hub.SetSpec(spec("hot"), 0)
+	eventually(t, "the stream to open", func() bool { w, _ := c.hub.pendingWork(d.addr); return w == 0 && connected(c.hub, d.addr) })
+	t0 := time.Now().Add(-30 * time.Minute)
+	// gRPC buffers some batches before Send blocks; record until the
+	// outbox stays full.
+	for i := range 20000 {
+		c.hub.Record(ref("hot"), scrapeSample(t0.Add(time.Duration(i)*time.Millisecond), 1, 1))
+	}
+	if w, _ := c.hub.pendingWork(d.addr); w > cfg.HighWater+1 {
+		t.Errorf("%d samples wait for a stuck decider, want at most the high water mark %d", w, cfg.HighWater)
+	}
+	if got := counter(t, c.reg, "tidal_collector_stream_replays_total", "overflow"); got < 1 {
+		t.Errorf("replays{cause=overflow} = %v, want at least 1", got)
+	}
+	close(block)
+	if err := c.hub.WaitRoom(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every sample to arrive exactly once", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		ts := d.state[ref("hot").Key()]
+		if ts == nil {
+			return false
+		}
+		var sum float64
+		for _, v := range ts.seconds {
+			sum += v
+		}
+		return sum == 20000
+	})
+}
+
+func connected(h *Hub, addr string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ob := h.outboxes[addr]
+	return ob != nil && ob.connected
+}
+
+func counter(t testing.TB, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					match = true
+				}
+			}
+			if match {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func testLogger(t testing.TB) *zap.Logger {
+	if testing.Verbose() {
+		return zap.NewExample()
+	}
+	return zap.NewNop()
+}
+
+func TestOverflowEndsStreamAndHoldsPushers(t *testing.T) {
+	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 5}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub.setDeciders([]string{"d:1"})
+	hub.SetSpec(spec("x"), 0)
+	cancelled := 0
+	hub.connect("d:1", func() { cancelled++ })
+	hub.take("d:1", 100) // the replay on connect
+	hub.caughtUp("d:1")
+	t0 := time.Now()
+	for i := range 6 {
+		hub.Record(ref("x"), scrapeSample(t0.Add(time.Duration(i)*time.Millisecond), 1, 1))
+	}
+	if cancelled != 1 || connected(hub, "d:1") {
+		t.Fatalf("after overflow: stream cancelled %d times, connected %v; want the stream ended", cancelled, connected(hub, "d:1"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := hub.WaitRoom(ctx); err == nil {
+		t.Fatal("WaitRoom returned while the decider is behind")
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- hub.WaitRoom(context.Background()) }()
+	// The sender reconnects: the replay holds all 6 samples.
+	hub.connect("d:1", func() {})
+	bs := hub.take("d:1", 100)
+	if len(bs.replay) != 1 || len(bs.replay[0].GetMetrics()[0].GetSamples()) != 6 {
+		t.Fatalf("replay after overflow = %v, want the 6 samples", bs.replay)
+	}
+	hub.caughtUp("d:1")
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitRoom still waiting after the decider caught up")
+	}
+}

@@ -1,0 +1,513 @@
+package targets
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/listers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"go.uber.org/zap"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/collector/lag"
+	"github.com/tidalscale/tidal/collector/logkey"
+	"github.com/tidalscale/tidal/collector/scrape"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+// Sink receives targets and their states (the stream hub).
+type Sink interface {
+	SetSpec(spec *deciderv1.TargetSpec, retention time.Duration)
+	// Remove forgets a deleted target; Drop one this replica stopped owning.
+	Remove(ref *commonv1.TargetRef)
+	Drop(ref *commonv1.TargetRef)
+	SetReadyPods(ref *commonv1.TargetRef, n int32)
+	SetError(ref *commonv1.TargetRef, msg string)
+}
+
+// Scraper takes request-driven targets.
+type Scraper interface {
+	Set(t scrape.Target)
+	Remove(ref *commonv1.TargetRef)
+}
+
+// LagFetcher takes lag targets.
+type LagFetcher interface {
+	Set(t lag.Target)
+	Remove(ref *commonv1.TargetRef)
+}
+
+// Config tunes a Discovery.
+type Config struct {
+	// KafkaBrokers are the bootstrap servers of Functions' topics.
+	KafkaBrokers []string
+	// Resync replays every object to the handlers this often (a changed
+	// Secret is picked up then); 0 means never.
+	Resync time.Duration
+}
+
+// RegisterFlagsWithPrefix registers the discovery flags with their defaults.
+func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
+	fs.Func(p+"kafka-brokers", "Comma-separated Kafka bootstrap servers of Functions' input topics (as the actuator's --kafka-brokers).", func(v string) error {
+		c.KafkaBrokers = nil
+		for _, b := range strings.Split(v, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				c.KafkaBrokers = append(c.KafkaBrokers, b)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&c.Resync, p+"resync", 10*time.Minute, "How often informers replay every object (picks up changed Secrets); 0 means never.")
+}
+
+// Discovery keeps the collector's targets in step with the cluster.
+type Discovery struct {
+	cfg     Config
+	kube    kubernetes.Interface
+	sink    Sink
+	scraper Scraper
+	fetcher LagFetcher
+	log     *zap.Logger
+
+	podInformer cache.SharedIndexInformer
+	pods        corelisters.PodLister
+	crd         *crdclient.Informers
+	metrics     crdclient.MetricLister
+	pas         crdclient.PodAutoscalerLister
+	functions   crdclient.FunctionLister
+	queue       workqueue.TypedRateLimitingInterface[string]
+
+	// owns reports whether this replica measures a target key; nil means
+	// all. Set before Start.
+	owns func(key string) bool
+
+	// mu guards active and versions.
+	mu       sync.Mutex
+	active   map[string]*active // by source key: "m/ns/name" or "f/ns/name"
+	versions map[string]*atomic.Uint64
+}
+
+// active is what one source object has set up.
+type active struct {
+	ref    *commonv1.TargetRef
+	ns     string
+	sel    labels.Selector // nil: no pods followed
+	pods   *podSource
+	ready  int32
+	lagged bool
+}
+
+// New returns a Discovery; nothing is watched before Start.
+func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink Sink, scraper Scraper, fetcher LagFetcher, log *zap.Logger) *Discovery {
+	podFactory := informers.NewSharedInformerFactory(kube, cfg.Resync)
+	podInformer := podFactory.Core().V1().Pods()
+	crd := crdclient.NewInformers(tidal, cfg.Resync)
+	d := &Discovery{
+		cfg:         cfg,
+		kube:        kube,
+		sink:        sink,
+		scraper:     scraper,
+		fetcher:     fetcher,
+		log:         log,
+		podInformer: podInformer.Informer(),
+		pods:        podInformer.Lister(),
+		crd:         crd,
+		metrics:     crdclient.NewMetricLister(crd.Metrics),
+		pas:         crdclient.NewPodAutoscalerLister(crd.PodAutoscalers),
+		functions:   crdclient.NewFunctionLister(crd.Functions),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "collector-targets"}),
+		active:   map[string]*active{},
+		versions: map[string]*atomic.Uint64{},
+	}
+	enqueue := func(prefix string) cache.ResourceEventHandlerFuncs {
+		h := func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			name, err := cache.ObjectToName(obj)
+			if err != nil {
+				utilruntime.HandleError(err)
+				return
+			}
+			d.queue.Add(prefix + name.String())
+		}
+		return cache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, n any) { h(n) }, DeleteFunc: h}
+	}
+	_, _ = crd.Metrics.AddEventHandler(enqueue("m/"))
+	_, _ = crd.PodAutoscalers.AddEventHandler(enqueue("m/")) // a PA and its Metric share a name
+	_, _ = crd.Functions.AddEventHandler(enqueue("f/"))
+	_, _ = d.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    d.podChanged,
+		UpdateFunc: func(old, n any) { d.podChanged(n) },
+		DeleteFunc: d.podChanged,
+	})
+	return d
+}
+
+// SetOwnership sets the ownership filter; call Resync after it changes.
+func (d *Discovery) SetOwnership(owns func(key string) bool) { d.owns = owns }
+
+// Start starts the informers and returns once their caches are synced and
+// the targets found in them are set up, so the collector is primed before it
+// reports ready.
+func (d *Discovery) Start(ctx context.Context) error {
+	for _, inf := range []cache.SharedIndexInformer{d.podInformer, d.crd.Metrics, d.crd.PodAutoscalers, d.crd.Functions} {
+		go inf.RunWithContext(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), d.podInformer.HasSynced, d.crd.Metrics.HasSynced, d.crd.PodAutoscalers.HasSynced, d.crd.Functions.HasSynced) {
+		return errors.New("target informers: caches did not sync")
+	}
+	// Reconcile what is there now before reporting ready.
+	for d.queue.Len() > 0 {
+		if !d.processNext(ctx) {
+			break
+		}
+	}
+	return nil
+}
+
+// Run reconciles until ctx ends.
+func (d *Discovery) Run(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		d.queue.ShutDown()
+	}()
+	for d.processNext(ctx) {
+	}
+	return nil
+}
+
+// Resync re-evaluates every target (after the ownership changed).
+func (d *Discovery) Resync() {
+	for _, m := range d.crd.Metrics.GetStore().ListKeys() {
+		d.queue.Add("m/" + m)
+	}
+	for _, f := range d.crd.Functions.GetStore().ListKeys() {
+		d.queue.Add("f/" + f)
+	}
+	d.mu.Lock()
+	for k := range d.active {
+		d.queue.Add(k)
+	}
+	d.mu.Unlock()
+}
+
+// ReadyPodNames lists a target's ready pods, for GetWindow.
+func (d *Discovery) ReadyPodNames(ref *commonv1.TargetRef) []string {
+	d.mu.Lock()
+	var src *podSource
+	for _, a := range d.active {
+		if a.ref.Key() == ref.Key() && a.pods != nil {
+			src = a.pods
+		}
+	}
+	d.mu.Unlock()
+	if src == nil {
+		return nil
+	}
+	return src.names()
+}
+
+func (d *Discovery) processNext(ctx context.Context) bool {
+	key, quit := d.queue.Get()
+	if quit {
+		return false
+	}
+	defer d.queue.Done(key)
+	if err := d.sync(ctx, key); err != nil {
+		d.log.Warn("target sync failed; retrying", zap.String("object", key), zap.Error(err))
+		d.queue.AddRateLimited(key)
+		return true
+	}
+	d.queue.Forget(key)
+	return true
+}
+
+func (d *Discovery) podChanged(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	d.versionOf(p.Namespace).Add(1)
+	set := labels.Set(p.Labels)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, a := range d.active {
+		if a.ns == p.Namespace && a.sel != nil && a.sel.Matches(set) {
+			d.queue.Add(k) // its ready count may have changed
+		}
+	}
+}
+
+func (d *Discovery) versionOf(ns string) *atomic.Uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.versions[ns]
+	if !ok {
+		v = &atomic.Uint64{}
+		d.versions[ns] = v
+	}
+	return v
+}
+
+func (d *Discovery) sync(ctx context.Context, key string) error {
+	kind, nsName, _ := strings.Cut(key, "/")
+	ns, name, _ := strings.Cut(nsName, "/")
+	switch kind {
+	case "m":
+		return d.syncMetric(ctx, key, ns, name)
+	case "f":
+		return d.syncFunction(key, ns, name)
+	}
+	return nil
+}
+
+func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error {
+	m, err := listers.NewNamespaced(d.metrics, ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		d.remove(key, true)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pa, err := listers.NewNamespaced(d.pas, ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		// The actuator writes the Metric for its PodAutoscaler: without one
+		// there is no scale target to name.
+		d.remove(key, true)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ref := targetRef(pa)
+	if !d.claim(key, ref) {
+		return nil
+	}
+	if m.Spec.Lag != nil {
+		spec, interval, perr := lagSpec(ref, lagMode(string(m.Spec.Lag.Mode)), lagParams(m.Spec.Lag), pa.Annotations)
+		d.sink.SetSpec(spec, 0)
+		d.scraper.Remove(ref)
+		d.setSelector(key, ns, m.Spec.Selector, nil)
+		if perr != nil {
+			return d.lagRefused(ref, perr)
+		}
+		cluster, err := d.lagCluster(ctx, ns, m.Spec.Lag)
+		if err != nil {
+			return d.lagRefused(ref, err)
+		}
+		d.fetcher.Set(lag.Target{Ref: ref, Cluster: cluster, Topic: m.Spec.Lag.Topic, Group: m.Spec.Lag.ConsumerGroup, Interval: interval})
+		d.setLagged(key, true)
+		return nil
+	}
+	d.fetcher.Remove(ref)
+	d.setLagged(key, false)
+	d.sink.SetSpec(kpaSpec(pa), retention(m))
+	if m.Spec.Selector == nil {
+		d.scraper.Remove(ref)
+		d.setSelector(key, ns, nil, nil)
+		return nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(m.Spec.Selector)
+	if err != nil {
+		d.sink.SetError(ref, fmt.Sprintf("config: metric %s/%s selector: %v", ns, name, err))
+		d.scraper.Remove(ref)
+		return nil // retrying cannot fix the object; its next update will
+	}
+	src := d.setSelector(key, ns, m.Spec.Selector, sel)
+	port := int32(9090)
+	if m.Spec.ScrapePort != nil {
+		port = *m.Spec.ScrapePort
+	}
+	if src.port != fmt.Sprint(port) {
+		src = d.replacePods(key, ns, sel, port)
+	}
+	n := int32(len(src.ReadyPods(nil)))
+	d.sink.SetReadyPods(ref, n)
+	if m.Spec.ScrapeTarget == "" {
+		// Knative's TBC=-1 case: nothing is scraped, pushed stats count.
+		d.scraper.Remove(ref)
+		return nil
+	}
+	f, err := format(m, pa.Spec.Metric)
+	if err != nil {
+		d.sink.SetError(ref, "config: "+err.Error())
+		d.scraper.Remove(ref)
+		return nil
+	}
+	path := m.Spec.ScrapePath
+	if path == "" {
+		path = "/metrics"
+	}
+	d.scraper.Set(scrape.Target{Ref: ref, Path: path, Format: f, StableWindow: m.Spec.StableWindow.Duration, Pods: src})
+	return nil
+}
+
+func (d *Discovery) syncFunction(key, ns, name string) error {
+	fn, err := listers.NewNamespaced(d.functions, ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		d.remove(key, true)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ref := functionRef(fn)
+	if !d.claim(key, ref) {
+		return nil
+	}
+	spec, interval, perr := lagSpec(ref, lagMode(string(fn.Spec.LagMode)), functionParams(fn), fn.Annotations)
+	d.sink.SetSpec(spec, 0)
+	if perr != nil {
+		return d.lagRefused(ref, perr)
+	}
+	if len(d.cfg.KafkaBrokers) == 0 {
+		return d.lagRefused(ref, errors.New("no Kafka brokers for Functions: set --kafka-brokers"))
+	}
+	// riff's consumer group is the function's name (spec/riff.md §5.1).
+	d.fetcher.Set(lag.Target{Ref: ref, Cluster: lag.Cluster{Brokers: d.cfg.KafkaBrokers}, Topic: fn.Spec.Input, Group: fn.Name, Interval: interval})
+	d.setLagged(key, true)
+	return nil
+}
+
+// lagRefused puts a lag target whose settings are unusable in an error
+// state; retrying cannot help until the object changes.
+func (d *Discovery) lagRefused(ref *commonv1.TargetRef, err error) error {
+	d.fetcher.Remove(ref)
+	d.sink.SetError(ref, "config: "+err.Error())
+	d.log.Warn("lag target refused", logkey.Target(ref.Key()), zap.Error(err))
+	return nil
+}
+
+// lagCluster resolves a lag source's brokers and credentials, reading its
+// Secret when it names one (KEDA's keys: tls, ca, cert, key, sasl,
+// username, password beside the brokers key).
+func (d *Discovery) lagCluster(ctx context.Context, ns string, src *autoscalingv1alpha1.LagSource) (lag.Cluster, error) {
+	c := lag.Cluster{Brokers: src.Brokers}
+	ref := src.BrokersSecretRef
+	if ref == nil {
+		return c, nil
+	}
+	sec, err := d.kube.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return c, fmt.Errorf("secret %s/%s: %w", ns, ref.Name, err)
+	}
+	raw, ok := sec.Data[ref.Key]
+	if !ok {
+		return c, fmt.Errorf("secret %s/%s: no key %q", ns, ref.Name, ref.Key)
+	}
+	for _, b := range strings.Split(string(raw), ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.Brokers = append(c.Brokers, b)
+		}
+	}
+	if len(c.Brokers) == 0 {
+		return c, fmt.Errorf("secret %s/%s key %q: no brokers", ns, ref.Name, ref.Key)
+	}
+	c.Auth, err = lag.AuthFromSecret(sec.Data)
+	if err != nil {
+		return c, fmt.Errorf("secret %s/%s: %w", ns, ref.Name, err)
+	}
+	return c, nil
+}
+
+// claim records that key sets up ref, dropping what it set up before under
+// another ref; false means this replica does not own ref.
+func (d *Discovery) claim(key string, ref *commonv1.TargetRef) bool {
+	d.mu.Lock()
+	a, ok := d.active[key]
+	d.mu.Unlock()
+	if ok && a.ref.Key() != ref.Key() {
+		d.remove(key, true) // the scale target changed: the old one is gone
+		ok = false
+	}
+	if d.owns != nil && !d.owns(ref.Key()) {
+		if ok {
+			d.remove(key, false)
+		}
+		return false
+	}
+	if !ok {
+		d.mu.Lock()
+		d.active[key] = &active{ref: ref, ns: ref.GetNamespace(), ready: -1}
+		d.mu.Unlock()
+	}
+	return true
+}
+
+func (d *Discovery) setSelector(key, ns string, ls *metav1.LabelSelector, sel labels.Selector) *podSource {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.active[key]
+	if sel == nil {
+		a.sel, a.pods = nil, nil
+		return nil
+	}
+	if a.pods == nil || a.sel.String() != sel.String() {
+		a.sel = sel
+		v, ok := d.versions[ns]
+		if !ok {
+			v = &atomic.Uint64{}
+			d.versions[ns] = v
+		}
+		a.pods = newPodSource(d.pods.Pods(ns), sel, 9090, v)
+	}
+	return a.pods
+}
+
+func (d *Discovery) replacePods(key, ns string, sel labels.Selector, port int32) *podSource {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.active[key]
+	a.pods = newPodSource(d.pods.Pods(ns), sel, port, d.versions[ns])
+	return a.pods
+}
+
+func (d *Discovery) setLagged(key string, on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if a := d.active[key]; a != nil {
+		a.lagged = on
+	}
+}
+
+// remove tears down what key set up; tell says whether the target is gone
+// (the decider forgets it) or only no longer ours.
+func (d *Discovery) remove(key string, tell bool) {
+	d.mu.Lock()
+	a, ok := d.active[key]
+	delete(d.active, key)
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	d.scraper.Remove(a.ref)
+	d.fetcher.Remove(a.ref)
+	if tell {
+		d.sink.Remove(a.ref)
+	} else {
+		d.sink.Drop(a.ref)
+	}
+}

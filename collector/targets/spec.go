@@ -1,0 +1,213 @@
+package targets
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
+	"github.com/tidalscale/tidal/collector/scrape"
+	decidelag "github.com/tidalscale/tidal/decider/lag"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+// Annotation prefixes passed to the decider.
+const (
+	kpaPrefix = "autoscaling.knative.dev/"
+	lagPrefix = "lag.tidal.dev/"
+)
+
+// Annotations on a Metric (copied there from its PodAutoscaler) that say how
+// to read pods that have no queue-proxy.
+const (
+	// AnnotationFormat is "queue-proxy" (the default: Knative's protobuf
+	// Stat) or "prometheus" (one series of the Prometheus text format).
+	AnnotationFormat = "collector.tidal.dev/format"
+	// AnnotationMetricName is the series name for the prometheus format.
+	AnnotationMetricName = "collector.tidal.dev/metric-name"
+	// AnnotationMetricType is "gauge" (read as it is, the default) or
+	// "counter" (its rate per second is the measurement).
+	AnnotationMetricType = "collector.tidal.dev/metric-type"
+)
+
+// scaleDownDelayKey is Knative's annotation for the scale-down delay, which
+// lengthens the history a decider needs.
+const scaleDownDelayKey = kpaPrefix + "scale-down-delay"
+
+// targetRef names the workload a PodAutoscaler scales: the key deciders and
+// the actuator know the target by.
+func targetRef(pa *autoscalingv1alpha1.PodAutoscaler) *commonv1.TargetRef {
+	r := pa.Spec.ScaleTargetRef
+	return &commonv1.TargetRef{Namespace: pa.Namespace, Name: r.Name, ApiVersion: r.APIVersion, Kind: r.Kind}
+}
+
+// kpaSpec is the decider's spec of a KPA PodAutoscaler: its Knative
+// annotations verbatim, container concurrency and reachability.
+func kpaSpec(pa *autoscalingv1alpha1.PodAutoscaler) *deciderv1.TargetSpec {
+	s := &deciderv1.TargetSpec{
+		Target:               targetRef(pa),
+		Strategy:             commonv1.Strategy_STRATEGY_KPA,
+		Annotations:          prefixed(pa.Annotations, kpaPrefix),
+		ContainerConcurrency: int32(pa.Spec.ContainerConcurrency),
+	}
+	if pa.Spec.Metric != "" {
+		s.Annotations[kpaPrefix+"metric"] = string(pa.Spec.Metric)
+	}
+	switch pa.Spec.Reachability {
+	case autoscalingv1alpha1.ReachabilityReachable:
+		s.Reachability = deciderv1.Reachability_REACHABILITY_REACHABLE
+	case autoscalingv1alpha1.ReachabilityUnreachable:
+		s.Reachability = deciderv1.Reachability_REACHABILITY_UNREACHABLE
+	}
+	return s
+}
+
+func prefixed(ann map[string]string, prefix string) map[string]string {
+	out := map[string]string{}
+	for k, v := range ann {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// retention is the history a KPA target's decider needs: the stable window
+// plus the scale-down delay.
+func retention(m *autoscalingv1alpha1.Metric) time.Duration {
+	r := m.Spec.StableWindow.Duration
+	if v, ok := m.Annotations[scaleDownDelayKey]; ok {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			r += d
+		}
+	}
+	return r
+}
+
+// format reads how to scrape a Metric's pods from its annotations.
+func format(m *autoscalingv1alpha1.Metric, metric autoscalingv1alpha1.ScalingMetric) (scrape.Format, error) {
+	var f scrape.Format
+	switch v := m.Annotations[AnnotationFormat]; v {
+	case "", "queue-proxy":
+		return f, nil
+	case "prometheus":
+		f.Kind = scrape.FormatText
+	default:
+		return f, fmt.Errorf("annotation %s %q: want queue-proxy or prometheus", AnnotationFormat, v)
+	}
+	f.Metric = m.Annotations[AnnotationMetricName]
+	if f.Metric == "" {
+		return f, fmt.Errorf("annotation %s: required with %s=prometheus", AnnotationMetricName, AnnotationFormat)
+	}
+	switch v := m.Annotations[AnnotationMetricType]; v {
+	case "", "gauge":
+	case "counter":
+		f.Counter = true
+	default:
+		return f, fmt.Errorf("annotation %s %q: want gauge or counter", AnnotationMetricType, v)
+	}
+	f.RPS = metric == autoscalingv1alpha1.MetricRPS || m.Annotations[kpaPrefix+"metric"] == "rps"
+	return f, nil
+}
+
+// lagMode maps the CRD's lag mode to the decider's.
+func lagMode(m string) string {
+	if m == "keda" {
+		return string(decidelag.ModeKEDA)
+	}
+	return string(decidelag.ModeRiffQueue)
+}
+
+// lagParams turns a lag source into the decider's lag.tidal.dev/* keys.
+func lagParams(src *autoscalingv1alpha1.LagSource) map[string]string {
+	p := map[string]string{}
+	if src.Topic != "" {
+		p["topic"] = src.Topic
+	}
+	if r := src.Riff; r != nil {
+		if r.MaxReplicas != nil {
+			p["maxReplicas"] = strconv.Itoa(int(*r.MaxReplicas))
+		}
+		if r.IdleTimeout != nil {
+			p["idleTimeout"] = r.IdleTimeout.Duration.String()
+		}
+	}
+	if k := src.KEDA; k != nil {
+		if k.LagThreshold > 0 {
+			p["lagThreshold"] = strconv.FormatInt(k.LagThreshold, 10)
+		}
+		if k.ActivationLagThreshold > 0 {
+			p["activationLagThreshold"] = strconv.FormatInt(k.ActivationLagThreshold, 10)
+		}
+		if k.OffsetResetPolicy != "" {
+			p["offsetResetPolicy"] = string(k.OffsetResetPolicy)
+		}
+		for key, v := range map[string]bool{
+			"allowIdleConsumers":                 k.AllowIdleConsumers,
+			"scaleToZeroOnInvalidOffset":         k.ScaleToZeroOnInvalidOffset,
+			"excludePersistentLag":               k.ExcludePersistentLag,
+			"limitToPartitionsWithLag":           k.LimitToPartitionsWithLag,
+			"ensureEvenDistributionOfPartitions": k.EnsureEvenDistributionOfPartitions,
+		} {
+			if v {
+				p[key] = "true"
+			}
+		}
+		if len(k.PartitionLimitation) > 0 {
+			parts := make([]string, len(k.PartitionLimitation))
+			for i, n := range k.PartitionLimitation {
+				parts[i] = strconv.Itoa(int(n))
+			}
+			p["partitionLimitation"] = strings.Join(parts, ",")
+		}
+	}
+	return p
+}
+
+// lagSpec is the decider's spec of a lag target, and the interval at which
+// its lag is read: the strategy's tick (riff 100 ms, KEDA pollingInterval).
+// extra holds the object's own lag.tidal.dev/* annotations, which win.
+func lagSpec(ref *commonv1.TargetRef, mode string, params, extra map[string]string) (*deciderv1.TargetSpec, time.Duration, error) {
+	ann := map[string]string{lagPrefix + "mode": mode}
+	plain := map[string]string{}
+	for k, v := range params {
+		ann[lagPrefix+k] = v
+		plain[k] = v
+	}
+	for k, v := range extra {
+		if name, ok := strings.CutPrefix(k, lagPrefix); ok {
+			ann[k] = v
+			if name == "mode" {
+				mode = v
+			} else {
+				plain[name] = v
+			}
+		}
+	}
+	spec := &deciderv1.TargetSpec{Target: ref, Strategy: commonv1.Strategy_STRATEGY_LAG, Annotations: ann}
+	cfg, err := decidelag.ParseConfig(mode, plain)
+	if err != nil {
+		return spec, 0, fmt.Errorf("lag parameters: %w", err)
+	}
+	return spec, cfg.TickInterval, nil
+}
+
+// functionRef names a Function's Deployment, which is named like it.
+func functionRef(fn *functionsv1alpha1.Function) *commonv1.TargetRef {
+	return &commonv1.TargetRef{Namespace: fn.Namespace, Name: fn.Name, ApiVersion: "apps/v1", Kind: "Deployment"}
+}
+
+// functionParams are a Function's riff parameters.
+func functionParams(fn *functionsv1alpha1.Function) map[string]string {
+	p := map[string]string{"topic": fn.Spec.Input}
+	if fn.Spec.MaxReplicas != nil {
+		p["maxReplicas"] = strconv.Itoa(int(*fn.Spec.MaxReplicas))
+	}
+	if fn.Spec.IdleTimeout != nil {
+		p["idleTimeout"] = fn.Spec.IdleTimeout.Duration.String()
+	}
+	return p
+}
