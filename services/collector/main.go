@@ -268,7 +268,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--decider-dns %q: %w", cfg.deciderDNS, err)
 		}
-		g.Go(func() error { deciders.WatchDNS(gctx, host, port, cfg.dnsInterval, streams.SetDeciders, log); return nil })
+		g.Go(func() error {
+			deciders.WatchDNS(gctx, host, port, cfg.dnsInterval, streams.SetDeciders, log)
+			return nil
+		})
 	}
 	g.Go(func() error { return streams.Run(gctx) })
 	g.Go(func() error { return scraper.Run(gctx) })
@@ -307,7 +310,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // scrapeRecorder adapts the hub to the scraper's Recorder.
 type scrapeRecorder struct{ hub *stream.Hub }
 
-func (r scrapeRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) { r.hub.Record(ref, s) }
+func (r scrapeRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) {
+	r.hub.Record(ref, s)
+}
 
 func (r scrapeRecorder) Failed(ref *commonv1.TargetRef, f scrape.Failure) {
 	r.hub.Failed(ref, stream.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
