@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/rbac"
+	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/cluster"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// restrictedKubeconfig writes a kubeconfig for a ServiceAccount bound to
+// exactly rbac.Rules() and nothing else, so the actuator under test proves
+// the rules sufficient.
+func restrictedKubeconfig(t *testing.T, c *cluster.Cluster, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	name := "tidal-actuator-" + ns
+	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tidal-actuator"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rbac.Rules()}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "tidal-actuator"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = c.Client.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	tr, err := c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "tidal-actuator", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := c.Config()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
+	kc.AuthInfos["actuator"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "actuator"}
+	kc.CurrentContext = "test"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startActuator runs the binary's run in Kubernetes mode and returns a
+// client once it reports ready.
+func startActuator(t *testing.T, kubeconfig string) actuatorv1.ActuatorServiceClient {
+	t.Helper()
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	logs, err := os.Create(filepath.Join(t.TempDir(), "actuator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		done <- run(ctx, []string{
+			"--scaler=kubernetes", "--kubeconfig=" + kubeconfig,
+			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
+			"--kafka-brokers=127.0.0.1:9092", "--function-sidecar-image=tidal.test/sidecar:1",
+			"--target-retry=1s", "--log-level=debug",
+		}, logs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logs.Name())
+			t.Logf("actuator log:\n%s", b)
+		}
+	})
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("actuator exited: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("actuator not ready: %v", err)
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return actuatorv1.NewActuatorServiceClient(conn)
+}
+
+func deployment(name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake:latest"}}},
+			},
+		},
+	}
+}
+
+func wantCode(t *testing.T, what string, err error, code codes.Code, text string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(err.Error(), text) {
+		t.Errorf("%s: err = %v, want %s containing %q", what, err, code, text)
+	}
+}
+
+func TestActuatorOnKubernetes(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	client := startActuator(t, restrictedKubeconfig(t, c, ns))
+	tidal, err := crdclient.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := func(name string) int32 {
+		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *d.Spec.Replicas
+	}
+
+	// A KPA PodAutoscaler on a Deployment.
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tidal.PodAutoscalers(ns).Create(ctx, &autoscalingv1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{"autoscaling.knative.dev/max-scale": "10"}},
+		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	web := &commonv1.TargetRef{Namespace: ns, Name: "web"}
+	ebc := -20.0
+	var resp *actuatorv1.ScaleResponse
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		resp, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 4, DecisionSequence: 1_700_000_000_000,
+			Reason: "panic: observed concurrency 30 over target 7", ExcessBurstCapacity: &ebc})
+		// Until the informer has the PodAutoscaler, max-scale is not known.
+		return err == nil && resp.GetAppliedReplicas() == 4, nil
+	})
+	if err != nil || !resp.GetChanged() {
+		t.Fatalf("Scale = %v, %v; want 4, changed", resp, err)
+	}
+	if got := replicas("web"); got != 4 {
+		t.Errorf("replicas = %d, want 4", got)
+	}
+	get, err := client.GetScale(ctx, &actuatorv1.GetScaleRequest{Target: web})
+	if err != nil || get.GetReplicas() != 4 || get.GetLastAppliedSequence() != 1_700_000_000_000 || !strings.HasPrefix(get.GetLastReason(), "panic:") {
+		t.Errorf("GetScale = %v, %v", get, err)
+	}
+	resp, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 1, DecisionSequence: 1_699_999_999_000})
+	if err != nil || !resp.GetStale() || replicas("web") != 4 {
+		t.Errorf("stale Scale = %v, %v; replicas %d; want refused", resp, err, replicas("web"))
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=Scaled"})
+		return err == nil && len(list.Items) > 0 && list.Items[0].Message == "panic: 1 → 4, observed concurrency 30 over target 7", nil
+	})
+	if err != nil {
+		t.Errorf("no Scaled Event: %v", err)
+	}
+
+	// Bad input: codes, and nothing changed.
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 11, DecisionSequence: 1_700_000_001_000})
+	wantCode(t, "above max-scale", err, codes.InvalidArgument, "max-scale 10")
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: -1, DecisionSequence: 1_700_000_001_000})
+	wantCode(t, "negative", err, codes.InvalidArgument, "desired_replicas")
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "ghost"}, DesiredReplicas: 1, DecisionSequence: 1})
+	wantCode(t, "missing target", err, codes.NotFound, "ghost")
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "cfg", ApiVersion: "v1", Kind: "ConfigMap"}, DesiredReplicas: 1, DecisionSequence: 1})
+	wantCode(t, "no /scale", err, codes.FailedPrecondition, "scale subresource")
+	if got := replicas("web"); got != 4 {
+		t.Errorf("replicas after refused calls = %d, want 4", got)
+	}
+
+	// Deployer over gRPC.
+	spec := &actuatorv1.FunctionSpec{Image: "tidal.test/echo:1", InputTopic: "in", OutputTopic: "out", Brokers: "127.0.0.1:9092", Env: map[string]string{"B": "2", "A": "1"}}
+	fref := &actuatorv1.FunctionRef{Namespace: ns, Name: "echo"}
+	if d, err := client.Deploy(ctx, &actuatorv1.DeployRequest{Function: fref, Spec: spec}); err != nil || d.GetDeployment() != "echo" {
+		t.Fatalf("Deploy = %v, %v", d, err)
+	}
+	if got := replicas("echo"); got != 0 {
+		t.Errorf("deployed replicas = %d, want 0", got)
+	}
+	three := int32(3)
+	spec.Image = "tidal.test/echo:2"
+	if u, err := client.Update(ctx, &actuatorv1.UpdateRequest{Function: fref, Spec: spec, Replicas: &three}); err != nil || u.GetReplicas() != 3 {
+		t.Fatalf("Update = %v, %v", u, err)
+	}
+	dep, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *dep.Spec.Replicas != 3 || dep.Spec.Template.Spec.Containers[0].Image != "tidal.test/echo:2" {
+		t.Errorf("after Update: replicas %d, image %s", *dep.Spec.Replicas, dep.Spec.Template.Spec.Containers[0].Image)
+	}
+	_, err = client.Update(ctx, &actuatorv1.UpdateRequest{Function: &actuatorv1.FunctionRef{Namespace: ns, Name: "nobody"}, Spec: spec})
+	wantCode(t, "Update of a missing function", err, codes.NotFound, "nobody")
+	bad := &actuatorv1.FunctionSpec{Image: "tidal.test/echo:1", InputTopic: "no/slash", Brokers: "127.0.0.1:9092"}
+	_, err = client.Deploy(ctx, &actuatorv1.DeployRequest{Function: &actuatorv1.FunctionRef{Namespace: ns, Name: "bad"}, Spec: bad})
+	wantCode(t, "bad topic", err, codes.InvalidArgument, "spec.input_topic")
+	if _, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "bad", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a refused Deploy created a Deployment: %v", err)
+	}
+	if u, err := client.Undeploy(ctx, &actuatorv1.UndeployRequest{Function: fref}); err != nil || !u.GetDeleted() {
+		t.Errorf("Undeploy = %v, %v", u, err)
+	}
+
+	// A Function object: Deployment and lag PodAutoscaler, and the cap.
+	two := int32(2)
+	if _, err := tidal.Topics(ns).Create(ctx, &functionsv1alpha1.Topic{ObjectMeta: metav1.ObjectMeta{Name: "numbers"},
+		Spec: functionsv1alpha1.TopicSpec{Partitions: &two}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tidal.Functions(ns).Create(ctx, &functionsv1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "square"},
+		Spec: functionsv1alpha1.FunctionSpec{Container: corev1.Container{Image: "tidal.test/square:1"}, Input: "numbers"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		_, derr := c.Client.AppsV1().Deployments(ns).Get(ctx, "square", metav1.GetOptions{})
+		_, perr := tidal.PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
+		return derr == nil && perr == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("function not deployed: %v", err)
+	}
+	square := &commonv1.TargetRef{Namespace: ns, Name: "square"}
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: square, DesiredReplicas: 3, DecisionSequence: 5})
+	wantCode(t, "above the partition cap", err, codes.InvalidArgument, "want 0 to 2")
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		r, err := client.Scale(ctx, &actuatorv1.ScaleRequest{Target: square, DesiredReplicas: 2, DecisionSequence: 6, Reason: "lag: 40 over 2 partitions"})
+		return err == nil && r.GetAppliedReplicas() == 2, nil
+	})
+	if err != nil || replicas("square") != 2 {
+		t.Errorf("function Scale within the cap: %v, replicas %d", err, replicas("square"))
+	}
+}
