@@ -121,12 +121,12 @@ func startActuator(t *testing.T, kubeconfig string) actuatorv1.ActuatorServiceCl
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-done:
-			return false, fmt.Errorf("actuator exited: %v", err)
+			return false, fmt.Errorf("actuator exited: %w", err)
 		default:
 		}
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // not listening yet: poll again
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
