@@ -75,6 +75,9 @@ type Set struct {
 	log      *zap.Logger
 	onChange func()
 	owned    prometheus.Gauge
+	// release gives the buckets up when Run ends; tests turn it off to
+	// play a replica that dies.
+	release bool
 
 	// mu guards mine and holders.
 	mu      sync.RWMutex
@@ -87,7 +90,7 @@ type Set struct {
 func New(cfg Config, client kubernetes.Interface, onChange func(), reg prometheus.Registerer, log *zap.Logger) *Set {
 	return &Set{
 		cfg: cfg, client: client, log: log, onChange: onChange,
-		mine: make([]bool, cfg.Buckets), holders: make([]string, cfg.Buckets),
+		mine: make([]bool, cfg.Buckets), holders: make([]string, cfg.Buckets), release: true,
 		owned: promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 			Name: "tidal_collector_buckets_owned",
 			Help: "Target buckets this collector replica holds the Lease of.",
@@ -172,7 +175,7 @@ func (s *Set) electionConfig(b int) leaderelection.LeaderElectionConfig {
 		LeaseDuration:   s.cfg.LeaseDuration,
 		RenewDeadline:   s.cfg.RenewDeadline,
 		RetryPeriod:     s.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
+		ReleaseOnCancel: s.release,
 		Name:            name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) { set(true) },

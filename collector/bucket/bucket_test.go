@@ -1,0 +1,165 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/tidalscale/tidal/test/cluster"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+type replica struct {
+	set     *Set
+	changes atomic.Int32
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func startReplica(t *testing.T, c *cluster.Cluster, ns, id string, release bool) *replica {
+	t.Helper()
+	cfg := Config{Buckets: 6, Namespace: ns, Prefix: "collector", LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond, Identity: id}
+	if err := cfg.Validate(""); err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{done: make(chan struct{})}
+	r.set = New(cfg, c.Client, func() { r.changes.Add(1) }, prometheus.NewRegistry(), zap.NewNop())
+	r.set.release = release
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { _ = r.set.Run(ctx); close(r.done) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func keys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("ns/target-%d", i)
+	}
+	return out
+}
+
+// waitSplit waits until every key is owned by exactly one of rs.
+func waitSplit(t *testing.T, within time.Duration, rs ...*replica) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok := true
+		for _, k := range keys(60) {
+			n := 0
+			for _, r := range rs {
+				if r.set.Owns(k) {
+					n++
+				}
+			}
+			if n != 1 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			owned := make([]int, len(rs))
+			for i, r := range rs {
+				owned[i] = r.set.Owned()
+			}
+			t.Fatalf("after %s the keys are not owned by exactly one replica; buckets owned: %v", within, owned)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestReplicasSplitBucketsAndTakeOverFromADeadOne(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	a := startReplica(t, c, ns, "10.0.0.1:9001", false)
+	b := startReplica(t, c, ns, "10.0.0.2:9001", false)
+	waitSplit(t, 30*time.Second, a, b)
+	// Both campaign at once; give the split a moment and check both took part.
+	deadline := time.Now().Add(10 * time.Second)
+	for a.set.Owned() == 0 || b.set.Owned() == 0 {
+		if time.Now().After(deadline) {
+			t.Logf("one replica took every bucket (a %d, b %d): leases are first come, first served", a.set.Owned(), b.set.Owned())
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Each replica learns the other's holdings as it watches the leases.
+	for _, r := range []*replica{a, b} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			holder, mine := r.set.Owner("ns/target-1")
+			if holder != "" && mine == (holder == r.set.cfg.Identity) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Owner = %q, %v on %s: want the holder named", holder, mine, r.set.cfg.Identity)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// a dies without releasing its leases: b takes its buckets once they
+	// expire, within one lease duration (plus a retry period).
+	hadA := a.set.Owned()
+	a.cancel()
+	<-a.done
+	took := waitSplit(t, 3*time.Second+2*250*time.Millisecond+2*time.Second, b)
+	if b.set.Owned() != 6 {
+		t.Fatalf("b owns %d of 6 buckets after a died", b.set.Owned())
+	}
+	t.Logf("b took a's %d buckets %s after a died (lease duration 3s)", hadA, took)
+	// A standby times the lease from when it saw the last renewal, which
+	// it polls every retry period with client-go's jitter (up to 2.2×): the
+	// bound is one lease duration plus two jittered retry periods.
+	if bound := 3*time.Second + 2*2200*time.Millisecond/4; hadA > 0 && took > bound {
+		t.Errorf("takeover took %s, want within one lease duration (3s) plus two jittered retry periods (%s)", took, bound)
+	}
+}
+
+func TestStoppedReplicaReleasesAtOnce(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	a := startReplica(t, c, ns, "a:1", true)
+	waitSplit(t, 30*time.Second, a)
+	b := startReplica(t, c, ns, "b:1", true)
+	a.cancel()
+	<-a.done
+	took := waitSplit(t, 3*time.Second, b)
+	if took > 2*time.Second {
+		t.Errorf("b took the released buckets after %s, want about one retry period", took)
+	}
+	if a.changes.Load() == 0 || b.changes.Load() == 0 {
+		t.Errorf("ownership changes seen: a %d, b %d; want both notified", a.changes.Load(), b.changes.Load())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Config{Buckets: 4, Namespace: "x", Prefix: "p", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Identity: "a:1"}
+	if err := good.Validate(""); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(*Config){
+		"--buckets":         func(c *Config) { c.Buckets = -1 },
+		"--lease-duration":  func(c *Config) { c.RenewDeadline = c.LeaseDuration },
+		"--lease-namespace": func(c *Config) { c.Namespace = "" },
+	} {
+		c := good
+		f(&c)
+		if err := c.Validate(""); err == nil || !contains(err.Error(), name) {
+			t.Errorf("Validate = %v, want an error naming %s", err, name)
+		}
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
