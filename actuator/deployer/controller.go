@@ -191,7 +191,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		// triggers a reconcile.
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "InvalidSpec", err.Error()
 		c.recorder.Event(fn, corev1.EventTypeWarning, EventInvalidFunction, err.Error())
-	} else {
+	} else if !c.upToDate(fn, &f) {
 		_, created, err := c.deployer.Deploy(ctx, &f)
 		var fe *FieldError
 		switch {
@@ -202,6 +202,8 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		case created:
 			c.recorder.Eventf(fn, corev1.EventTypeNormal, EventDeployed, "deployment %s created with 0 replicas", fn.Name)
 		}
+	}
+	if ready.Status == metav1.ConditionTrue {
 		st.DeploymentName = fn.Name
 		if err := c.ensurePodAutoscaler(ctx, fn); err != nil {
 			return err
@@ -359,4 +361,16 @@ func (c *Controller) undeployOrphans(ctx context.Context, fn cache.ObjectName) e
 		return fmt.Errorf("delete podautoscaler of function %s: %w", fn, err)
 	}
 	return nil
+}
+
+// upToDate reports whether fn's Deployment exists, is fn's, and was applied
+// from what the Deployer would apply now; a scale or status change of the
+// Deployment then needs no apply.
+func (c *Controller) upToDate(fn *functionsv1alpha1.Function, f *Function) bool {
+	dep, err := c.deployments.Deployments(fn.Namespace).Get(fn.Name)
+	if err != nil || !metav1.IsControlledBy(dep, fn) {
+		return false
+	}
+	hash, err := c.deployer.SpecHash(f)
+	return err == nil && dep.Annotations[AnnotationSpecHash] == hash
 }

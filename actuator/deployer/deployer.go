@@ -2,12 +2,16 @@ package deployer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/scale"
@@ -45,20 +49,20 @@ func New(cfg Config, client kubernetes.Interface, scaler replicaScaler) *Deploye
 // Brokers returns the default Kafka bootstrap servers.
 func (d *Deployer) Brokers() []string { return d.cfg.Brokers }
 
-// currentReplicas returns the Deployment's replicas, or def when it does not
-// exist yet.
-func (d *Deployer) currentReplicas(ctx context.Context, f *Function, def int32) (int32, bool, error) {
+// current returns the Deployment's replicas and resourceVersion; existed is
+// false when there is none.
+func (d *Deployer) current(ctx context.Context, f *Function) (replicas int32, rv string, existed bool, err error) {
 	dep, err := d.client.AppsV1().Deployments(f.Namespace).Get(ctx, f.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return def, false, nil
+		return 0, "", false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("get deployment %s: %w", f, err)
+		return 0, "", false, fmt.Errorf("get deployment %s: %w", f, err)
 	}
 	if dep.Spec.Replicas == nil {
-		return 1, true, nil
+		return 1, dep.ResourceVersion, true, nil
 	}
-	return *dep.Spec.Replicas, true, nil
+	return *dep.Spec.Replicas, dep.ResourceVersion, true, nil
 }
 
 // Deploy creates f's Deployment at zero replicas (scaling from zero is the
@@ -68,14 +72,18 @@ func (d *Deployer) Deploy(ctx context.Context, f *Function) (string, bool, error
 	if err := f.Validate(); err != nil {
 		return "", false, err
 	}
-	replicas, existed, err := d.currentReplicas(ctx, f, 0)
+	created := false
+	err := d.applyKeeping(ctx, f, func(cur int32, existed bool) (int32, error) {
+		created = !existed
+		if !existed {
+			return 0, nil
+		}
+		return cur, nil
+	})
 	if err != nil {
 		return "", false, err
 	}
-	if err := d.apply(ctx, f, replicas); err != nil {
-		return "", false, err
-	}
-	return f.Name, !existed, nil
+	return f.Name, created, nil
 }
 
 // Update re-applies f's Deployment from its spec; replicas nil keeps the
@@ -85,32 +93,55 @@ func (d *Deployer) Update(ctx context.Context, f *Function, replicas *int32) (in
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
-	cur, existed, err := d.currentReplicas(ctx, f, 0)
-	if err != nil {
-		return 0, err
-	}
-	if !existed {
-		return 0, fmt.Errorf("deployment of function %s: %w", f, scale.ErrNotFound)
-	}
-	if replicas != nil {
-		cur = *replicas
-	}
-	if err := d.apply(ctx, f, cur); err != nil {
-		return 0, err
-	}
-	return cur, nil
+	var n int32
+	err := d.applyKeeping(ctx, f, func(cur int32, existed bool) (int32, error) {
+		if !existed {
+			return 0, fmt.Errorf("deployment of function %s: %w", f, scale.ErrNotFound)
+		}
+		n = cur
+		if replicas != nil {
+			n = *replicas
+		}
+		return n, nil
+	})
+	return n, err
 }
 
-func (d *Deployer) apply(ctx context.Context, f *Function, replicas int32) error {
-	ac, err := Deployment(f, d.cfg.SidecarImage, replicas)
-	if err != nil {
-		return err
-	}
-	_, err = d.client.AppsV1().Deployments(f.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: scale.FieldManager, Force: true})
-	if err != nil {
-		return fmt.Errorf("apply deployment %s: %w", f, err)
-	}
-	return nil
+// applyKeeping applies f's Deployment with the replicas pick returns for the
+// current ones. An existing Deployment is applied with the resourceVersion
+// read, so a scale that lands in between makes it read and apply again
+// rather than undo the scale.
+func (d *Deployer) applyKeeping(ctx context.Context, f *Function, pick func(cur int32, existed bool) (int32, error)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, rv, existed, err := d.current(ctx, f)
+		if err != nil {
+			return err
+		}
+		replicas, err := pick(cur, existed)
+		if err != nil {
+			return err
+		}
+		ac, err := Deployment(f, d.cfg.SidecarImage, replicas)
+		if err != nil {
+			return err
+		}
+		hash, err := d.SpecHash(f)
+		if err != nil {
+			return err
+		}
+		ac.WithAnnotations(map[string]string{AnnotationSpecHash: hash})
+		if existed {
+			ac.WithResourceVersion(rv)
+		}
+		_, err = d.client.AppsV1().Deployments(f.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: scale.FieldManager, Force: true})
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("apply deployment %s: %w", f, err)
+		}
+		return nil
+	})
 }
 
 // Undeploy deletes the function's Deployment with foreground propagation,
@@ -150,4 +181,24 @@ func (d *Deployer) Scale(ctx context.Context, namespace, name string, replicas, 
 		return fmt.Errorf("function %s/%s: replicas %d: want 0 to %d: %w", namespace, name, replicas, limit, ErrOverCap)
 	}
 	return d.scaler.SetReplicas(ctx, scale.Target{Namespace: namespace, Name: name, APIVersion: "apps/v1", Kind: "Deployment"}, replicas)
+}
+
+// AnnotationSpecHash on a function's Deployment identifies what it was last
+// applied from, so the controller re-applies only when that changes.
+const AnnotationSpecHash = "functions.tidal.dev/spec-hash"
+
+// SpecHash identifies the Deployment the Deployer would apply for f (at a
+// fixed replica count): the function's spec, the brokers and the sidecar
+// image.
+func (d *Deployer) SpecHash(f *Function) (string, error) {
+	ac, err := Deployment(f, d.cfg.SidecarImage, 0)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(ac)
+	if err != nil {
+		return "", fmt.Errorf("function %s: %w", f, err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12]), nil
 }
