@@ -149,7 +149,7 @@ func (h *harness) reconcile(name string) outcome {
 	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: name})
 	defer unlock()
 	pa := h.get(name)
-	out, err := h.ctrl.reconcile(context.Background(), pa, nil, false)
+	out, err := h.ctrl.reconcile(context.Background(), pa, nil, false, true)
 	if err != nil {
 		h.t.Fatalf("reconcile %s: %v", name, err)
 	}
@@ -493,4 +493,27 @@ func mustSelector(s string) labels.Selector {
 		panic(err)
 	}
 	return sel
+}
+
+func TestStaleCacheNeverUndoesNewerDecision(t *testing.T) {
+	h := newHarness(t, nil)
+	h.deployment("web", 1)
+	h.podAutoscaler("web", "web", nil)
+	h.scale("web", 100, 5, "panic: first")
+	old := h.get("web") // a copy that knows decision 100 only
+	h.scale("web", 200, 2, "stable: second")
+	if got := h.replicas("web"); got != 2 {
+		t.Fatalf("replicas = %d, want 2", got)
+	}
+	// A worker holding the old copy (an informer that lags) must not
+	// re-apply decision 100.
+	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: "web"})
+	_, err := h.ctrl.reconcile(context.Background(), old, nil, false, false)
+	unlock()
+	if !errors.Is(err, errStaleCache) {
+		t.Errorf("reconcile of a stale copy: err = %v, want errStaleCache", err)
+	}
+	if got := h.replicas("web"); got != 2 {
+		t.Errorf("replicas = %d after a stale reconcile, want 2", got)
+	}
 }

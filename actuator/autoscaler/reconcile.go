@@ -107,6 +107,10 @@ func annotationTrue(pa *autoscalingv1alpha1.PodAutoscaler, key string) bool {
 	return err == nil && b
 }
 
+// errStaleCache stops a reconcile whose cached PodAutoscaler is older than
+// the API server's.
+var errStaleCache = errors.New("podautoscaler cache is behind the API server")
+
 // outcome is what one reconcile did to the target.
 type outcome struct {
 	// Before and After are the target's spec.replicas before and after.
@@ -138,7 +142,12 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) (time.Dura
 		// Metric the garbage collector is removing.
 		return 0, nil
 	}
-	out, err := c.reconcile(ctx, pa.DeepCopy(), nil, false)
+	out, err := c.reconcile(ctx, pa.DeepCopy(), nil, false, false)
+	if errors.Is(err, errStaleCache) {
+		// A newer copy is on its way through the informer, which will
+		// enqueue it again.
+		return 0, nil
+	}
 	return out.Requeue, err
 }
 
@@ -169,7 +178,12 @@ func (c *Controller) revision(pa *autoscalingv1alpha1.PodAutoscaler) (kpaconfig.
 // reconcile converges pa's target, Metric and status. decision, when set,
 // replaces the recorded one (a dry-run Scale call); dryRun changes nothing
 // and only reports. The caller holds pa's lock.
-func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *Decision, dryRun bool) (outcome, error) {
+//
+// fresh says pa was just read from the API server. A cached copy may lag a
+// decision another caller has recorded since, so before writing the target
+// from a cached copy, reconcile checks that the copy is current and gives up
+// with errStaleCache otherwise: a late cache never undoes a newer decision.
+func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *Decision, dryRun, fresh bool) (outcome, error) {
 	now := c.clock.Now()
 	name := cache.MetaObjectToName(pa)
 	log := c.log.With(zap.String("podautoscaler", name.String()))
@@ -286,6 +300,15 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 			out.Suppressed = &to
 			c.recorder.Eventf(pa, corev1.EventTypeNormal, EventPaused, "paused at %d, not applied: %s", sc.Replicas, msg)
 		default:
+			if !fresh {
+				cur, err := c.tidal.PodAutoscalers(pa.Namespace).Get(ctx, pa.Name, metav1.GetOptions{})
+				if err != nil {
+					return out, fmt.Errorf("get podautoscaler %s: %w", name, err)
+				}
+				if cur.ResourceVersion != pa.ResourceVersion {
+					return out, errStaleCache
+				}
+			}
 			if err := c.scaler.SetReplicas(ctx, target, to); err != nil {
 				return out, fmt.Errorf("scale %s: %w", target, err)
 			}

@@ -127,7 +127,7 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 	if req.DryRun {
 		override = &dec
 	}
-	out, err := c.reconcile(ctx, fresh, override, req.DryRun)
+	out, err := c.reconcile(ctx, fresh, override, req.DryRun, true)
 	if err != nil {
 		return scale.Result{}, err
 	}
