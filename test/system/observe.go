@@ -3,6 +3,7 @@ package system
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -57,6 +58,8 @@ func (s Sample) State() string {
 		return "unknown"
 	case s.Decision.GetPanicking():
 		return "panic"
+	case s.Lag != nil && strings.HasPrefix(s.Lag.GetMeasureError(), "no lag data"):
+		return "no-data"
 	case s.Lag != nil && s.Lag.GetMeasureError() != "":
 		return "error"
 	case s.KPA != nil && s.KPA.GetMetricError() != "":
