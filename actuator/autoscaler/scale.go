@@ -18,6 +18,9 @@ import (
 // refuse outright (above its max-scale).
 var ErrOutOfRange = errors.New("desired scale out of range")
 
+// ErrNotSynced is returned before the controller's caches have synced.
+var ErrNotSynced = errors.New("podautoscaler caches not synced yet")
+
 // Request is one decision to apply, as the deciders send it.
 type Request struct {
 	scale.Decision
@@ -54,6 +57,10 @@ func (c *Controller) podAutoscalerFor(t scale.Target) (*autoscalingv1alpha1.PodA
 // recorded) and the target goes through the §6 rules; otherwise it is
 // applied as is, with staleness tracked by this process only.
 func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, error) {
+	if !c.HasSynced() {
+		// Without the PodAutoscalers cached, a target's rules are unknown.
+		return scale.Result{}, ErrNotSynced
+	}
 	pa, err := c.podAutoscalerFor(req.Target)
 	if err != nil {
 		return scale.Result{}, err
@@ -145,6 +152,9 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 
 // Status is what is known about a target's scale.
 func (c *Controller) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
+	if !c.HasSynced() {
+		return scale.Status{}, ErrNotSynced
+	}
 	pa, err := c.podAutoscalerFor(t)
 	if err != nil {
 		return scale.Status{}, err

@@ -1,0 +1,133 @@
+package autoscaler
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/kpa"
+	"github.com/tidalscale/tidal/actuator/scale"
+	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/kpaconfig"
+)
+
+func revision(t *testing.T, ann map[string]string) kpaconfig.Revision {
+	t.Helper()
+	rev, err := kpaconfig.NewRevision(kpaconfig.Default(), kpaconfig.DefaultDeployment(), ann, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+func TestScaleMessage(t *testing.T) {
+	plain := revision(t, nil)
+	bounded := revision(t, map[string]string{kpaconfig.AnnotationMinScale: "2", kpaconfig.AnnotationMaxScale: "8"})
+	tests := []struct {
+		name        string
+		reason      string
+		desired     int32
+		hasDecision bool
+		from, to    int32
+		rev         *kpaconfig.Revision
+		want        string
+	}{
+		{"mode prefix", "panic: observed concurrency 84 over target 7", 12, true, 5, 12, &plain,
+			"panic: 5 → 12, observed concurrency 84 over target 7"},
+		{"no mode", "observed lag 40", 3, true, 1, 3, &plain, "1 → 3, observed lag 40"},
+		{"prefix with spaces is not a mode", "too many requests: 40", 3, true, 1, 3, &plain, "1 → 3, too many requests: 40"},
+		{"no reason", "", 3, true, 1, 3, &plain, "1 → 3"},
+		{"min-scale", "stable: idle", 0, true, 5, 2, &bounded, "stable: 5 → 2, idle (decider wanted 0; min-scale 2)"},
+		{"last pod", "stable: idle", 0, true, 3, 1, &plain,
+			"stable: 3 → 1, idle (decider wanted 0; the last pod stays until the PodAutoscaler has been active for a stable window)"},
+		{"no decision, min-scale", "", 0, false, 0, 2, &bounded, "0 → 2 (no decision yet; min-scale 2)"},
+		{"no decision, activation timeout", "", 0, false, 3, 0, &plain, "3 → 0 (no decision yet; activation timed out)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := scaleMessage(tt.reason, tt.desired, tt.hasDecision, tt.from, tt.to, tt.rev); got != tt.want {
+				t.Errorf("scaleMessage = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLagRules(t *testing.T) {
+	i32 := func(v int32) *int32 { return &v }
+	active := kpa.Condition{Status: kpa.ConditionTrue}
+	tests := []struct {
+		name        string
+		ann         map[string]string
+		desired     int32
+		replicas    int32
+		ready       int32
+		prior       *int32
+		wantPatch   *int32
+		wantDesired int32
+		wantActive  kpa.ConditionStatus
+	}{
+		{"scale up", nil, 4, 1, 1, nil, i32(4), 4, kpa.ConditionTrue},
+		{"to zero", nil, 0, 2, 2, nil, i32(0), 0, kpa.ConditionFalse},
+		{"from zero, no pods yet", nil, 2, 0, 0, nil, i32(2), 2, kpa.ConditionUnknown},
+		{"unchanged", nil, 3, 3, 3, nil, nil, 3, kpa.ConditionTrue},
+		{"unknown keeps prior", nil, -1, 3, 3, i32(3), nil, 3, kpa.ConditionTrue},
+		{"max-scale", map[string]string{kpaconfig.AnnotationMaxScale: "5"}, 9, 1, 1, nil, i32(5), 5, kpa.ConditionTrue},
+		{"min-scale", map[string]string{kpaconfig.AnnotationMinScale: "1"}, 0, 2, 2, nil, i32(1), 1, kpa.ConditionTrue},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := lagRules(kpa.Input{
+				Revision: revision(t, tt.ann), Active: active, Replicas: &tt.replicas, ReadyPods: tt.ready,
+				PriorDesiredScale: tt.prior, Decider: deciderkpa.Status{DesiredScale: tt.desired},
+			})
+			if (r.Patch == nil) != (tt.wantPatch == nil) || (r.Patch != nil && *r.Patch != *tt.wantPatch) {
+				t.Errorf("Patch = %v, want %v", r.Patch, tt.wantPatch)
+			}
+			if r.DesiredScale != tt.wantDesired {
+				t.Errorf("DesiredScale = %d, want %d", r.DesiredScale, tt.wantDesired)
+			}
+			if r.Active.Status != tt.wantActive {
+				t.Errorf("Active = %v, want %v", r.Active.Status, tt.wantActive)
+			}
+		})
+	}
+}
+
+func TestRecordedDecision(t *testing.T) {
+	pa := &autoscalingv1alpha1.PodAutoscaler{}
+	if _, ok, err := recordedDecision(pa); ok || err != nil {
+		t.Fatalf("no annotation: ok %v, err %v", ok, err)
+	}
+	ebc := int32(-3)
+	want := Decision{Sequence: 42, DesiredScale: 7, ExcessBurstCapacity: &ebc, Reason: "panic: x", Time: metav1.Unix(1700000000, 0)}
+	setDecision(pa, want)
+	got, ok, err := recordedDecision(pa)
+	if !ok || err != nil || got.Sequence != 42 || got.DesiredScale != 7 || *got.ExcessBurstCapacity != -3 || got.Reason != "panic: x" || !got.Time.Equal(&want.Time) {
+		t.Errorf("round trip = %+v, %v, %v; want %+v", got, ok, err, want)
+	}
+	pa.Annotations[AnnotationDecision] = "{not json"
+	if _, _, err := recordedDecision(pa); err == nil {
+		t.Error("corrupt annotation: no error")
+	}
+}
+
+func TestTargetKey(t *testing.T) {
+	tests := []struct {
+		t    scale.Target
+		want string
+	}{
+		{scale.Target{Namespace: "ns", Name: "web"}, "ns/Deployment.apps/web"},
+		{scale.Target{Namespace: "ns", Name: "web", APIVersion: "apps/v1", Kind: "Deployment"}, "ns/Deployment.apps/web"},
+		{scale.Target{Namespace: "ns", Name: "db", APIVersion: "apps/v1", Kind: "StatefulSet"}, "ns/StatefulSet.apps/db"},
+		{scale.Target{Namespace: "ns", Name: "s", APIVersion: "test.tidal.dev/v1", Kind: "Scalable"}, "ns/Scalable.test.tidal.dev/s"},
+	}
+	for _, tt := range tests {
+		if got, err := targetKey(tt.t); err != nil || got != tt.want {
+			t.Errorf("targetKey(%+v) = %q, %v; want %q", tt.t, got, err, tt.want)
+		}
+	}
+	if _, err := targetKey(scale.Target{Namespace: "ns", Name: "x", APIVersion: "a/b/c"}); err == nil {
+		t.Error("malformed apiVersion: no error")
+	}
+}
