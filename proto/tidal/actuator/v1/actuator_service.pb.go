@@ -29,7 +29,9 @@ type ScaleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The target. Required (namespace and name).
 	Target *v1.TargetRef `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
-	// Desired replica count. At least 0 and at most 100000.
+	// Desired replica count, before the KPA reconciler's rules. At least 0 and
+	// at most 100000, and at most the PodAutoscaler's max-scale (or a
+	// function's cap: its maxReplicas and input partitions) when one applies.
 	DesiredReplicas int32 `protobuf:"varint,2,opt,name=desired_replicas,json=desiredReplicas,proto3" json:"desired_replicas,omitempty"`
 	// The decision's per-target sequence number. Required: at least 1.
 	DecisionSequence uint64 `protobuf:"varint,3,opt,name=decision_sequence,json=decisionSequence,proto3" json:"decision_sequence,omitempty"`

@@ -36,7 +36,16 @@ type ActuatorServiceClient interface {
 	// Scale applies a decision (called by deciders). It is idempotent: the same
 	// decision applied twice changes nothing the second time, and a decision
 	// whose sequence is lower than the last one applied for the target is
-	// refused as stale without changing anything.
+	// refused as stale without changing anything. When a PodAutoscaler names
+	// the target, the decision is recorded on it (so every actuator replica
+	// refuses an older one) and reaches the target only through the KPA
+	// reconciler's rules (bounds, initial scale, scale-to-zero timing); a
+	// PodAutoscaler annotated autoscaling.tidal.dev/paused or
+	// autoscaling.tidal.dev/dry-run keeps the target as it is. Errors:
+	// NOT_FOUND for a missing target, FAILED_PRECONDITION for a target without
+	// a scale subresource, INVALID_ARGUMENT for a count above the
+	// PodAutoscaler's max-scale or a function's cap, UNAVAILABLE before the
+	// actuator has synced its caches.
 	Scale(ctx context.Context, in *ScaleRequest, opts ...grpc.CallOption) (*ScaleResponse, error)
 	// GetScale returns the target's current and last applied scale.
 	GetScale(ctx context.Context, in *GetScaleRequest, opts ...grpc.CallOption) (*GetScaleResponse, error)
@@ -116,7 +125,16 @@ type ActuatorServiceServer interface {
 	// Scale applies a decision (called by deciders). It is idempotent: the same
 	// decision applied twice changes nothing the second time, and a decision
 	// whose sequence is lower than the last one applied for the target is
-	// refused as stale without changing anything.
+	// refused as stale without changing anything. When a PodAutoscaler names
+	// the target, the decision is recorded on it (so every actuator replica
+	// refuses an older one) and reaches the target only through the KPA
+	// reconciler's rules (bounds, initial scale, scale-to-zero timing); a
+	// PodAutoscaler annotated autoscaling.tidal.dev/paused or
+	// autoscaling.tidal.dev/dry-run keeps the target as it is. Errors:
+	// NOT_FOUND for a missing target, FAILED_PRECONDITION for a target without
+	// a scale subresource, INVALID_ARGUMENT for a count above the
+	// PodAutoscaler's max-scale or a function's cap, UNAVAILABLE before the
+	// actuator has synced its caches.
 	Scale(context.Context, *ScaleRequest) (*ScaleResponse, error)
 	// GetScale returns the target's current and last applied scale.
 	GetScale(context.Context, *GetScaleRequest) (*GetScaleResponse, error)
