@@ -17,6 +17,8 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/workload"
 )
 
@@ -251,4 +253,40 @@ func (s *System) CreateTopic(ctx context.Context, topic string, partitions int32
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
 	return nil
+}
+
+// RunActivator plays Knative's activator for k until ctx ends: while the
+// workload has no warm pod and requests wait, it pushes a stat with the
+// waiting requests to a collector once per period, which pokes the decider
+// out of zero. It returns the first push error other than ctx ending.
+func (s *System) RunActivator(ctx context.Context, k *KPATarget, period time.Duration) error {
+	conn, err := s.Collectors[0].Conn()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := collectorv1.NewCollectorServiceClient(conn)
+	ref := &commonv1.TargetRef{Namespace: k.Namespace, Name: k.Name}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		r := k.Workload.Report()
+		if r.WarmPods > 0 || r.Queued == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, period)
+		_, err := client.PushStats(cctx, &collectorv1.PushStatsRequest{Stats: []*collectorv1.Stat{{
+			Target: ref, PodName: "activator-0",
+			AverageConcurrency: float64(r.Queued), RequestCount: k.Load(),
+		}}})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("activator stat for %s/%s: %w", k.Namespace, k.Name, err)
+		}
+	}
 }
