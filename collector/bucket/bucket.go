@@ -4,17 +4,32 @@
 // as Knative's autoscaler owns its buckets. A replica that dies loses its
 // buckets when their leases expire, within one lease duration, and another
 // replica takes them; one that stops cleanly releases them at once.
+//
+// So that replicas share the buckets instead of the first one taking all,
+// each replica also holds a member Lease of its own. The live members give
+// every bucket a preferred owner by rendezvous hashing; a replica campaigns
+// for the buckets it is preferred for and for buckets whose holder is not a
+// live member, and hands a bucket back when its preferred owner is live.
+// Leases stay the only arbiter: no home-made consensus.
 package bucket
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
@@ -75,14 +90,13 @@ type Set struct {
 	log      *zap.Logger
 	onChange func()
 	owned    prometheus.Gauge
-	// release gives the buckets up when Run ends; tests turn it off to
-	// play a replica that dies.
-	release bool
 
-	// mu guards mine and holders.
-	mu      sync.RWMutex
-	mine    []bool
-	holders []string
+	// leases lists the Leases of the namespace (set by Run).
+	leases coordlisters.LeaseNamespaceLister
+
+	// mu guards mine.
+	mu   sync.RWMutex
+	mine []bool
 }
 
 // New returns a Set owning nothing yet; onChange is called (from the
@@ -90,7 +104,7 @@ type Set struct {
 func New(cfg Config, client kubernetes.Interface, onChange func(), reg prometheus.Registerer, log *zap.Logger) *Set {
 	return &Set{
 		cfg: cfg, client: client, log: log, onChange: onChange,
-		mine: make([]bool, cfg.Buckets), holders: make([]string, cfg.Buckets), release: true,
+		mine: make([]bool, cfg.Buckets),
 		owned: promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 			Name: "tidal_collector_buckets_owned",
 			Help: "Target buckets this collector replica holds the Lease of.",
@@ -109,8 +123,191 @@ func (s *Set) Owns(key string) bool {
 func (s *Set) Owner(key string) (string, bool) {
 	b := route.Bucket(key, s.cfg.Buckets)
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.holders[b], s.mine[b]
+	mine := s.mine[b]
+	s.mu.RUnlock()
+	if mine {
+		return s.cfg.Identity, true
+	}
+	return s.holder(b), false
+}
+
+// holder is the live holder of bucket b's Lease, or "".
+func (s *Set) holder(b int) string {
+	if s.leases == nil {
+		return ""
+	}
+	l, err := s.leases.Get(s.bucketName(b))
+	if err != nil {
+		return ""
+	}
+	return liveHolder(l, time.Now())
+}
+
+// liveHolder is a Lease's holder if its lease has not run out.
+func liveHolder(l *coordinationv1.Lease, now time.Time) string {
+	sp := l.Spec
+	if sp.HolderIdentity == nil || *sp.HolderIdentity == "" || sp.RenewTime == nil || sp.LeaseDurationSeconds == nil {
+		return ""
+	}
+	if sp.RenewTime.Add(time.Duration(*sp.LeaseDurationSeconds) * time.Second).Before(now) {
+		return ""
+	}
+	return *sp.HolderIdentity
+}
+
+func (s *Set) bucketName(b int) string {
+	return fmt.Sprintf("%s-%d-of-%d", s.cfg.Prefix, b, s.cfg.Buckets)
+}
+
+func (s *Set) memberPrefix() string { return s.cfg.Prefix + "-member-" }
+
+func (s *Set) memberName() string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s.cfg.Identity))
+	return s.memberPrefix() + strconv.FormatUint(h.Sum64(), 36)
+}
+
+// members lists the live replicas, this one included.
+func (s *Set) members() []string {
+	out := []string{s.cfg.Identity}
+	ls, _ := s.leases.List(labels.Everything())
+	now := time.Now()
+	for _, l := range ls {
+		if !strings.HasPrefix(l.Name, s.memberPrefix()) {
+			continue
+		}
+		if h := liveHolder(l, now); h != "" && h != s.cfg.Identity {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// preferred is the live member bucket b belongs with.
+func (s *Set) preferred(b int) string {
+	p, _ := route.Owner("bucket-"+strconv.Itoa(b), s.members())
+	return p
+}
+
+// shouldCampaign says whether this replica goes for bucket b: it is b's
+// preferred owner among the live members, or it holds b now (and hands it
+// back once the preferred owner is live). A bucket whose holder died goes to
+// its preferred owner among the members still alive.
+func (s *Set) shouldCampaign(b int) bool {
+	return s.preferred(b) == s.cfg.Identity || s.holder(b) == s.cfg.Identity
+}
+
+// Run campaigns until ctx ends; on the way out it releases what it holds
+// so another replica takes it at once.
+func (s *Set) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithNamespace(s.cfg.Namespace))
+	inf := factory.Coordination().V1().Leases()
+	s.leases = inf.Lister().Leases(s.cfg.Namespace)
+	informer := inf.Informer()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return nil // ctx ended
+	}
+	member, err := leaderelection.NewLeaderElector(s.config(s.memberName(), nil))
+	if err != nil {
+		return fmt.Errorf("member lease: %w", err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			member.Run(ctx)
+		}
+	})
+	for b := range s.cfg.Buckets {
+		wg.Go(func() { s.campaign(ctx, b) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// campaign holds bucket b while this replica should, until ctx ends.
+func (s *Set) campaign(ctx context.Context, b int) {
+	for ctx.Err() == nil {
+		if !s.shouldCampaign(b) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.cfg.RetryPeriod):
+			}
+			continue
+		}
+		bctx, cancel := context.WithCancel(ctx)
+		le, err := leaderelection.NewLeaderElector(s.config(s.bucketName(b), func(mine bool) { s.set(b, mine) }))
+		if err != nil {
+			cancel()
+			s.log.Error("bucket election", logkey.Bucket(b), zap.Error(err))
+			return
+		}
+		done := make(chan struct{})
+		go func() {
+			// Hand the bucket back once its preferred owner is live.
+			defer cancel()
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(s.cfg.RetryPeriod):
+				}
+				s.mu.RLock()
+				mine := s.mine[b]
+				s.mu.RUnlock()
+				if mine && s.preferred(b) != s.cfg.Identity {
+					s.log.Info("handing bucket to its preferred owner", logkey.Bucket(b), zap.String("owner", s.preferred(b)))
+					return
+				}
+			}
+		}()
+		le.Run(bctx)
+		close(done)
+		cancel()
+		s.set(b, false)
+	}
+}
+
+func (s *Set) set(b int, mine bool) {
+	s.mu.Lock()
+	changed := s.mine[b] != mine
+	s.mine[b] = mine
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	s.owned.Set(float64(s.Owned()))
+	if mine {
+		s.log.Info("took bucket", logkey.Bucket(b))
+	} else {
+		s.log.Info("lost bucket", logkey.Bucket(b))
+	}
+	s.onChange()
+}
+
+// config is the election of one Lease; held, if set, hears it won or lost.
+func (s *Set) config(name string, held func(bool)) leaderelection.LeaderElectionConfig {
+	if held == nil {
+		held = func(bool) {}
+	}
+	return leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metaFor(s.cfg.Namespace, name),
+			Client:     s.client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: s.cfg.Identity},
+		},
+		LeaseDuration:   s.cfg.LeaseDuration,
+		RenewDeadline:   s.cfg.RenewDeadline,
+		RetryPeriod:     s.cfg.RetryPeriod,
+		ReleaseOnCancel: true, // on stop and on handing a bucket back
+		Name:            name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { held(true) },
+			OnStoppedLeading: func() { held(false) },
+		},
+	}
 }
 
 // Owned returns how many buckets this replica holds.
@@ -124,67 +321,4 @@ func (s *Set) Owned() int {
 		}
 	}
 	return n
-}
-
-// Run campaigns for every bucket until ctx ends; on the way out it releases
-// the buckets it holds so another replica takes them at once.
-func (s *Set) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	for b := range s.cfg.Buckets {
-		le, err := leaderelection.NewLeaderElector(s.electionConfig(b))
-		if err != nil {
-			return fmt.Errorf("bucket %d: %w", b, err)
-		}
-		wg.Go(func() {
-			// Run returns when leadership is lost; campaign again.
-			for ctx.Err() == nil {
-				le.Run(ctx)
-			}
-		})
-	}
-	wg.Wait()
-	return nil
-}
-
-func (s *Set) electionConfig(b int) leaderelection.LeaderElectionConfig {
-	name := fmt.Sprintf("%s-%d-of-%d", s.cfg.Prefix, b, s.cfg.Buckets)
-	set := func(mine bool) {
-		s.mu.Lock()
-		changed := s.mine[b] != mine
-		s.mine[b] = mine
-		if mine {
-			s.holders[b] = s.cfg.Identity
-		}
-		s.mu.Unlock()
-		if changed {
-			s.owned.Set(float64(s.Owned()))
-			if mine {
-				s.log.Info("took bucket", logkey.Bucket(b))
-			} else {
-				s.log.Info("lost bucket", logkey.Bucket(b))
-			}
-			s.onChange()
-		}
-	}
-	return leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metaFor(s.cfg.Namespace, name),
-			Client:     s.client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: s.cfg.Identity},
-		},
-		LeaseDuration:   s.cfg.LeaseDuration,
-		RenewDeadline:   s.cfg.RenewDeadline,
-		RetryPeriod:     s.cfg.RetryPeriod,
-		ReleaseOnCancel: s.release,
-		Name:            name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) { set(true) },
-			OnStoppedLeading: func() { set(false) },
-			OnNewLeader: func(id string) {
-				s.mu.Lock()
-				s.holders[b] = id
-				s.mu.Unlock()
-			},
-		},
-	}
 }

@@ -189,7 +189,10 @@ func (f *Fetcher) Remove(ref *commonv1.TargetRef) {
 }
 
 func (f *Fetcher) releaseLocked(ck string) {
-	c := f.clusters[ck]
+	c, ok := f.clusters[ck]
+	if !ok {
+		return // closed when Run ended
+	}
 	if c.users--; c.users == 0 {
 		delete(f.clusters, ck)
 		if c.cl != nil {
@@ -242,7 +245,7 @@ func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
 	f.mu.Lock()
 	for _, t := range f.targets {
 		c := f.clusters[t.cluster]
-		if now.Before(t.next) || c.busy {
+		if c == nil || now.Before(t.next) || c.busy {
 			continue
 		}
 		t.next = now.Add(t.spec.Interval)

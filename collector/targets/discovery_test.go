@@ -411,7 +411,21 @@ func TestReplicasSplitTargetsAndTakeOver(t *testing.T) {
 			return true
 		}
 	}
-	eventually(t, "every target held by exactly one replica", 30*time.Second, split(a, b))
+	eventually(t, "every target held by exactly one replica, both replicas holding some", 30*time.Second, func() bool {
+		if !split(a, b)() {
+			return false
+		}
+		na, nb := 0, 0
+		for _, ref := range refs {
+			if a.hub.Known(ref) {
+				na++
+			}
+			if b.hub.Known(ref) {
+				nb++
+			}
+		}
+		return na > 0 && nb > 0
+	})
 	heldByA := 0
 	for _, ref := range refs {
 		if a.hub.Known(ref) {
