@@ -63,6 +63,8 @@ type Consumers struct {
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
 	processed atomic.Int64
+	// rate is RatePerPod as float64 bits, changeable while running.
+	rate atomic.Uint64
 
 	// mu guards members and err.
 	mu      sync.Mutex
@@ -86,6 +88,7 @@ func StartConsumers(ctx context.Context, opts ConsumerOptions) (*Consumers, erro
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c := &Consumers{opts: opts, cancel: cancel, members: map[string]*member{}}
+	c.rate.Store(math.Float64bits(opts.RatePerPod))
 	synced, waitWatch := watchPods(runCtx, opts.Client, opts.Namespace, opts.Selector, podEvents{
 		ready: func(p *corev1.Pod) { c.addMember(runCtx, p.Name) },
 		gone:  c.removeMember,
@@ -162,7 +165,6 @@ func (c *Consumers) consume(ctx context.Context, pod string) error {
 		cl.Close()
 	}()
 
-	interval := time.Duration(float64(time.Second) / c.opts.RatePerPod)
 	next := time.Now()
 	for {
 		fetches := cl.PollRecords(ctx, 100)
@@ -184,7 +186,7 @@ func (c *Consumers) consume(ctx context.Context, pod string) error {
 			if now := time.Now(); next.Before(now) {
 				next = now
 			}
-			next = next.Add(interval)
+			next = next.Add(time.Duration(float64(time.Second) / math.Float64frombits(c.rate.Load())))
 			select {
 			case <-time.After(time.Until(next)):
 			case <-ctx.Done():
@@ -194,6 +196,17 @@ func (c *Consumers) consume(ctx context.Context, pod string) error {
 			c.processed.Add(1)
 		}
 	}
+}
+
+// SetRatePerPod changes how many records each pod processes per second, from
+// the next record on: slow consumers down to build lag, speed them up to
+// drain it.
+func (c *Consumers) SetRatePerPod(rate float64) error {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return fmt.Errorf("consumers: rate per pod = %v: want a finite rate > 0", rate)
+	}
+	c.rate.Store(math.Float64bits(rate))
+	return nil
 }
 
 // Processed returns how many records all pods have processed.
