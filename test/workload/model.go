@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -18,8 +19,13 @@ type ModelConfig struct {
 	// requests beyond it queue in the pod (as behind Knative's queue-proxy
 	// breaker). 0 means no limit.
 	ContainerConcurrency int
-	// ServiceTime is how long one request takes once a pod starts it.
+	// ServiceTime is how long one request takes once a pod starts it, or
+	// the mean of that time with ExponentialService.
 	ServiceTime time.Duration
+	// ExponentialService draws each request's service time from an
+	// exponential distribution (seeded by Seed), for realistic latency
+	// tails; otherwise every request takes exactly ServiceTime.
+	ExponentialService bool
 	// ColdStart is how long a pod takes, after it turns Ready, before it
 	// serves; requests wait for a warm pod meanwhile.
 	ColdStart time.Duration
@@ -75,7 +81,8 @@ type Model struct {
 
 	arrived, served int64
 	waits           []time.Duration
-	rng             *rand.Rand // nil unless Poisson
+	latencies       []time.Duration
+	rng             *rand.Rand // nil unless Poisson or ExponentialService
 }
 
 // simPod is one pod's queue-proxy: requests in service, requests queued, and
@@ -84,9 +91,8 @@ type simPod struct {
 	name    string
 	addedAt time.Time
 	warmAt  time.Time
-	// finishes are the end times of requests in service, in order (the
-	// service time is constant, so FIFO order is finish order).
-	finishes []time.Time
+	// finishes holds the requests in service, a min-heap by finish time.
+	finishes inService
 	// queue holds arrival times of requests waiting for a slot.
 	queue []time.Time
 
@@ -116,7 +122,7 @@ func NewModel(cfg ModelConfig, profile Profile, start time.Time) (*Model, error)
 		cfg.MaxStep = 10 * time.Millisecond
 	}
 	m := &Model{cfg: cfg, profile: profile, start: start, now: start, pods: map[string]*simPod{}}
-	if cfg.Poisson {
+	if cfg.Poisson || cfg.ExponentialService {
 		m.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	}
 	return m, nil
@@ -152,7 +158,10 @@ func (m *Model) RemovePod(name string, now time.Time) {
 	if !ok {
 		return
 	}
-	m.served += int64(len(p.finishes))
+	// Requests in service drain: they complete as if the pod finished them.
+	for _, r := range p.finishes {
+		m.complete(r)
+	}
 	m.pending = append(slices.Clone(p.queue), m.pending...)
 	delete(m.pods, name)
 	m.order = slices.DeleteFunc(m.order, func(q *simPod) bool { return q == p })
@@ -237,10 +246,10 @@ func (m *Model) step(t time.Time) {
 
 // completeUntil finishes p's requests that end by t, in time order.
 func (m *Model) completeUntil(p *simPod, t time.Time) {
-	for len(p.finishes) > 0 && !p.finishes[0].After(t) {
-		f := p.finishes[0]
-		p.finishes = p.finishes[1:]
-		m.served++
+	for len(p.finishes) > 0 && !p.finishes[0].finish.After(t) {
+		r := heap.Pop(&p.finishes).(request)
+		f := r.finish
+		m.complete(r)
 		if len(p.queue) > 0 {
 			// The next queued request takes the slot the moment it frees;
 			// the number of requests in the pod drops by one either way.
@@ -299,7 +308,34 @@ func (m *Model) pick() *simPod {
 // begin starts serving a request at t in p.
 func (m *Model) begin(p *simPod, arrival, t time.Time) {
 	m.waits = append(m.waits, t.Sub(arrival))
-	p.finishes = append(p.finishes, t.Add(m.cfg.ServiceTime))
+	service := m.cfg.ServiceTime
+	if m.cfg.ExponentialService {
+		service = time.Duration(m.rng.ExpFloat64() * float64(service))
+	}
+	heap.Push(&p.finishes, request{arrival: arrival, finish: t.Add(service)})
+}
+
+// complete records a finished request.
+func (m *Model) complete(r request) {
+	m.served++
+	m.latencies = append(m.latencies, r.finish.Sub(r.arrival))
+}
+
+// request is one request in service.
+type request struct{ arrival, finish time.Time }
+
+// inService is a min-heap of requests by finish time (container/heap).
+type inService []request
+
+func (h inService) Len() int           { return len(h) }
+func (h inService) Less(i, j int) bool { return h[i].finish.Before(h[j].finish) }
+func (h inService) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *inService) Push(x any)        { *h = append(*h, x.(request)) }
+func (h *inService) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return r
 }
 
 // change records that the number of requests in p changes by delta at t.
@@ -340,9 +376,12 @@ type Report struct {
 	// Wait summarises the time from arrival to the start of service of
 	// every request that started.
 	Wait WaitStats
+	// Latency summarises the time from arrival to completion of every
+	// request served.
+	Latency WaitStats
 }
 
-// WaitStats summarises waiting times.
+// WaitStats summarises a set of durations.
 type WaitStats struct {
 	Count                    int
 	Mean, P50, P90, P99, Max time.Duration
@@ -359,6 +398,7 @@ func (m *Model) Report() Report {
 		}
 	}
 	r.Wait = summarise(m.waits)
+	r.Latency = summarise(m.latencies)
 	return r
 }
 

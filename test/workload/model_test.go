@@ -219,3 +219,32 @@ func TestPoissonMean(t *testing.T) {
 		}
 	}
 }
+
+func TestModelLatencyAndExponentialService(t *testing.T) {
+	// Constant service: latency is wait + 100 ms exactly.
+	m := newTestModel(t, ModelConfig{ServiceTime: 100 * time.Millisecond}, Constant(10))
+	m.AddPod("p0", t0)
+	m.Advance(t0.Add(10 * time.Second))
+	if r := m.Report(); r.Latency.P50 != 100*time.Millisecond || r.Latency.Max != 100*time.Millisecond {
+		t.Errorf("constant service latency = %+v, want 100ms throughout", r.Latency)
+	}
+
+	// Exponential service with mean 100 ms: the mean holds and the tail is
+	// long (p99 of an exponential is about 4.6 times the mean).
+	cfg := ModelConfig{ServiceTime: 100 * time.Millisecond, ExponentialService: true, Seed: 7}
+	m = newTestModel(t, cfg, Constant(20))
+	m.AddPod("p0", t0)
+	m.Advance(t0.Add(300 * time.Second))
+	r := m.Report()
+	if mean := r.Latency.Mean; mean < 90*time.Millisecond || mean > 110*time.Millisecond {
+		t.Errorf("exponential service mean latency = %s, want about 100ms", mean)
+	}
+	if p99 := r.Latency.P99; p99 < 350*time.Millisecond || p99 > 600*time.Millisecond {
+		t.Errorf("exponential service p99 latency = %s, want about 460ms", p99)
+	}
+	// Requests finish out of order, and each pod's concurrency still
+	// averages rate × mean service time.
+	if s, _ := m.Stat("p0"); s.AverageConcurrentRequests <= 0 || s.AverageConcurrentRequests > 10 {
+		t.Errorf("AverageConcurrentRequests = %v", s.AverageConcurrentRequests)
+	}
+}
