@@ -7,19 +7,21 @@
 //	group                  resource                       verbs                         why
 //	autoscaling.tidal.dev  podautoscalers                 get list watch create update delete   informer; record each decision; a lag PodAutoscaler per Function
 //	autoscaling.tidal.dev  podautoscalers/status          update                        desiredScale, actualScale, conditions
-//	autoscaling.tidal.dev  podautoscalers/finalizers      update                        Metric owner references with blockOwnerDeletion
+//	autoscaling.tidal.dev  podautoscalers/finalizers      update                        Metric owner references with blockOwnerDeletion (*)
 //	autoscaling.tidal.dev  metrics                        get list watch create update delete   one Metric per PodAutoscaler
 //	functions.tidal.dev    functions                      get list watch                informer; owner of the Deployment
 //	functions.tidal.dev    functions/status               update                        deploymentName, replicas, Ready
-//	functions.tidal.dev    functions/finalizers           update                        Deployment owner references with blockOwnerDeletion
+//	functions.tidal.dev    functions/finalizers           update                        Deployment and PodAutoscaler owner references with blockOwnerDeletion (*)
 //	functions.tidal.dev    topics                         get list watch                the partition cap
 //	apps                   deployments                    get list watch create patch delete   Deployer (server-side apply is patch)
 //	apps                   deployments/scale              get update                    scale targets
 //	apps                   statefulsets/scale             get update                    scale targets
 //	apps                   replicasets/scale              get update                    scale targets
 //	""                     pods                           list watch                    ready pods of each target
-//	""                     events                         create update patch           scale changes and refusals
-//	events.k8s.io          events                         create update patch           the same, for clusters that route Events there
+//	""                     events                         create patch                  scale changes and refusals (client-go's recorder patches repeats)
+//
+// (*) Needed only where the OwnerReferencesPermissionEnforcement admission
+// plugin is on (OpenShift, some hardened clusters); harmless elsewhere.
 //
 // A custom resource used as a scale target needs "get" and "update" on its
 // "<plural>/scale" too (Extra builds that rule). Discovery (/api, /apis) is
@@ -44,8 +46,7 @@ func Rules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale", "statefulsets/scale", "replicasets/scale"}, Verbs: []string{"get", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
-		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }
 

@@ -213,9 +213,19 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	if err != nil || get.GetReplicas() != 4 || get.GetLastAppliedSequence() != 1_700_000_000_000 || !strings.HasPrefix(get.GetLastReason(), "panic:") {
 		t.Errorf("GetScale = %v, %v", get, err)
 	}
-	resp, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 1, DecisionSequence: 1_699_999_999_000})
-	if err != nil || !resp.GetStale() || replicas("web") != 4 {
-		t.Errorf("stale Scale = %v, %v; replicas %d; want refused", resp, err, replicas("web"))
+	for range 2 {
+		resp, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 1, DecisionSequence: 1_699_999_999_000})
+		if err != nil || !resp.GetStale() || replicas("web") != 4 {
+			t.Errorf("stale Scale = %v, %v; replicas %d; want refused", resp, err, replicas("web"))
+		}
+	}
+	// The repeated refusal is one Event with count 2 (a patch).
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=StaleDecision"})
+		return err == nil && len(list.Items) == 1 && list.Items[0].Count == 2 && list.Items[0].Type == corev1.EventTypeWarning, nil
+	})
+	if err != nil {
+		t.Errorf("no StaleDecision Warning with count 2: %v", err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=Scaled"})
