@@ -11,9 +11,10 @@ BENCHTIME ?= 1s
 
 all: build
 
-## generate: regenerate the Go code for proto/ with the pinned buf and plugins.
+## generate: regenerate the Go code for proto/ and the CRDs, with pinned tools.
 generate:
 	$(TOOL) buf generate
+	hack/update-crds.sh
 
 ## build: the three binaries in bin/.
 build:
@@ -50,6 +51,7 @@ lint:
 	$(TOOL) buf lint
 	$(TOOL) buf format -d --exit-code
 	hack/verify-generated.sh
+	hack/verify-crds.sh
 
 ## bench: every Go benchmark (BENCH=regexp, BENCHTIME=1s); figures go to BENCHMARKS.md.
 bench:
