@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ type recorder struct {
 	rule   func(s system.Sample, prev int32) error
 	cancel context.CancelFunc
 	done   chan struct{}
+	// paused suspends the rule while a test holds a fault that stops
+	// decisions from being applied (the actuator down).
+	paused atomic.Bool
 
 	// mu guards ledger and violations.
 	mu         sync.Mutex
@@ -72,7 +76,7 @@ func (r *recorder) add(ctx context.Context, s system.Sample) {
 		prev = r.ledger.Samples[n-1].Replicas
 	}
 	r.mu.Unlock()
-	if r.rule != nil {
+	if r.rule != nil && !r.paused.Load() {
 		if err := r.rule(s, prev); err != nil {
 			// Look again once: a decision made between the Explain and the
 			// Deployment read is not a mismatch.

@@ -131,6 +131,11 @@ func (p *Proc) Stop(grace time.Duration) error {
 	if cmd == nil {
 		return nil
 	}
+	select {
+	case <-exited:
+		return nil // already ended, by Kill or on its own
+	default:
+	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-exited:

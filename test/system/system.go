@@ -45,6 +45,11 @@ type Options struct {
 	Collectors int
 	// Args adds flags per service ("collector", "decider", "actuator").
 	Args map[string][]string
+	// Reference also runs a second, independent loop for comparison: a
+	// collector measuring every target into its own decider, which sends
+	// its decisions to an in-memory actuator, so it changes nothing. Fault
+	// tests compare the main decider's decisions with it.
+	Reference bool
 	// StartTimeout bounds each process's start; 0 means 30 s.
 	StartTimeout time.Duration
 	// Log receives progress lines; nil discards them.
@@ -62,6 +67,9 @@ type System struct {
 	// Kafka is the broker when Options.Kafka is set; Brokers its addresses.
 	Kafka   *kfake.Cluster
 	Brokers []string
+	// RefActuator, RefDecider and RefCollector are the reference loop
+	// (Options.Reference).
+	RefActuator, RefDecider, RefCollector *Proc
 	// LogDir holds each process's log.
 	LogDir string
 
@@ -178,7 +186,41 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 		}
 		fmt.Fprintf(opts.Log, "system: %s serving on %s\n", name, p.GRPCAddr)
 	}
+	if opts.Reference {
+		if err := s.startReference(ctx, cfgDir); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+func (s *System) startReference(ctx context.Context, cfgDir string) error {
+	var err error
+	if s.RefActuator, err = s.newProc("ref-actuator", "actuator", "--scaler", "memory"); err != nil {
+		return err
+	}
+	if err := s.RefActuator.Start(ctx, s.opts.StartTimeout); err != nil {
+		return err
+	}
+	if s.RefDecider, err = s.newProc("ref-decider", "decider", "--actuator-addr", s.RefActuator.GRPCAddr, "--config-autoscaler", cfgDir); err != nil {
+		return err
+	}
+	if err := s.RefDecider.Start(ctx, s.opts.StartTimeout); err != nil {
+		return err
+	}
+	args := []string{"--decider-addr", s.RefDecider.GRPCAddr, "--collector-id", "ref-collector", "--kubeconfig", s.Cluster.Kubeconfig}
+	if len(s.Brokers) > 0 {
+		args = append(args, "--kafka-brokers", strings.Join(s.Brokers, ","))
+	}
+	if s.RefCollector, err = s.newProc("ref-collector", "collector", args...); err != nil {
+		return err
+	}
+	if err := s.RefCollector.Start(ctx, s.opts.StartTimeout); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.opts.Log, "system: reference loop: collector %s → decider %s → in-memory actuator %s\n",
+		s.RefCollector.GRPCAddr, s.RefDecider.GRPCAddr, s.RefActuator.GRPCAddr)
+	return nil
 }
 
 func (s *System) newProc(name, svc string, args ...string) (*Proc, error) {
@@ -221,7 +263,13 @@ func (s *System) Procs() []*Proc {
 			ps = append(ps, p)
 		}
 	}
-	return append(ps, s.Collectors...)
+	ps = append(ps, s.Collectors...)
+	for _, p := range []*Proc{s.RefCollector, s.RefDecider, s.RefActuator} {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }
 
 // Stop stops the collectors, the decider and the actuator (in that order,
@@ -231,8 +279,15 @@ func (s *System) Procs() []*Proc {
 func (s *System) Stop() error {
 	var errs []error
 	s.stopOnce.Do(func() {
-		for _, p := range s.Collectors {
-			errs = append(errs, p.Stop(10*time.Second))
+		for _, p := range append([]*Proc{s.RefCollector}, s.Collectors...) {
+			if p != nil {
+				errs = append(errs, p.Stop(10*time.Second))
+			}
+		}
+		for _, p := range []*Proc{s.RefDecider, s.RefActuator} {
+			if p != nil {
+				errs = append(errs, p.Stop(10*time.Second))
+			}
 		}
 		for _, p := range []*Proc{s.Decider, s.Actuator} {
 			if p != nil {
