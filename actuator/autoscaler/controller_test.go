@@ -385,12 +385,18 @@ func TestBoundsAndBadInput(t *testing.T) {
 		t.Errorf("target without /scale: err = %v, want ErrNoScaleSubresource", err)
 	}
 
-	// A PodAutoscaler whose target is missing says so in status and Events.
+	// A PodAutoscaler whose target is missing says so in status and Events,
+	// and Scale on it is NOT_FOUND.
 	h.podAutoscaler("orphan", "missing", nil)
 	h.eventually("TargetNotFound status", func() bool {
 		c := condition(h.get("orphan"), autoscalingv1alpha1.PodAutoscalerConditionReady)
 		return c.Status == metav1.ConditionFalse && c.Reason == ReasonTargetNotFound
 	})
+	h.waitEvent("orphan", EventTargetNotFound, "deployments.apps "+h.ns+"/missing: target not found")
+	_, err = h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "missing"}, Desired: 1, Sequence: 1}})
+	if !errors.Is(err, scale.ErrNotFound) {
+		t.Errorf("Scale on a podautoscaler's missing target: err = %v, want ErrNotFound", err)
+	}
 	// Bad annotations: InvalidSpec, naming the key and value.
 	h.deployment("bad", 1)
 	h.podAutoscaler("bad", "bad", map[string]string{kpaconfig.AnnotationMinScale: "-3"})
@@ -398,6 +404,10 @@ func TestBoundsAndBadInput(t *testing.T) {
 		c := condition(h.get("bad"), autoscalingv1alpha1.PodAutoscalerConditionReady)
 		return c.Status == metav1.ConditionFalse && c.Reason == ReasonInvalidSpec && strings.Contains(c.Message, "min-scale")
 	})
+	_, err = h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "bad"}, Desired: 3, Sequence: 1}})
+	if !errors.Is(err, ErrInvalidPodAutoscaler) || !strings.Contains(err.Error(), "min-scale") {
+		t.Errorf("Scale through an invalid podautoscaler: err = %v, want ErrInvalidPodAutoscaler naming min-scale", err)
+	}
 	if h.replicas("bad") != 1 {
 		t.Errorf("invalid PodAutoscaler changed its target: replicas %d", h.replicas("bad"))
 	}

@@ -107,6 +107,10 @@ func annotationTrue(pa *autoscalingv1alpha1.PodAutoscaler, key string) bool {
 	return err == nil && b
 }
 
+// ErrInvalidPodAutoscaler is returned for a PodAutoscaler whose annotations
+// or decision record do not parse; the error says which and why.
+var ErrInvalidPodAutoscaler = errors.New("invalid podautoscaler")
+
 // errStaleCache stops a reconcile whose cached PodAutoscaler is older than
 // the API server's.
 var errStaleCache = errors.New("podautoscaler cache is behind the API server")
@@ -123,6 +127,10 @@ type outcome struct {
 	Suppressed *int32
 	// Requeue is when to reconcile again; 0 means only on events.
 	Requeue time.Duration
+	// Refused is why the target could not be reconciled (a missing target,
+	// one without /scale, an invalid PodAutoscaler), already reported in
+	// status and Events; a worker absorbs it, Scale returns it.
+	Refused error
 }
 
 // sync reconciles the PodAutoscaler name from the cache.
@@ -192,8 +200,9 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 	st.MetricName = pa.Name
 	out := outcome{Want: deciderkpa.ScaleUnknown}
 
-	fail := func(reason, eventReason, msg string, requeue time.Duration) (outcome, error) {
-		out.Requeue = requeue
+	fail := func(reason, eventReason string, cause error, requeue time.Duration) (outcome, error) {
+		msg := cause.Error()
+		out.Requeue, out.Refused = requeue, cause
 		if dryRun {
 			return out, nil
 		}
@@ -210,11 +219,11 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 	if err != nil {
 		// Retrying cannot help until the user fixes the object, which
 		// triggers a reconcile.
-		return fail(ReasonInvalidSpec, EventInvalidSpec, err.Error(), 0)
+		return fail(ReasonInvalidSpec, EventInvalidSpec, fmt.Errorf("%w: %w", ErrInvalidPodAutoscaler, err), 0)
 	}
 	rec, hasRec, err := recordedDecision(pa)
 	if err != nil {
-		return fail(ReasonInvalidSpec, EventInvalidSpec, err.Error(), 0)
+		return fail(ReasonInvalidSpec, EventInvalidSpec, fmt.Errorf("%w: %w", ErrInvalidPodAutoscaler, err), 0)
 	}
 	if decision != nil {
 		rec, hasRec = *decision, true
@@ -224,9 +233,9 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 	sc, err := c.scaler.GetScale(ctx, target)
 	switch {
 	case errors.Is(err, scale.ErrNotFound):
-		return fail(ReasonTargetNotFound, EventTargetNotFound, err.Error(), c.cfg.TargetRetry)
+		return fail(ReasonTargetNotFound, EventTargetNotFound, err, c.cfg.TargetRetry)
 	case errors.Is(err, scale.ErrNoScaleSubresource):
-		return fail(ReasonNoScale, EventNoScale, err.Error(), 0)
+		return fail(ReasonNoScale, EventNoScale, err, 0)
 	case err != nil:
 		return out, err
 	}
@@ -235,7 +244,7 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 	sel := labels.Nothing()
 	if sc.Selector != "" {
 		if sel, err = labels.Parse(sc.Selector); err != nil {
-			return fail(ReasonNoScale, EventNoScale, fmt.Sprintf("target %s: selector %q: %v", target, sc.Selector, err), 0)
+			return fail(ReasonNoScale, EventNoScale, fmt.Errorf("target %s: selector %q: %w: %w", target, sc.Selector, scale.ErrNoScaleSubresource, err), 0)
 		}
 	}
 	if !dryRun {

@@ -73,7 +73,7 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 	}
 	rev, err := c.revision(pa)
 	if err != nil {
-		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
+		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w: %w", pa.Namespace, pa.Name, ErrInvalidPodAutoscaler, err)
 	}
 	if _, hi := rev.ScaleBounds(); hi > 0 && req.Desired > hi {
 		return scale.Result{}, fmt.Errorf("desired_replicas %d for %s: podautoscaler %s/%s has max-scale %d: %w",
@@ -137,6 +137,9 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 	out, err := c.reconcile(ctx, fresh, override, req.DryRun, true)
 	if err != nil {
 		return scale.Result{}, err
+	}
+	if out.Refused != nil {
+		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, out.Refused)
 	}
 	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: req.Sequence}
 	if req.DryRun {

@@ -21,7 +21,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, scale.ErrNotFound), apierrors.IsNotFound(err):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, scale.ErrNoScaleSubresource):
+	case errors.Is(err, scale.ErrNoScaleSubresource), errors.Is(err, autoscaler.ErrInvalidPodAutoscaler):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, autoscaler.ErrOutOfRange), errors.Is(err, deployer.ErrOverCap), errors.As(err, &fe),
 		apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
@@ -34,6 +34,8 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, autoscaler.ErrNotSynced):
+		return status.Error(codes.Unavailable, err.Error())
 	default:
 		return status.Error(codes.Unavailable, err.Error())
 	}
