@@ -300,9 +300,43 @@ func checkComponent(t *testing.T, m manifest, sc scenario, c string) {
 
 	switch c {
 	case "collector":
-		want := "dns:///" + sc.fullname + "-decider." + sc.release.namespace + ".svc:" + itoa(deciderPort(t, m, sc))
-		if got := env["TIDAL_DECIDER_ADDR"].Value; got != want {
-			t.Errorf("TIDAL_DECIDER_ADDR = %q, want %q", got, want)
+		if dns := env["TIDAL_DECIDER_DNS"].Value; dns != "" {
+			want := sc.fullname + "-decider." + sc.release.namespace + ".svc:" + itoa(deciderPort(t, m, sc))
+			if dns != want {
+				t.Errorf("TIDAL_DECIDER_DNS = %q, want %q (the headless decider Service, its grpc port)", dns, want)
+			}
+			if _, both := env["TIDAL_DECIDER_SERVICE"]; both {
+				t.Errorf("both TIDAL_DECIDER_DNS and TIDAL_DECIDER_SERVICE set: the collector refuses that")
+			}
+		} else {
+			want := sc.release.namespace + "/" + sc.fullname + "-decider:" + itoa(deciderPort(t, m, sc))
+			if got := env["TIDAL_DECIDER_SERVICE"].Value; got != want {
+				t.Errorf("TIDAL_DECIDER_SERVICE = %q, want %q (the decider Service, its grpc port)", got, want)
+			}
+		}
+		if got, want := env["TIDAL_LEASE_NAMESPACE"].Value, sc.release.namespace; got != want {
+			t.Errorf("TIDAL_LEASE_NAMESPACE = %q, want the release namespace %q (where its Role lets it write Leases)", got, want)
+		}
+		if ip := env["POD_IP"].ValueFrom; ip == nil || ip.FieldRef == nil || ip.FieldRef.FieldPath != "status.podIP" {
+			t.Errorf("POD_IP = %+v, want the pod's IP: the collector names itself by it in its Leases", env["POD_IP"])
+		}
+	case "actuator":
+		// The actuator gets the deciders' config-autoscaler as pairs: both
+		// must resolve to the same configuration.
+		data := map[string]string{}
+		for _, kv := range strings.Split(env["TIDAL_CONFIG_AUTOSCALER"].Value, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				t.Fatalf("TIDAL_CONFIG_AUTOSCALER pair %q is not key=value", kv)
+			}
+			data[k] = v
+		}
+		cm := typed[corev1.ConfigMap](t, m.get(t, "ConfigMap", sc.fullname+"-config-autoscaler"))
+		if !maps.Equal(data, cm.Data) {
+			t.Errorf("actuator TIDAL_CONFIG_AUTOSCALER %v differs from the deciders' ConfigMap %v", data, cm.Data)
+		}
+		if got, want := env["TIDAL_SCALER"].Value, "kubernetes"; got != want {
+			t.Errorf("TIDAL_SCALER = %q, want %q", got, want)
 		}
 	case "decider":
 		want := sc.fullname + "-actuator." + sc.release.namespace + ".svc:9003"

@@ -28,6 +28,9 @@ func TestSchemaRefuses(t *testing.T) {
 		{"tick interval not in seconds", []string{"decider.tickInterval=1500ms"}, []string{"/decider/tickInterval"}},
 		{"history not a duration", []string{"collector.history=two minutes"}, []string{"/collector/history"}},
 		{"secret name not a DNS name", []string{"actuator.secretNames[0]=Not_A_Name"}, []string{"/actuator/secretNames/0"}},
+		{"negative buckets", []string{"collector.buckets=-1"}, []string{"/collector/buckets", "minimum"}},
+		{"unknown decider discovery", []string{"collector.deciderDiscovery=consul"}, []string{"/collector/deciderDiscovery"}},
+		{"broker without a port", []string{"kafka.brokers[0]=kafka"}, []string{"/kafka/brokers/0"}},
 		{"config value not a scalar", []string{"config.autoscaler.stable-window.x=1"}, []string{"/config/autoscaler/stable-window"}},
 	}
 	for _, tt := range tests {
@@ -45,6 +48,40 @@ func TestSchemaRefuses(t *testing.T) {
 			for _, w := range tt.want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error lacks %q:\n%s", w, msg)
+				}
+			}
+		})
+	}
+}
+
+// TestTemplateRefuses covers what the schema cannot express: the templates
+// fail with a message naming the values.
+func TestTemplateRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		set  []string
+		want []string
+	}{
+		{"no buckets with two collectors", []string{"collector.buckets=0"}, []string{"collector.buckets is 0", "collector.replicas"}},
+		{"a broker namespace twice", []string{
+			"collector.brokerSecrets[0].namespace=a", "collector.brokerSecrets[0].names[0]=x",
+			"collector.brokerSecrets[1].namespace=a", "collector.brokerSecrets[1].names[0]=y",
+		}, []string{`namespace "a" is listed twice`}},
+		{"a comma in a config value", []string{"config.autoscaler.pod-autoscaler-class=a\\,b"}, []string{"config.autoscaler.pod-autoscaler-class", "','"}},
+		{"service account without a name", []string{"decider.serviceAccount.create=false"}, []string{"decider.serviceAccount.name is required"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := release{name: "bad", namespace: "default", set: tt.set}
+			out, err := helm(t, r.args("template")...)
+			if err == nil {
+				t.Fatalf("helm template --set %v succeeded; want an error. Output:\n%.400s", tt.set, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%s", w, err)
 				}
 			}
 		})
