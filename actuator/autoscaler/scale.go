@@ -134,10 +134,33 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 	if req.DryRun {
 		override = &dec
 	}
-	out, err := c.reconcile(ctx, fresh, override, req.DryRun, true)
+	// Another replica's worker may write the status between our record and
+	// our status write; reconcile again from a fresh read (the target is
+	// then already patched, so nothing is written twice).
+	var (
+		out            outcome
+		before         int32
+		patched, first = false, true
+	)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			var err error
+			if fresh, err = client.Get(ctx, pa.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		var err error
+		out, err = c.reconcile(ctx, fresh, override, req.DryRun, true)
+		if first {
+			before, first = out.Before, false
+		}
+		patched = patched || out.Patched
+		return err
+	})
 	if err != nil {
 		return scale.Result{}, err
 	}
+	out.Before, out.Patched = before, patched
 	if out.Refused != nil {
 		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, out.Refused)
 	}
