@@ -28,7 +28,7 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 	live := h.samples[h.head:]
 	if n := len(live); n > 0 && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
 		last := live[n-1]
-		if last.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && last.GetTime().AsTime().Equal(s.GetTime().AsTime()) {
+		if last.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && last.GetTime().GetSeconds() == s.GetTime().GetSeconds() && last.GetTime().GetNanos() == s.GetTime().GetNanos() {
 			AddInto(last, s)
 			return true
 		}

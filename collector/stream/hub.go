@@ -1,9 +1,11 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +17,21 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
+
+// tkey is a target's key without building the namespace/name string: the
+// hub looks targets up once per pushed stat.
+type tkey struct{ ns, name string }
+
+func keyOf(ref *commonv1.TargetRef) tkey { return tkey{ref.GetNamespace(), ref.GetName()} }
+
+func (k tkey) String() string { return k.ns + "/" + k.name }
+
+func (k tkey) compare(o tkey) int {
+	if c := strings.Compare(k.ns, o.ns); c != 0 {
+		return c
+	}
+	return strings.Compare(k.name, o.name)
+}
 
 // maxFailures is how many recent failures a target keeps for GetWindow.
 const maxFailures = 16
@@ -32,13 +49,14 @@ type Failure struct {
 type Hub struct {
 	retention    time.Duration
 	highWater    int
+	batch        int
 	metrics      *Metrics
 	log          *zap.Logger
 	onConnection func(addr string, up bool)
 
 	// mu guards everything below and every outbox's fields.
 	mu       sync.Mutex
-	targets  map[string]*target
+	targets  map[tkey]*target
 	members  []string // sorted decider endpoints
 	outboxes map[string]*outbox
 	// room is closed and replaced when outboxes drain below the high water
@@ -62,8 +80,8 @@ type outbox struct {
 	connected bool
 	// replay holds targets whose whole history goes out next, in a replay
 	// batch; their live entries are dropped when they are marked.
-	replay  map[string]bool
-	pending map[string]*pendingTarget
+	replay  map[tkey]bool
+	pending map[tkey]*pendingTarget
 	removed []*commonv1.TargetRef
 	depth   int // samples in pending
 	urgent  bool
@@ -91,6 +109,9 @@ type HubConfig struct {
 	// HighWater bounds the samples waiting for one decider; beyond it the
 	// backlog becomes a replay and PushStats waits.
 	HighWater int
+	// Batch is the backlog at which a sender is woken before its flush
+	// interval ends (the streams' BatchSamples); 0 means 4096.
+	Batch int
 }
 
 // NewHub returns an empty Hub.
@@ -98,9 +119,10 @@ func NewHub(cfg HubConfig, m *Metrics, log *zap.Logger) *Hub {
 	return &Hub{
 		retention: cfg.Retention,
 		highWater: cfg.HighWater,
+		batch:     cmp.Or(cfg.Batch, 4096),
 		metrics:   m,
 		log:       log,
-		targets:   map[string]*target{},
+		targets:   map[tkey]*target{},
 		outboxes:  map[string]*outbox{},
 		room:      make(chan struct{}),
 	}
@@ -111,18 +133,18 @@ func NewHub(cfg HubConfig, m *Metrics, log *zap.Logger) *Hub {
 // delay, say).
 func (h *Hub) SetSpec(spec *deciderv1.TargetSpec, retention time.Duration) {
 	spec = proto.CloneOf(spec)
-	key := spec.GetTarget().Key()
+	key := keyOf(spec.GetTarget())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.addLocked(key, spec, retention)
 }
 
 // addLocked adds or updates a target.
-func (h *Hub) addLocked(key string, spec *deciderv1.TargetSpec, retention time.Duration) {
+func (h *Hub) addLocked(key tkey, spec *deciderv1.TargetSpec, retention time.Duration) {
 	t, ok := h.targets[key]
 	if !ok {
 		t = &target{ref: spec.GetTarget(), hist: history.New(max(retention, h.retention)), ready: -1}
-		t.owner, _ = route.Owner(key, h.members)
+		t.owner, _ = route.Owner(key.String(), h.members)
 		h.targets[key] = t
 		h.metrics.targets.Set(float64(len(h.targets)))
 		// A new target goes live, not as a replay: when it was another
@@ -144,7 +166,7 @@ func (h *Hub) addLocked(key string, spec *deciderv1.TargetSpec, retention time.D
 func (h *Hub) Known(ref *commonv1.TargetRef) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, ok := h.targets[ref.Key()]
+	_, ok := h.targets[keyOf(ref)]
 	return ok
 }
 
@@ -153,7 +175,7 @@ func (h *Hub) Known(ref *commonv1.TargetRef) bool {
 func (h *Hub) SetReadyPods(ref *commonv1.TargetRef, n int32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t, ok := h.targets[ref.Key()]; ok {
+	if t, ok := h.targets[keyOf(ref)]; ok {
 		t.ready = n
 	}
 }
@@ -167,7 +189,7 @@ func (h *Hub) SetReadyPods(ref *commonv1.TargetRef, n int32) {
 func (h *Hub) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.recordLocked(ref.Key(), s)
+	return h.recordLocked(keyOf(ref), s)
 }
 
 // RecordPushed records pushed samples (samples[i] for refs[i]) under one
@@ -180,13 +202,13 @@ func (h *Hub) RecordPushed(refs []*commonv1.TargetRef, samples []*commonv1.Metri
 	defer h.mu.Unlock()
 	if !implicit {
 		for i, ref := range refs {
-			if _, ok := h.targets[ref.Key()]; !ok {
+			if _, ok := h.targets[keyOf(ref)]; !ok {
 				return i
 			}
 		}
 	}
 	for i, ref := range refs {
-		key := ref.Key()
+		key := keyOf(ref)
 		if _, ok := h.targets[key]; !ok {
 			h.addLocked(key, &deciderv1.TargetSpec{Target: proto.CloneOf(ref), Strategy: commonv1.Strategy_STRATEGY_KPA}, 0)
 		}
@@ -195,12 +217,11 @@ func (h *Hub) RecordPushed(refs []*commonv1.TargetRef, samples []*commonv1.Metri
 	return -1
 }
 
-func (h *Hub) recordLocked(key string, s *commonv1.MetricSample) bool {
+func (h *Hub) recordLocked(key tkey, s *commonv1.MetricSample) bool {
 	t, ok := h.targets[key]
 	if !ok {
 		return false
 	}
-	live := history.Clone(s)
 	t.hist.Append(s)
 	if t.errMsg != "" && s.GetSource() != commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
 		t.errMsg = "" // a good measurement ends the error state
@@ -221,24 +242,30 @@ func (h *Hub) recordLocked(key string, s *commonv1.MetricSample) bool {
 	}
 	p := ob.entryLocked(key, t.ref)
 	if n := len(p.samples); n > 0 && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
-		if last := p.samples[n-1]; last.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && last.GetTime().AsTime().Equal(s.GetTime().AsTime()) {
-			history.AddInto(last, live)
+		if last := p.samples[n-1]; last.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && sameTime(last, s) {
+			history.AddInto(last, s)
 			return true
 		}
 	}
-	p.samples = append(p.samples, live)
+	// The outbox gets its own copy: history merges into its sample later.
+	p.samples = append(p.samples, history.Clone(s))
 	ob.depth++
 	if s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && s.GetAverageConcurrency() > 0 && t.ready <= 0 {
 		ob.urgent = true
 	}
-	ob.signal()
+	// Wake the sender only when it has something new to decide: the first
+	// sample (to start its flush timer), a full batch, or a poke. A wake
+	// per sample would cost a goroutine switch per sample.
+	if ob.depth == 1 || ob.depth == h.batch || ob.urgent {
+		ob.signal()
+	}
 	return true
 }
 
 // SetError puts the target in (or, with "", out of) an error state: the
 // collector could not measure it. The decider hears it as "no data".
 func (h *Hub) SetError(ref *commonv1.TargetRef, msg string) {
-	key := ref.Key()
+	key := keyOf(ref)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t, ok := h.targets[key]
@@ -257,7 +284,7 @@ func (h *Hub) SetError(ref *commonv1.TargetRef, msg string) {
 func (h *Hub) Failed(ref *commonv1.TargetRef, f Failure) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t, ok := h.targets[ref.Key()]
+	t, ok := h.targets[keyOf(ref)]
 	if !ok {
 		return
 	}
@@ -277,7 +304,7 @@ func (h *Hub) Remove(ref *commonv1.TargetRef) { h.remove(ref, true) }
 func (h *Hub) Drop(ref *commonv1.TargetRef) { h.remove(ref, false) }
 
 func (h *Hub) remove(ref *commonv1.TargetRef, tell bool) {
-	key := ref.Key()
+	key := keyOf(ref)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t, ok := h.targets[key]
@@ -309,7 +336,7 @@ func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
 	}
 	for _, a := range addrs {
 		if _, ok := h.outboxes[a]; !ok {
-			h.outboxes[a] = &outbox{addr: a, replay: map[string]bool{}, pending: map[string]*pendingTarget{}, wake: make(chan struct{}, 1)}
+			h.outboxes[a] = &outbox{addr: a, replay: map[tkey]bool{}, pending: map[tkey]*pendingTarget{}, wake: make(chan struct{}, 1)}
 			added = append(added, a)
 		}
 	}
@@ -320,7 +347,7 @@ func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
 	}
 	h.members = addrs
 	for key, t := range h.targets {
-		owner, _ := route.Owner(key, addrs)
+		owner, _ := route.Owner(key.String(), addrs)
 		if owner == t.owner {
 			continue
 		}
@@ -347,8 +374,8 @@ func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
 // resetLocked ends a decider's stream and empties its outbox.
 func (h *Hub) resetLocked(ob *outbox) {
 	ob.connected = false
-	ob.pending = map[string]*pendingTarget{}
-	ob.replay = map[string]bool{}
+	ob.pending = map[tkey]*pendingTarget{}
+	ob.replay = map[tkey]bool{}
 	ob.removed = nil
 	ob.depth = 0
 	h.metrics.depth.WithLabelValues(ob.addr).Set(0)
@@ -380,7 +407,7 @@ func (h *Hub) connect(addr string, cancel func()) *outbox {
 	}
 	ob.connected = true
 	ob.cancel = cancel
-	ob.pending = map[string]*pendingTarget{}
+	ob.pending = map[tkey]*pendingTarget{}
 	ob.removed = nil
 	ob.depth = 0
 	for key, t := range h.targets {
@@ -421,11 +448,11 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		return bs
 	}
 	if len(ob.replay) > 0 {
-		keys := make([]string, 0, len(ob.replay))
+		keys := make([]tkey, 0, len(ob.replay))
 		for k := range ob.replay {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.SortFunc(keys, tkey.compare)
 		cur := &deciderv1.IngestRequest{Replay: true}
 		n := 0
 		for _, k := range keys {
@@ -447,14 +474,14 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		if len(cur.Metrics) > 0 {
 			bs.replay = append(bs.replay, cur)
 		}
-		ob.replay = map[string]bool{}
+		ob.replay = map[tkey]bool{}
 	}
 	if len(ob.pending) > 0 || len(ob.removed) > 0 {
-		keys := make([]string, 0, len(ob.pending))
+		keys := make([]tkey, 0, len(ob.pending))
 		for k := range ob.pending {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.SortFunc(keys, tkey.compare)
 		cur := &deciderv1.IngestRequest{Removed: ob.removed}
 		n := 0
 		for _, k := range keys {
@@ -474,7 +501,7 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		if len(cur.Metrics)+len(cur.Specs)+len(cur.Removed) > 0 {
 			bs.live = append(bs.live, cur)
 		}
-		ob.pending = map[string]*pendingTarget{}
+		ob.pending = map[tkey]*pendingTarget{}
 		ob.removed = nil
 	}
 	bs.urgent = ob.urgent
@@ -528,7 +555,7 @@ func (h *Hub) wakeRoomLocked() {
 	h.room = make(chan struct{})
 }
 
-func (ob *outbox) entryLocked(key string, ref *commonv1.TargetRef) *pendingTarget {
+func (ob *outbox) entryLocked(key tkey, ref *commonv1.TargetRef) *pendingTarget {
 	p, ok := ob.pending[key]
 	if !ok {
 		p = &pendingTarget{ref: ref}
@@ -537,12 +564,12 @@ func (ob *outbox) entryLocked(key string, ref *commonv1.TargetRef) *pendingTarge
 	return p
 }
 
-func (ob *outbox) markReplayLocked(key string) {
+func (ob *outbox) markReplayLocked(key tkey) {
 	ob.dropLocked(key)
 	ob.replay[key] = true
 }
 
-func (ob *outbox) dropLocked(key string) {
+func (ob *outbox) dropLocked(key tkey) {
 	if p, ok := ob.pending[key]; ok {
 		ob.depth -= len(p.samples)
 		delete(ob.pending, key)
@@ -573,7 +600,7 @@ type Window struct {
 func (h *Hub) Get(ref *commonv1.TargetRef) (Window, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t, ok := h.targets[ref.Key()]
+	t, ok := h.targets[keyOf(ref)]
 	if !ok {
 		return Window{}, false
 	}
@@ -596,16 +623,20 @@ func (h *Hub) windowLocked(t *target) Window {
 func (h *Hub) Targets(namespace string) []Window {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	keys := make([]string, 0, len(h.targets))
+	keys := make([]tkey, 0, len(h.targets))
 	for k, t := range h.targets {
 		if namespace == "" || t.ref.GetNamespace() == namespace {
 			keys = append(keys, k)
 		}
 	}
-	sort.Strings(keys)
+	slices.SortFunc(keys, tkey.compare)
 	out := make([]Window, 0, len(keys))
 	for _, k := range keys {
 		out = append(out, h.windowLocked(h.targets[k]))
 	}
 	return out
+}
+
+func sameTime(a, b *commonv1.MetricSample) bool {
+	return a.GetTime().GetSeconds() == b.GetTime().GetSeconds() && a.GetTime().GetNanos() == b.GetTime().GetNanos()
 }

@@ -198,7 +198,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 
 	reg := prometheus.NewRegistry()
-	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater}, stream.NewMetrics(reg), log)
+	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples}, stream.NewMetrics(reg), log)
 	var dialOpts []grpc.DialOption
 	if cfg.server.TLS.Enabled() {
 		opt, err := cfg.server.TLS.DialOption()
