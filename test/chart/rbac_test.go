@@ -2,7 +2,6 @@ package chart_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -440,9 +439,9 @@ func TestRBACSufficient(t *testing.T) {
 		mustAllow(t, "create a Function's lag podautoscaler", err)
 		mustAllow(t, "delete a Function's lag podautoscaler", pas.Delete(ctx, "upper", metav1.DeleteOptions{}))
 		deps := a.dyn.Resource(deploymentsGVR).Namespace(f.wns)
-		body := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"upper"},"spec":{"replicas":0,
+		body := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"upper"},"spec":{"replicas":0,
 			"selector":{"matchLabels":{"function":"upper"}},"template":{"metadata":{"labels":{"function":"upper"}},
-			"spec":{"containers":[{"name":"main","image":"tidal.test/upper:latest"}]}}}}`)
+			"spec":{"containers":[{"name":"main","image":"tidal.test/upper:latest"}]}}}}`
 		force := true
 		_, err = deps.Patch(ctx, "upper", types.ApplyPatchType, []byte(body), metav1.PatchOptions{FieldManager: scale.FieldManager, Force: &force})
 		mustAllow(t, "apply function deployment", err)
