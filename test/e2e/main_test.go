@@ -51,9 +51,10 @@ var kpaConfig = map[string]string{
 // ends; on failure it logs each process's log tail.
 func startSystem(t *testing.T, opts system.Options) *system.System {
 	t.Helper()
-	c := cluster.Shared(t)
+	if opts.Cluster == nil {
+		opts.Cluster = cluster.Shared(t)
+	}
 	opts.BinDir = binDir(t)
-	opts.Cluster = c
 	if opts.AutoscalerConfig == nil {
 		opts.AutoscalerConfig = kpaConfig
 	}

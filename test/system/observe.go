@@ -51,14 +51,15 @@ func (s Sample) Observed() float64 {
 }
 
 // State is a short word for the strategy's state: "panic", "idle" (an idle
-// countdown runs, or desired is 0), "error" (no measurement), or "".
+// countdown runs, or desired is 0), "error" (the collector could not
+// measure), "no-data" (no new measurement since the last decision), or "".
 func (s Sample) State() string {
 	switch {
 	case !s.Known:
 		return "unknown"
 	case s.Decision.GetPanicking():
 		return "panic"
-	case s.Lag != nil && strings.HasPrefix(s.Lag.GetMeasureError(), "no lag data"):
+	case s.Lag != nil && strings.Contains(s.Lag.GetMeasureError(), "nothing observed"):
 		return "no-data"
 	case s.Lag != nil && s.Lag.GetMeasureError() != "":
 		return "error"
