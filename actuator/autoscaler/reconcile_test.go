@@ -3,7 +3,11 @@ package autoscaler
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kpa"
@@ -129,5 +133,58 @@ func TestTargetKey(t *testing.T) {
 	}
 	if _, err := targetKey(scale.Target{Namespace: "ns", Name: "x", APIVersion: "a/b/c"}); err == nil {
 		t.Error("malformed apiVersion: no error")
+	}
+}
+
+func TestEventHandlersEnqueue(t *testing.T) {
+	c := &Controller{
+		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]()),
+		selectors: map[cache.ObjectName]labels.Selector{},
+	}
+	defer c.queue.ShutDown()
+	web := cache.ObjectName{Namespace: "a", Name: "web"}
+	other := cache.ObjectName{Namespace: "b", Name: "web"}
+	c.selectors[web] = labels.SelectorFromSet(labels.Set{"app": "web"})
+	c.selectors[other] = labels.SelectorFromSet(labels.Set{"app": "web"})
+
+	// A pod maps to the PodAutoscalers in its namespace whose target selects it.
+	c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p", Labels: map[string]string{"app": "web", "x": "y"}}})
+	c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "q", Labels: map[string]string{"app": "db"}}})
+	if got := c.queue.Len(); got != 1 {
+		t.Fatalf("queue length = %d, want 1", got)
+	}
+	if got, _ := c.queue.Get(); got != web {
+		t.Errorf("enqueued %v, want %v", got, web)
+	}
+
+	// A Metric maps to its controlling PodAutoscaler; a tombstone too.
+	pa := &autoscalingv1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "api", UID: "u"}}
+	m := &autoscalingv1alpha1.Metric{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "api",
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pa, autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"))}}}
+	c.enqueueOwner(cache.DeletedFinalStateUnknown{Key: "b/api", Obj: m})
+	if got, _ := c.queue.Get(); got != (cache.ObjectName{Namespace: "b", Name: "api"}) {
+		t.Errorf("metric enqueued %v, want b/api", got)
+	}
+	// Not controlled by a PodAutoscaler: nothing.
+	c.enqueueOwner(&autoscalingv1alpha1.Metric{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "loose"}})
+	if got := c.queue.Len(); got != 0 {
+		t.Errorf("queue length = %d after an unowned metric, want 0", got)
+	}
+}
+
+func TestTargetIndex(t *testing.T) {
+	pa := &autoscalingv1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pa"},
+		Spec: autoscalingv1alpha1.PodAutoscalerSpec{ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{
+			APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db"}},
+	}
+	keys, err := targetIndex(pa)
+	if err != nil || len(keys) != 1 || keys[0] != "ns/StatefulSet.apps/db" {
+		t.Errorf("targetIndex = %v, %v", keys, err)
+	}
+	// A Scale call naming the same target finds the same key.
+	k, _ := targetKey(scale.Target{Namespace: "ns", Name: "db", APIVersion: "apps/v1", Kind: "StatefulSet"})
+	if k != keys[0] {
+		t.Errorf("targetKey = %q, index key %q", k, keys[0])
 	}
 }
