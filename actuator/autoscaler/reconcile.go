@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kpa"
@@ -374,7 +375,15 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 		readyCond.Message += fmt.Sprintf("; would scale %d → %d", sc.Replicas, *out.Suppressed)
 	}
 	setCondition(&st.Conditions, readyCond, now)
-	return out, c.writeStatus(ctx, pa, st)
+	err = c.writeStatus(ctx, pa, st)
+	if err != nil && out.Patched && apierrors.IsConflict(err) {
+		// The target changed, but the status lost a race: keep at least
+		// the time of the change, which the next reconcile would not see.
+		if serr := c.stampScaleTime(ctx, pa.Namespace, pa.Name, now); serr != nil {
+			log.Info("record lastScaleTime", zap.Error(serr))
+		}
+	}
+	return out, err
 }
 
 func initReason(ok bool) string {
@@ -396,6 +405,20 @@ func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.Po
 	}
 	*pa = *updated
 	return nil
+}
+
+// stampScaleTime sets status.lastScaleTime on the API server's copy.
+func (c *Controller) stampScaleTime(ctx context.Context, namespace, name string, now time.Time) error {
+	client := c.tidal.PodAutoscalers(namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pa, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pa.Status.LastScaleTime = &metav1.Time{Time: now}
+		_, err = client.UpdateStatus(ctx, pa, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+		return err
+	})
 }
 
 // readyPods counts the target's pods that are Ready and not terminating.

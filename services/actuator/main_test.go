@@ -96,7 +96,7 @@ func startActuator(t *testing.T, kubeconfig string) actuatorv1.ActuatorServiceCl
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	logs, err := os.Create(filepath.Join(t.TempDir(), "actuator.log"))
+	logs, err := os.Create(filepath.Join(t.TempDir(), "actuator-flags.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func startActuator(t *testing.T, kubeconfig string) actuatorv1.ActuatorServiceCl
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logs.Name())
-			t.Logf("actuator log:\n%s", b)
+			t.Logf("actuator flag output (its log is on stderr):\n%s", b)
 		}
 	})
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
