@@ -1,0 +1,223 @@
+package chart_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/system"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// grpcurlPath builds the pinned grpcurl (tools/go.mod) once.
+var grpcurlPath = sync.OnceValues(func() (string, error) {
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "grpcurl")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/fullstorydev/grpcurl/cmd/grpcurl")
+	cmd.Dir = filepath.Join(repoRoot(), "tools")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build grpcurl from tools/go.mod: %w\n%s", err, b)
+	}
+	return out, nil
+})
+
+// helmOn runs the pinned Helm against the test cluster.
+func helmOn(t *testing.T, c *cluster.Cluster, args ...string) string {
+	t.Helper()
+	bin, err := helmPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", c.Kubeconfig)...)
+	cmd.Dir = repoRoot()
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestHelmInstall is the user's path: helm install on a cluster, waiting
+// for the three Deployments; the grpcurl commands NOTES.txt prints work
+// against the services; helm upgrade scales one service on its own; helm
+// uninstall leaves no cluster-scoped object behind.
+func TestHelmInstall(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	rel := "tidal"
+	out := helmOn(t, c, "install", rel, "charts/tidal", "--namespace", ns, "--wait", "--timeout", "3m")
+	notes, ok := strings.CutPrefix(out[strings.Index(out, "NOTES:"):], "NOTES:")
+	if !ok {
+		t.Fatalf("helm install printed no NOTES:\n%s", out)
+	}
+	for _, c := range components {
+		if !strings.Contains(notes, "tidal-"+c) {
+			t.Errorf("NOTES do not name the %s Service:\n%s", c, notes)
+		}
+	}
+	t.Run("notes grpcurl commands", func(t *testing.T) { runNotesCommands(t, notes) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	helmOn(t, c, "upgrade", rel, "charts/tidal", "--namespace", ns, "--reuse-values", "--set", "decider.replicas=3", "--wait", "--timeout", "3m")
+	for _, svc := range components {
+		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "tidal-"+svc, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int32(2)
+		if svc == "decider" {
+			want = 3
+		}
+		if d.Status.ReadyReplicas != want {
+			t.Errorf("after upgrade: %s has %d ready replicas, want %d", svc, d.Status.ReadyReplicas, want)
+		}
+	}
+
+	helmOn(t, c, "uninstall", rel, "--namespace", ns, "--wait", "--timeout", "2m")
+	for _, svc := range []string{"collector", "actuator"} {
+		name := "tidal-" + svc
+		if _, err := c.Client.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("after uninstall: ClusterRole %s: err = %v, want NotFound", name, err)
+		}
+		if _, err := c.Client.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("after uninstall: ClusterRoleBinding %s: err = %v, want NotFound", name, err)
+		}
+	}
+	// The CRDs stay: Helm never deletes what crds/ installed, so users'
+	// PodAutoscalers survive an uninstall.
+	if _, err := c.Client.Discovery().ServerResourcesForGroupVersion("autoscaling.tidal.dev/v1alpha1"); err != nil {
+		t.Errorf("after uninstall: autoscaling.tidal.dev/v1alpha1 gone: %v", err)
+	}
+}
+
+// runNotesCommands runs every grpcurl command of the NOTES against the three
+// services run as local processes (a port-forward's far end), with the
+// chart's ports replaced by theirs. A target "default/hello" is given
+// stats first, as an activator would.
+func runNotesCommands(t *testing.T, notes string) {
+	grpcurl, err := grpcurlPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := systemBinaries(t)
+	logDir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func(name string, args ...string) *system.Proc {
+		p, err := system.NewProc(name, dir, name, logDir, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(ctx, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Kill() })
+		return p
+	}
+	act := start("actuator", "--scaler", "memory")
+	dec := start("decider", "--actuator-addr", act.GRPCAddr)
+	col := start("collector", "--discovery", "push", "--decider-addr", dec.GRPCAddr)
+	ports := map[string]string{"127.0.0.1:9001": col.GRPCAddr, "127.0.0.1:9002": dec.GRPCAddr, "127.0.0.1:9003": act.GRPCAddr}
+
+	conn, err := grpc.NewClient(col.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	push := func() {
+		_, err := collectorv1.NewCollectorServiceClient(conn).PushStats(ctx, &collectorv1.PushStatsRequest{Stats: []*collectorv1.Stat{{
+			Target: &commonv1.TargetRef{Namespace: "default", Name: "hello"}, PodName: "activator-0", AverageConcurrency: 12, RequestCount: 12,
+		}}})
+		if err != nil {
+			t.Fatalf("PushStats: %v", err)
+		}
+	}
+	// Two ticks of stats, so the decider has decided and the actuator has
+	// applied it.
+	for range 10 {
+		push()
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	var cmds []string
+	joined := strings.ReplaceAll(notes, "\\\n", " ")
+	for _, line := range strings.Split(joined, "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "grpcurl ") {
+			cmds = append(cmds, line)
+		}
+	}
+	if len(cmds) < 5 {
+		t.Fatalf("NOTES hold %d grpcurl commands:\n%s", len(cmds), notes)
+	}
+	for _, line := range cmds {
+		args, err := shellWords(strings.TrimPrefix(line, "grpcurl "))
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		stream := strings.Contains(line, "/Watch")
+		for i, a := range args {
+			if addr, ok := ports[a]; ok {
+				args[i] = addr
+			}
+		}
+		if stream {
+			args = append([]string{"-max-time", "3"}, args...)
+		}
+		out, err := exec.CommandContext(ctx, grpcurl, args...).CombinedOutput()
+		switch {
+		case err == nil:
+		case stream && strings.Contains(string(out), "DeadlineExceeded") && strings.Contains(string(out), "decision"):
+			// A watch runs until stopped; it sent decisions first.
+		default:
+			t.Errorf("%s: %v\n%s", line, err, out)
+			continue
+		}
+		t.Logf("%s\n%.300s", line, out)
+	}
+}
+
+// shellWords splits a command line with single-quoted arguments, as the
+// NOTES write them.
+func shellWords(s string) ([]string, error) {
+	re := regexp.MustCompile(`'[^']*'|\S+`)
+	var out []string
+	for _, w := range re.FindAllString(s, -1) {
+		if strings.HasPrefix(w, "'") {
+			if !strings.HasSuffix(w, "'") || len(w) < 2 {
+				return nil, fmt.Errorf("unterminated quote in %q", s)
+			}
+			w = w[1 : len(w)-1]
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
