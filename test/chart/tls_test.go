@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
@@ -102,11 +104,62 @@ func (p *pki) issue(t *testing.T, dnsName string) (certPEM, keyPEM []byte) {
 
 func (p *pki) clientCreds(t *testing.T, serverName string) credentials.TransportCredentials {
 	t.Helper()
-	cert, err := tls.LoadX509KeyPair(filepath.Join(p.dir, "tls.crt"), filepath.Join(p.dir, "tls.key"))
+	return secretCreds(t, p.dir, serverName)
+}
+
+// secretCreds are a client's credentials from a directory laid out as the
+// TLS Secret: its certificate, and its CA as the roots.
+func secretCreds(t *testing.T, dir, serverName string) credentials.TransportCredentials {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: p.caPool, ServerName: serverName, MinVersion: tls.VersionTLS13})
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("%s/ca.crt holds no certificate", dir)
+	}
+	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS13})
+}
+
+// scriptSecret runs hack/chart-tls-secret.sh and mounts the Secret it
+// writes the way the kubelet does: one file per data key.
+func scriptSecret(t *testing.T, fullname, namespace string) string {
+	t.Helper()
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("hack/chart-tls-secret.sh needs openssl, which this machine lacks")
+	}
+	out := t.TempDir()
+	cmd := exec.Command(filepath.Join(repoRoot(), "hack", "chart-tls-secret.sh"), fullname, namespace, out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/chart-tls-secret.sh: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "secret.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sec corev1.Secret
+	if err := yaml.UnmarshalStrict(b, &sec); err != nil {
+		t.Fatalf("secret.yaml: %v", err)
+	}
+	if sec.Type != corev1.SecretTypeTLS || sec.Name != fullname+"-mtls" || sec.Namespace != namespace {
+		t.Errorf("secret.yaml: %s/%s of type %s, want %s/%s-mtls of type %s", sec.Namespace, sec.Name, sec.Type, namespace, fullname, corev1.SecretTypeTLS)
+	}
+	mount := t.TempDir()
+	for _, key := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		data, ok := sec.Data[key]
+		if !ok {
+			t.Fatalf("secret.yaml lacks key %s", key)
+		}
+		if err := os.WriteFile(filepath.Join(mount, key), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mount
 }
 
 // tlsFlags turns the TIDAL_TLS_ variables the chart gives a service into
@@ -202,20 +255,32 @@ func startTLSProc(t *testing.T, bin string, args ...string) *tlsProc {
 }
 
 // TestMTLS runs the three services with the TLS settings the chart renders
-// and a Secret-shaped key pair whose certificate carries only the chart's
+// and a Secret whose certificate carries only the chart's default
 // tls.serverName: pushed stats flow collector → decider → actuator over
-// mutual TLS, and a client without a certificate of the CA is refused.
+// mutual TLS, and clients without a certificate of the CA, or checking
+// another name, are refused. The Secret comes from a CA made here, and from
+// hack/chart-tls-secret.sh.
 func TestMTLS(t *testing.T) {
 	t.Parallel()
+	serverName := "sec-tidal.tidal.svc" // the default: FULLNAME.NAMESPACE.svc
+	t.Run("generated", func(t *testing.T) {
+		t.Parallel()
+		testMTLS(t, newPKI(t, serverName).dir, serverName)
+	})
+	t.Run("hack/chart-tls-secret.sh", func(t *testing.T) {
+		t.Parallel()
+		testMTLS(t, scriptSecret(t, "sec-tidal", "tidal"), serverName)
+	})
+}
+
+func testMTLS(t *testing.T, secretDir, serverName string) {
 	r := release{name: "sec", namespace: "tidal", set: []string{"tls.enabled=true", "tls.secretName=tidal-mtls"}}
 	m := manifest(render(t, r))
-	serverName := "sec-tidal.tidal.svc" // the default: FULLNAME.NAMESPACE.svc
-	p := newPKI(t, serverName)
 	bins := serviceBinaries(t)
 	flags := map[string][]string{}
 	for _, c := range components {
 		dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "sec-tidal-"+c))
-		flags[c] = tlsFlags(t, dep, p.dir)
+		flags[c] = tlsFlags(t, dep, secretDir)
 		if want := "--tls-server-name=" + serverName; !strings.Contains(strings.Join(flags[c], " "), want) {
 			t.Fatalf("%s flags %v lack %s", c, flags[c], want)
 		}
@@ -239,7 +304,7 @@ func TestMTLS(t *testing.T) {
 	for name, creds := range map[string]credentials.TransportCredentials{
 		"plaintext":        insecure.NewCredentials(),
 		"another CA":       newPKI(t, serverName).clientCreds(t, serverName),
-		"wrong serverName": p.clientCreds(t, "decider.example.com"),
+		"wrong serverName": secretCreds(t, secretDir, "decider.example.com"),
 	} {
 		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
 		_, err := healthpb.NewHealthClient(dial(dec.grpcAddr, creds)).Check(cctx, &healthpb.HealthCheckRequest{})
@@ -250,7 +315,7 @@ func TestMTLS(t *testing.T) {
 	}
 
 	// Accepted: a certificate of the CA; the stat travels to the actuator.
-	creds := p.clientCreds(t, serverName)
+	creds := secretCreds(t, secretDir, serverName)
 	target := &commonv1.TargetRef{Namespace: "default", Name: "hello"}
 	collector := collectorv1.NewCollectorServiceClient(dial(col.grpcAddr, creds))
 	actuator := actuatorv1.NewActuatorServiceClient(dial(act.grpcAddr, creds))
