@@ -52,6 +52,8 @@ type target struct {
 	specErr  error
 	// inSet is true once the target's strategy set holds it.
 	inSet bool
+	// maxScale is a KPA target's max-scale; 0 means unbounded.
+	maxScale int32
 	// ready is the last known ready pod count, -1 when unknown.
 	ready int32
 	// pending holds samples stamped after the last tick, in arrival order.
@@ -104,10 +106,12 @@ func (e *Engine) Upsert(spec Spec, now time.Time) error {
 func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 	switch t.strategy {
 	case KPA:
-		s, err := e.kpaSpec(t.spec)
+		rev, err := kpaconfig.NewRevision(e.cfg.KPA, e.cfg.Deployment, t.spec.Annotations, int64(t.spec.ContainerConcurrency), t.spec.Reachable)
 		if err != nil {
 			return err
 		}
+		s := rev.DeciderSpec()
+		_, t.maxScale = rev.ScaleBounds()
 		if t.inSet {
 			return e.kpa.Update(kpaKey(t.ref), s, now)
 		}
@@ -489,6 +493,7 @@ func (e *Engine) kpaDecisionLocked(t *target) Decision {
 		Reason:              kd.Reason(),
 		Panicking:           kd.Panicking,
 		ExcessBurstCapacity: st.ExcessBurstCapacity,
+		MaxScale:            t.maxScale,
 		KPA:                 &kd,
 	}
 	if !kd.At.IsZero() {

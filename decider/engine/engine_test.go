@@ -307,3 +307,26 @@ func TestLagTargetHoldsOnMeasureError(t *testing.T) {
 		t.Errorf("lag decision %+v does not carry the error", d.Lag)
 	}
 }
+
+func TestMaxScaleBoundsWhatIsSent(t *testing.T) {
+	e, _ := newEngine(t)
+	if err := e.Upsert(kpaSpec(map[string]string{"autoscaling.knative.dev/max-scale": "3"}), epoch); err != nil {
+		t.Fatal(err)
+	}
+	for ms := 0; ms <= 10000; ms += 100 {
+		now := epoch.Add(time.Duration(ms) * time.Millisecond)
+		if ms%1000 == 500 {
+			if _, err := e.Record(app, Sample{At: now, Stat: kpa.Stat{AverageConcurrentRequests: 1000}, ReadyPods: 1}, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.Tick(now)
+	}
+	d, _ := e.Get(app)
+	if d.Desired <= 3 {
+		t.Fatalf("desired %d under heavy load, want the decider's unbounded value above 3", d.Desired)
+	}
+	if got := d.Bounded(); got != 3 {
+		t.Errorf("Bounded() = %d, want max-scale 3", got)
+	}
+}

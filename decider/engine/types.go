@@ -89,12 +89,25 @@ type Decision struct {
 	// Panicking and ExcessBurstCapacity are the KPA's state after the decision.
 	Panicking           bool
 	ExcessBurstCapacity int32
+	// MaxScale is the target's max-scale (annotation or config); 0 means
+	// unbounded. The strategy's Desired is kept as Knative's decider reports
+	// it; Bounded applies this bound, as the reconciler would.
+	MaxScale int32
 	// SpecError is set when the target's spec was refused; the target then
 	// keeps its last decision and is not decided for.
 	SpecError string
 	// KPA or Lag holds the strategy's full decision, for Explain.
 	KPA *kpa.Decision
 	Lag *lag.Decision
+}
+
+// Bounded is the desired scale within max-scale: what the actuator is asked
+// for. The actuator refuses a value above max-scale.
+func (d *Decision) Bounded() int32 {
+	if d.MaxScale > 0 && d.Desired > d.MaxScale {
+		return d.MaxScale
+	}
+	return d.Desired
 }
 
 // Valid reports whether the decision carries a desired scale to apply.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -129,6 +130,12 @@ func explainOf(d engine.Decision) *deciderv1.ExplainResponse {
 		for _, c := range k.Clamps() {
 			resp.Clamps = append(resp.Clamps, &deciderv1.Clamp{
 				Name: c.Kind.String(), Before: c.Before, After: float64(c.After), Detail: c.String(),
+			})
+		}
+		if b := d.Bounded(); b != d.Desired {
+			resp.Clamps = append(resp.Clamps, &deciderv1.Clamp{
+				Name: "max-scale", Before: float64(d.Desired), After: float64(b),
+				Detail: fmt.Sprintf("max-scale: %d → %d (what the actuator is asked for)", d.Desired, b),
 			})
 		}
 	case d.Lag != nil:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -112,10 +113,13 @@ func (s *sender) send(ctx context.Context, d engine.Decision) error {
 	defer cancel()
 	req := &actuatorv1.ScaleRequest{
 		Target:           refOf(d.Target),
-		DesiredReplicas:  d.Desired,
+		DesiredReplicas:  d.Bounded(),
 		DecisionSequence: d.Sequence,
 		Reason:           d.Reason,
 		DryRun:           s.dryRun,
+	}
+	if b := d.Bounded(); b != d.Desired {
+		req.Reason = fmt.Sprintf("max-scale: %d → %d; %s", d.Desired, b, d.Reason)
 	}
 	if d.Strategy == engine.KPA {
 		// The reconciler needs it to choose the SKS mode and activator count.
