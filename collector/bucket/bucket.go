@@ -76,7 +76,7 @@ func (c *Config) Validate(p string) error {
 		return fmt.Errorf("--%slease-namespace %q, --%slease-prefix %q: want both set", p, c.Namespace, p, c.Prefix)
 	case c.Identity == "":
 		return fmt.Errorf("bucket identity: want this replica's address")
-	case !(c.LeaseDuration > c.RenewDeadline && c.RenewDeadline > c.RetryPeriod && c.RetryPeriod > 0):
+	case c.LeaseDuration <= c.RenewDeadline || c.RenewDeadline <= c.RetryPeriod || c.RetryPeriod <= 0:
 		return fmt.Errorf("--%slease-duration %s, --%srenew-deadline %s, --%sretry-period %s: want lease > renew > retry > 0",
 			p, c.LeaseDuration, p, c.RenewDeadline, p, c.RetryPeriod)
 	}

@@ -378,7 +378,7 @@ func sample(ends kadm.ListedOffsets, endsErr error, fetched kadm.OffsetResponses
 			if isBrokerErr(p.Err) {
 				reason = ReasonBroker
 			}
-			return nil, reason, fmt.Errorf("topic %q partition %d end offset: %v", topic, id, p.Err)
+			return nil, reason, fmt.Errorf("topic %q partition %d end offset %d: %w", topic, id, p.Offset, p.Err)
 		}
 		pl := &commonv1.PartitionLag{Partition: id, EndOffset: p.Offset}
 		if o, ok := fetched.Lookup(topic, id); ok && o.Err == nil && o.At >= 0 {

@@ -86,7 +86,12 @@ func newClient(cfg Config) *fasthttp.Client {
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,
-		RetryIf:                       func(*fasthttp.Request) bool { return false },
+		// One retry, for a kept-alive connection the pod closed meanwhile
+		// (as net/http retries a reused connection); never after a timeout,
+		// which would double the wait on a hanging pod.
+		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
+			return false, attempts < 2 && !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, fasthttp.ErrBodyTooLarge)
+		},
 	}
 }
 

@@ -181,7 +181,7 @@ func TestRestartedDeciderDecidesLikeUninterruptedOne(t *testing.T) {
 	ready := int32(4)
 	var sent int64
 	down := false
-	var cur *engineDecider = restarted
+	cur := restarted
 	compared := 0
 	for sec := 0; sec < 240; sec++ {
 		at := t0.Add(time.Duration(sec) * time.Second)

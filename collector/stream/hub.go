@@ -47,12 +47,11 @@ type Failure struct {
 // Hub holds every target this collector measures and the outboxes of the
 // deciders they stream to.
 type Hub struct {
-	retention    time.Duration
-	highWater    int
-	batch        int
-	metrics      *Metrics
-	log          *zap.Logger
-	onConnection func(addr string, up bool)
+	retention time.Duration
+	highWater int
+	batch     int
+	metrics   *Metrics
+	log       *zap.Logger
 
 	// mu guards everything below and every outbox's fields.
 	mu       sync.Mutex

@@ -228,7 +228,7 @@ func (s *Streams) session(ctx context.Context, addr string, client deciderv1.Dec
 	go func() { ended <- st.RecvMsg(new(deciderv1.IngestResponse)) }()
 	defer func() {
 		cancel()
-		<-ended
+		_ = drain(ended) // the receive ends once the stream does
 	}()
 	ob := s.hub.connect(addr, cancel)
 	if ob == nil {
@@ -318,3 +318,5 @@ func (s *Streams) flush(addr string, send func(*deciderv1.IngestRequest) error) 
 	s.hub.caughtUp(addr)
 	return nil
 }
+
+func drain(c <-chan error) error { return <-c }

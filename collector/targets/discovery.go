@@ -332,9 +332,7 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	}
 	sel, err := metav1.LabelSelectorAsSelector(m.Spec.Selector)
 	if err != nil {
-		d.sink.SetError(ref, fmt.Sprintf("config: metric %s/%s selector: %v", ns, name, err))
-		d.scraper.Remove(ref)
-		return nil // retrying cannot fix the object; its next update will
+		return d.scrapeRefused(ref, fmt.Errorf("metric %s/%s selector: %w", ns, name, err))
 	}
 	src := d.setSelector(key, ns, m.Spec.Selector, sel)
 	port := int32(9090)
@@ -353,9 +351,7 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	}
 	f, err := format(m, pa.Spec.Metric)
 	if err != nil {
-		d.sink.SetError(ref, "config: "+err.Error())
-		d.scraper.Remove(ref)
-		return nil
+		return d.scrapeRefused(ref, err)
 	}
 	path := m.Spec.ScrapePath
 	if path == "" {
@@ -389,6 +385,16 @@ func (d *Discovery) syncFunction(key, ns, name string) error {
 	// riff's consumer group is the function's name (spec/riff.md §5.1).
 	d.fetcher.Set(lag.Target{Ref: ref, Cluster: lag.Cluster{Brokers: d.cfg.KafkaBrokers}, Topic: fn.Spec.Input, Group: fn.Name, Interval: interval})
 	d.setLagged(key, true)
+	return nil
+}
+
+// scrapeRefused puts a target whose scrape settings are unusable in an
+// error state and stops scraping it; retrying cannot help until the object
+// changes, so the sync succeeds.
+func (d *Discovery) scrapeRefused(ref *commonv1.TargetRef, err error) error {
+	d.scraper.Remove(ref)
+	d.sink.SetError(ref, "config: "+err.Error())
+	d.log.Warn("scrape target refused", logkey.Target(ref.Key()), zap.Error(err))
 	return nil
 }
 
