@@ -117,8 +117,14 @@ func fetch(c *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, a
 	if sc := resp.StatusCode(); sc < 200 || sc > 299 {
 		return podStat{}, 0, failf(ReasonStatus, "status %d", sc)
 	}
-	ct := resp.Header.ContentType()
-	body := resp.Body()
+	return decodeBody(resp.Header.ContentType(), resp.Body(), f)
+}
+
+// decodeBody reads one pod's answer: the queue-proxy Stat (exact content
+// type, at most queuestat.MaxSize bytes) or one series of Prometheus text.
+// It returns the stat, or for text the raw value (a counter's rate needs
+// the previous reading). Values the windows must never see are refused.
+func decodeBody(ct, body []byte, f Format) (podStat, float64, error) {
 	if f.Kind == FormatQueueProxy {
 		if string(ct) != queuestat.ContentType {
 			return podStat{}, 0, failf(ReasonContentType, "content type %q, want %q", clip(ct), queuestat.ContentType)

@@ -150,8 +150,11 @@ func (c *config) validate() error {
 	if c.bucket.Buckets > 0 && c.discovery != discoveryKubernetes {
 		return errors.New("--buckets: needs Kubernetes (--discovery=kubernetes)")
 	}
-	for _, v := range []func(string) error{c.stream.Validate, c.scrape.Validate, c.lag.Validate, c.bucket.Validate} {
-		if err := v(""); err != nil {
+	for _, v := range []struct {
+		validate func(string) error
+		prefix   string
+	}{{c.stream.Validate, "stream-"}, {c.scrape.Validate, "scrape-"}, {c.lag.Validate, "lag-"}, {c.bucket.Validate, ""}} {
+		if err := v.validate(v.prefix); err != nil {
 			return err
 		}
 	}

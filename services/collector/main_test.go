@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/collector/queuestat"
+	"github.com/tidalscale/tidal/collector/targets"
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/cluster"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestRunRefusesBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--discovery", "magic"}, "--discovery"},
+		{[]string{"--decider-addr", "nope"}, "want host:port"},
+		{[]string{"--decider-addr", "127.0.0.1:1", "--decider-dns", "x:1"}, "want one of them"},
+		{[]string{"--decider-service", "bad"}, "--decider-service"},
+		{[]string{"--history", "1s"}, "--history"},
+		{[]string{"--scrape-timeout", "0s"}, "--scrape-timeout"},
+		{[]string{"--stream-batch-samples", "0"}, "--stream-batch-samples"},
+		{[]string{"--lag-tick", "0s"}, "--lag-tick"},
+		{[]string{"--buckets", "4"}, "--buckets: needs Kubernetes"},
+		{[]string{"--discovery", "kubernetes", "--kubeconfig", "/nonexistent", "--buckets", "4", "--lease-duration", "1s"}, "--lease-duration"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(context.Background(), append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.args...), &stderr)
+			if err == nil || !strings.Contains(err.Error()+stderr.String(), tt.want) {
+				t.Errorf("run = %v (stderr %q), want an error naming %s", err, stderr.String(), tt.want)
+			}
+		})
+	}
+}
+
+// recordingDecider keeps every batch it receives.
+type recordingDecider struct {
+	deciderv1.UnimplementedDeciderServiceServer
+	mu      sync.Mutex
+	batches []*deciderv1.IngestRequest
+}
+
+func (d *recordingDecider) Ingest(st deciderv1.DeciderService_IngestServer) error {
+	for {
+		req, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return st.SendAndClose(&deciderv1.IngestResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.batches = append(d.batches, req)
+		d.mu.Unlock()
+	}
+}
+
+// scraped returns the scraped samples received for key and whether its
+// spec arrived.
+func (d *recordingDecider) scraped(key string) (samples int, spec bool, last float64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range d.batches {
+		for _, s := range b.GetSpecs() {
+			spec = spec || s.GetTarget().Key() == key
+		}
+		for _, m := range b.GetMetrics() {
+			if m.GetTarget().Key() == key {
+				samples += len(m.GetSamples())
+				if n := len(m.GetSamples()); n > 0 {
+					last = m.GetSamples()[n-1].GetAverageConcurrency()
+				}
+			}
+		}
+	}
+	return samples, spec, last
+}
+
+// TestBinaryScrapesKubernetesTargets runs the collector binary's run in
+// kubernetes mode against the test cluster: a PodAutoscaler, its Metric and
+// three pods serving queue-proxy Stats at their pod IPs are found through
+// informers, scraped, and streamed to a decider on loopback.
+func TestBinaryScrapesKubernetesTargets(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+
+	// The decider.
+	dec := &recordingDecider{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	deciderv1.RegisterDeciderServiceServer(gs, dec)
+	go func() { _ = gs.Serve(ln) }()
+	defer gs.Stop()
+
+	// Pods, each a simulated queue-proxy at its pod IP.
+	for i := range 3 {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", i), Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/web"}}},
+		}
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pods []corev1.Pod
+	deadline := time.Now().Add(time.Minute)
+	for len(pods) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("pods not ready")
+		}
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if targets.Ready(&p) {
+				pods = append(pods, p)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	body := queuestat.Marshal(queuestat.Stat{AverageConcurrentRequests: 5, RequestCount: 2})
+	for _, p := range pods {
+		pl, err := net.Listen("tcp", net.JoinHostPort(p.Status.PodIP, "9090"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", queuestat.ContentType)
+			_, _ = w.Write(body)
+		})}
+		go func() { _ = srv.Serve(pl) }()
+		defer srv.Close()
+	}
+
+	// The collector.
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(rctx, []string{"--kubeconfig", c.Kubeconfig, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+			"--decider-addr", ln.Addr().String(), "--scrape-interval", "200ms", "--log-level", "error"}, io.Discard)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	tidal, err := crdclient.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa := &autoscalingv1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
+			Strategy:       autoscalingv1alpha1.StrategyKPA,
+		},
+	}
+	m := &autoscalingv1alpha1.Metric{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: autoscalingv1alpha1.MetricSpec{StableWindow: metav1.Duration{Duration: time.Minute}, ScrapeTarget: "web",
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+	}
+	if _, err := tidal.PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tidal.Metrics(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	key := ns + "/web"
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		n, spec, last := dec.scraped(key)
+		if spec && n >= 3 {
+			if last != 15 {
+				t.Errorf("scraped concurrency %v, want 3 pods × 5", last)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decider got %d samples (spec %v) for %s within 30s", n, spec, key)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The operator's view: GetWindow names the ready pods; /metrics has the
+	// collector's series.
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	w, err := collectorv1.NewCollectorServiceClient(conn).GetWindow(ctx, &collectorv1.GetWindowRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "web"}})
+	if err != nil || len(w.GetReadyPods()) != 3 || len(w.GetSamples()) == 0 {
+		t.Errorf("GetWindow = %v, %v; want 3 ready pods and samples", w, err)
+	}
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, series := range []string{"tidal_collector_scrape_duration_seconds", "tidal_collector_pods_scraped_total", "tidal_collector_scrape_failures_total",
+		"tidal_collector_targets", "tidal_collector_lag_fetch_duration_seconds", "tidal_collector_stream_queue_depth", "tidal_collector_stream_replays_total"} {
+		if !strings.Contains(string(text), series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+}
