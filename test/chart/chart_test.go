@@ -162,6 +162,9 @@ func TestTemplate(t *testing.T) {
 			if got := m.find("ServiceMonitor", sc.fullname) != nil; got != sc.serviceMonitor {
 				t.Errorf("ServiceMonitor rendered = %v, want %v", got, sc.serviceMonitor)
 			}
+			if sc.serviceMonitor {
+				checkServiceMonitor(t, m, sc)
+			}
 		})
 	}
 }
@@ -555,5 +558,56 @@ func checkNetworkPolicies(t *testing.T, m manifest, sc scenario) {
 		if !scrapes {
 			t.Errorf("NetworkPolicy %s admits no scraper on the http port", np.Name)
 		}
+	}
+}
+
+// checkServiceMonitor checks the ServiceMonitor selects exactly the three
+// Services in the release namespace and scrapes their metrics port. (The
+// test cluster serves no monitoring.coreos.com, so this is the check it
+// gets besides helm lint.)
+func checkServiceMonitor(t *testing.T, m manifest, sc scenario) {
+	sm := m.get(t, "ServiceMonitor", sc.fullname)
+	if sm.GetAPIVersion() != "monitoring.coreos.com/v1" {
+		t.Errorf("ServiceMonitor apiVersion %s, want monitoring.coreos.com/v1", sm.GetAPIVersion())
+	}
+	var spec struct {
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector struct {
+			MatchNames []string `json:"matchNames"`
+		} `json:"namespaceSelector"`
+		Endpoints []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path"`
+			Scheme        string `json:"scheme"`
+			Interval      string `json:"interval"`
+			ScrapeTimeout string `json:"scrapeTimeout"`
+		} `json:"endpoints"`
+	}
+	raw, _, _ := unstructured.NestedMap(sm.Object, "spec")
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(raw, &spec, true); err != nil {
+		t.Fatalf("ServiceMonitor spec: %v", err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var selected []string
+	for _, o := range m.ofKind("Service") {
+		if sel.Matches(labels.Set(o.GetLabels())) {
+			selected = append(selected, o.GetName())
+			svc := typed[corev1.Service](t, o)
+			if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "http" }) {
+				t.Errorf("Service %s has no port named http to scrape", o.GetName())
+			}
+		}
+	}
+	if len(selected) != len(components) {
+		t.Errorf("ServiceMonitor selects Services %v, want the three of the release", selected)
+	}
+	if !slices.Equal(spec.NamespaceSelector.MatchNames, []string{sc.release.namespace}) {
+		t.Errorf("ServiceMonitor namespaces %v, want [%s]", spec.NamespaceSelector.MatchNames, sc.release.namespace)
+	}
+	if len(spec.Endpoints) != 1 || spec.Endpoints[0].Port != "http" || spec.Endpoints[0].Path != "/metrics" {
+		t.Errorf("ServiceMonitor endpoints %+v, want the http port's /metrics", spec.Endpoints)
 	}
 }
