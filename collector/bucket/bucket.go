@@ -280,7 +280,10 @@ func (s *Set) set(b int, mine bool) {
 	}
 	s.owned.Set(float64(s.Owned()))
 	if mine {
-		s.log.Info("took bucket", logkey.Bucket(b))
+		// The decider cannot hand history back, so this replica's history
+		// of the bucket's targets starts now; the decider keeps what the
+		// previous owner streamed and appends what this one sends.
+		s.log.Info("took bucket; its targets start with fresh history here", logkey.Bucket(b))
 	} else {
 		s.log.Info("lost bucket", logkey.Bucket(b))
 	}
