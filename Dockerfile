@@ -13,8 +13,9 @@ ARG GO_VERSION=1.26.8
 
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
 ARG SERVICE
-ARG TARGETOS=linux
-ARG TARGETARCH=amd64
+# Set by BuildKit for each platform of the build (--platform).
+ARG TARGETOS
+ARG TARGETARCH
 RUN case "${SERVICE}" in \
       collector|decider|actuator) ;; \
       *) echo "build argument SERVICE=\"${SERVICE}\": want collector, decider or actuator" >&2; exit 1 ;; \
@@ -25,7 +26,7 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
+    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH:-amd64} \
     go build -trimpath -ldflags="-s -w" -o /out/tidal ./services/${SERVICE}
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -196,7 +196,12 @@ func serviceBinaries(t testing.TB) map[string]string {
 			for _, e := range env {
 				// TARGETOS and TARGETARCH are build arguments; build for this
 				// machine so the binaries can run here.
-				e = strings.NewReplacer("${TARGETOS}", "linux", "${TARGETARCH}", goarch()).Replace(e)
+				e = targetArg.ReplaceAllStringFunc(e, func(m string) string {
+					if strings.Contains(m, "TARGETOS") {
+						return "linux"
+					}
+					return goarch()
+				})
 				cmd.Env = append(cmd.Env, e)
 			}
 			b, err := cmd.CombinedOutput()
@@ -214,6 +219,10 @@ func serviceBinaries(t testing.TB) map[string]string {
 	}
 	return buildOnce.bins
 }
+
+// targetArg is a use of BuildKit's TARGETOS or TARGETARCH, with or without
+// a shell default.
+var targetArg = regexp.MustCompile(`\$\{TARGET(OS|ARCH)(:-[^}]*)?\}`)
 
 func goarch() string {
 	out, err := exec.Command("go", "env", "GOARCH").Output()
