@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/autoscaler"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/system"
@@ -155,7 +153,7 @@ func TestFaultDeciderRestart(t *testing.T) {
 
 // paDecisions records the sequence of every decision the actuator records
 // on a PodAutoscaler, from a watch.
-func paDecisions(t *testing.T, s *system.System, ns, name string) func() []autoscaler.Decision {
+func paDecisions(t *testing.T, s *system.System, ns, name string) func() []autoscalingv1alpha1.PodAutoscalerDecision {
 	t.Helper()
 	crds, err := s.CRDs()
 	if err != nil {
@@ -168,7 +166,7 @@ func paDecisions(t *testing.T, s *system.System, ns, name string) func() []autos
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var seen []autoscaler.Decision
+	var seen []autoscalingv1alpha1.PodAutoscalerDecision
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -177,14 +175,10 @@ func paDecisions(t *testing.T, s *system.System, ns, name string) func() []autos
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			v, ok := pa.Annotations[autoscaler.AnnotationDecision]
-			if !ok {
+			if pa.Status.LastDecision == nil {
 				continue
 			}
-			var d autoscaler.Decision
-			if err := json.Unmarshal([]byte(v), &d); err != nil {
-				continue
-			}
+			d := *pa.Status.LastDecision
 			mu.Lock()
 			if n := len(seen); n == 0 || seen[n-1].Sequence != d.Sequence {
 				seen = append(seen, d)
@@ -193,10 +187,10 @@ func paDecisions(t *testing.T, s *system.System, ns, name string) func() []autos
 		}
 	}()
 	t.Cleanup(func() { cancel(); w.Stop(); <-done })
-	return func() []autoscaler.Decision {
+	return func() []autoscalingv1alpha1.PodAutoscalerDecision {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]autoscaler.Decision(nil), seen...)
+		return append([]autoscalingv1alpha1.PodAutoscalerDecision(nil), seen...)
 	}
 }
 

@@ -115,14 +115,16 @@ func TestLag(t *testing.T) {
 		l, _ := rec.last()
 		return l.Replicas == lagPartitions && l.Ready == lagPartitions
 	})
+	// The group's lag, read from the broker, not through tidal.
 	drained := eventually(t, 90*time.Second, "the consumers to drain the backlog and commit", func() bool {
-		l, _ := rec.last()
-		return f.Consumers.Processed() >= backlog && l.Lag != nil && l.Lag.GetMeasureError() == "" && l.Lag.GetTotalLag() == 0
+		lag, err := s.GroupLag(context.Background(), "fn")
+		return err == nil && lag == 0 && f.Consumers.Processed() >= backlog
 	})
 	zeroAt := eventually(t, lagIdle+30*time.Second, "the Function back at 0 after the idle timeout", func() bool {
 		l, _ := rec.last()
 		return l.Replicas == 0
 	})
+	t.Logf("scaled to zero %s after the group's lag reached 0 (idle timeout %s)", zeroAt.Sub(drained).Round(100*time.Millisecond), lagIdle)
 	if d := zeroAt.Sub(drained); d < lagIdle-tick {
 		t.Errorf("scaled to zero %s after the lag reached 0; want the %s idle timeout first", d, lagIdle)
 	}

@@ -290,3 +290,25 @@ func (s *System) RunActivator(ctx context.Context, k *KPATarget, period time.Dur
 		}
 	}
 }
+
+// GroupLag is a consumer group's total lag on the System's broker, read
+// directly with kadm: an observer independent of the collector.
+func (s *System) GroupLag(ctx context.Context, group string) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers...))
+	if err != nil {
+		return 0, fmt.Errorf("lag of %s: %w", group, err)
+	}
+	defer cl.Close()
+	lags, err := kadm.NewClient(cl).Lag(ctx, group)
+	if err != nil {
+		return 0, fmt.Errorf("lag of %s: %w", group, err)
+	}
+	l, ok := lags[group]
+	if !ok {
+		return 0, fmt.Errorf("lag of %s: no answer for the group", group)
+	}
+	if err := errors.Join(l.DescribeErr, l.FetchErr); err != nil {
+		return 0, fmt.Errorf("lag of %s: %w", group, err)
+	}
+	return l.Lag.Total(), nil
+}
