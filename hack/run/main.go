@@ -112,7 +112,7 @@ func run(ctx context.Context, out io.Writer, length time.Duration, plotPath, log
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(binDir)
+	defer func() { _ = os.RemoveAll(binDir) }()
 
 	sys, err := system.Start(ctx, system.Options{
 		BinDir: binDir, Cluster: c, Kafka: true, LogDir: logDir, KeepLogs: logDir != "",

@@ -23,7 +23,7 @@ func FreeAddr() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 
@@ -75,13 +75,13 @@ func (p *Proc) Start(ctx context.Context, timeout time.Duration) error {
 	// outlives the test or `make run` even if they are killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		logFile.Close()
+		_ = logFile.Close()
 		close(exited)
 	}()
 	p.mu.Lock()
@@ -99,7 +99,7 @@ func (p *Proc) waitServing(ctx context.Context, timeout time.Duration, exited ch
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	hc := healthpb.NewHealthClient(conn)
 	deadline := time.Now().Add(timeout)
 	for {
@@ -109,6 +109,10 @@ func (p *Proc) waitServing(ctx context.Context, timeout time.Duration, exited ch
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			return nil
 		}
+		last := "status " + resp.GetStatus().String()
+		if err != nil {
+			last = err.Error()
+		}
 		select {
 		case <-exited:
 			return fmt.Errorf("%s exited while starting:\n%s", p.Name, p.LogTail(40))
@@ -117,7 +121,7 @@ func (p *Proc) waitServing(ctx context.Context, timeout time.Duration, exited ch
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not SERVING after %v (last: %v):\n%s", p.Name, timeout, err, p.LogTail(40))
+			return fmt.Errorf("%s not SERVING after %v (last: %s):\n%s", p.Name, timeout, last, p.LogTail(40))
 		}
 	}
 }

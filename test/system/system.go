@@ -100,7 +100,7 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 	s := &System{Cluster: opts.Cluster, opts: opts, LogDir: opts.LogDir}
 	defer func() {
 		if err != nil {
-			s.Stop()
+			_ = s.Stop()
 		}
 	}()
 	if s.LogDir == "" {

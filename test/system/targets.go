@@ -264,7 +264,7 @@ func (s *System) RunActivator(ctx context.Context, k *KPATarget, period time.Dur
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := collectorv1.NewCollectorServiceClient(conn)
 	ref := &commonv1.TargetRef{Namespace: k.Namespace, Name: k.Name}
 	t := time.NewTicker(period)
