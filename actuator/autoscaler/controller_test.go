@@ -3,6 +3,7 @@ package autoscaler
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -264,8 +265,8 @@ func TestScaleUpDownAndToZero(t *testing.T) {
 	if pa.Status.DesiredScale == nil || *pa.Status.DesiredScale != 5 {
 		t.Errorf("status.desiredScale = %v, want 5", pa.Status.DesiredScale)
 	}
-	if d, ok, _ := recordedDecision(pa); !ok || d.Sequence != 1000 || d.DesiredScale != 5 || !strings.HasPrefix(d.Reason, "panic:") {
-		t.Errorf("recorded decision = %+v, want sequence 1000, desired 5, the reason", d)
+	if d := pa.Status.LastDecision; d == nil || d.Sequence != 1000 || d.DesiredScale != 5 || !strings.HasPrefix(d.Reason, "panic:") {
+		t.Errorf("status.lastDecision = %+v, want sequence 1000, desired 5, the reason", d)
 	}
 	if pa.Status.LastScaleTime == nil {
 		t.Error("status.lastScaleTime not set after a scale")
@@ -381,8 +382,12 @@ func TestBoundsAndBadInput(t *testing.T) {
 	if h.replicas("web") != 2 {
 		t.Errorf("replicas = %d after a refused decision, want 2", h.replicas("web"))
 	}
-	if d, _, _ := recordedDecision(h.get("web")); d.Sequence != 12 {
-		t.Errorf("refused decision was recorded: %+v", d)
+	_, err = h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "web"}, Desired: 3, Sequence: math.MaxInt64 + 1}})
+	if !errors.Is(err, ErrOutOfRange) || !strings.Contains(err.Error(), "decision_sequence") {
+		t.Errorf("sequence above int64: err = %v, want ErrOutOfRange naming decision_sequence", err)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 12 {
+		t.Errorf("status.lastDecision = %+v after a refused decision, want sequence 12", d)
 	}
 
 	// A target nobody has, with no PodAutoscaler: NOT_FOUND.
@@ -440,8 +445,8 @@ func TestDryRunAndPause(t *testing.T) {
 	if res.Applied != 4 || res.Changed || h.replicas("req") != 1 {
 		t.Errorf("dry-run request = %+v, replicas %d; want would-be 4, unchanged 1", res, h.replicas("req"))
 	}
-	if _, ok, _ := recordedDecision(h.get("req")); ok {
-		t.Error("a dry-run request recorded its decision")
+	if d := h.get("req").Status.LastDecision; d != nil {
+		t.Errorf("a dry-run request recorded its decision: status.lastDecision = %+v", d)
 	}
 
 	// Per PodAutoscaler: recorded and reported, target unchanged.
@@ -539,6 +544,37 @@ func TestStaleCacheNeverUndoesNewerDecision(t *testing.T) {
 	if got := h.replicas("web"); got != 2 {
 		t.Errorf("replicas = %d after a stale reconcile, want 2", got)
 	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 200 {
+		t.Errorf("status.lastDecision = %+v after a stale reconcile, want sequence 200", d)
+	}
+}
+
+// TestStaleStatusWriteNeverUndoesNewerDecision: a reconcile from a lagging
+// copy that has nothing to scale still writes status; that write must not
+// put the copy's older status.lastDecision back.
+func TestStaleStatusWriteNeverUndoesNewerDecision(t *testing.T) {
+	h := newHarness(t, nil)
+	h.deployment("web", 1)
+	h.podAutoscaler("web", "web", nil)
+	h.scale("web", 100, 4, "panic: first")
+	old := h.get("web") // a copy that knows decision 100 only
+	// Same scale, newer decision: the target is not patched again.
+	h.scale("web", 200, 4, "stable: second")
+	if got := h.replicas("web"); got != 4 {
+		t.Fatalf("replicas = %d, want 4", got)
+	}
+	// Make the old copy's status differ from what reconcile computes, so
+	// it writes.
+	old.Status.ActualScale = nil
+	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: "web"})
+	out, err := h.ctrl.reconcile(context.Background(), old, nil, false, false)
+	unlock()
+	if out.Patched || !apierrors.IsConflict(err) {
+		t.Errorf("reconcile of a stale copy: patched %v, err = %v; want no patch and a conflict", out.Patched, err)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 200 || d.Reason != "stable: second" {
+		t.Errorf("status.lastDecision = %+v after a stale status write, want sequence 200", d)
+	}
 }
 
 func TestReplicasShareTheSequence(t *testing.T) {
@@ -563,5 +599,8 @@ func TestReplicasShareTheSequence(t *testing.T) {
 	}
 	if res := a.scale("web", 2400, 8, "panic: late"); !res.Stale || a.replicas("web") != 3 {
 		t.Errorf("replica A with a late decision = %+v, replicas %d; want refused, 3 kept", res, a.replicas("web"))
+	}
+	if d := a.get("web").Status.LastDecision; d == nil || d.Sequence != 2500 || d.DesiredScale != 3 {
+		t.Errorf("status.lastDecision = %+v, want sequence 2500, desired 3", d)
 	}
 }

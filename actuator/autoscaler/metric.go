@@ -40,8 +40,6 @@ func desiredMetric(pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revisio
 			PanicWindow:  &metav1.Duration{Duration: panic},
 		},
 	}
-	// The decision record is the actuator's bookkeeping, not the collector's.
-	delete(m.Annotations, AnnotationDecision)
 	if selector != "" {
 		sel, err := metav1.ParseToLabelSelector(selector)
 		if err != nil {

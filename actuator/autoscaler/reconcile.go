@@ -2,7 +2,6 @@ package autoscaler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -26,13 +25,10 @@ import (
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 )
 
-// Annotations on a PodAutoscaler that the actuator reads or writes.
+// Annotations on a PodAutoscaler that the actuator reads. The last
+// decision is not one of them: it is status (status.lastDecision), written
+// through the status subresource.
 const (
-	// AnnotationDecision holds the last decision recorded for the target,
-	// as JSON (see Decision). Every actuator replica reads it before
-	// applying a decision, so a late, older decision is refused whichever
-	// replica it reaches.
-	AnnotationDecision = "autoscaling.tidal.dev/last-decision"
 	// AnnotationDryRun "true" makes the actuator record and report what it
 	// would do to the target and change nothing.
 	AnnotationDryRun = "autoscaling.tidal.dev/dry-run"
@@ -65,38 +61,12 @@ const (
 	ReasonActive         = "Serving"
 )
 
-// Decision is a decider's decision as recorded on the PodAutoscaler: the
-// desired scale before the §6 rules, with its sequence and reason.
-type Decision struct {
-	Sequence uint64 `json:"sequence"`
-	// DesiredScale is the decider's desired scale, before the §6 rules.
-	DesiredScale int32 `json:"desiredScale"`
-	// ExcessBurstCapacity is the decider's, when it sent one.
-	ExcessBurstCapacity *int32 `json:"excessBurstCapacity,omitempty"`
-	Reason              string `json:"reason,omitempty"`
-	// Time is when the actuator recorded it.
-	Time metav1.Time `json:"time"`
-}
-
-// recordedDecision returns the PodAutoscaler's last recorded decision.
-func recordedDecision(pa *autoscalingv1alpha1.PodAutoscaler) (Decision, bool, error) {
-	v, ok := pa.Annotations[AnnotationDecision]
-	if !ok {
-		return Decision{}, false, nil
+// lastSequence is the sequence of pa's recorded decision, 0 when none is.
+func lastSequence(pa *autoscalingv1alpha1.PodAutoscaler) uint64 {
+	if d := pa.Status.LastDecision; d != nil && d.Sequence > 0 {
+		return uint64(d.Sequence)
 	}
-	var d Decision
-	if err := json.Unmarshal([]byte(v), &d); err != nil {
-		return Decision{}, false, fmt.Errorf("annotation %s %q: %w", AnnotationDecision, v, err)
-	}
-	return d, true, nil
-}
-
-func setDecision(pa *autoscalingv1alpha1.PodAutoscaler, d Decision) {
-	b, _ := json.Marshal(d)
-	if pa.Annotations == nil {
-		pa.Annotations = map[string]string{}
-	}
-	pa.Annotations[AnnotationDecision] = string(b)
+	return 0
 }
 
 func annotationTrue(pa *autoscalingv1alpha1.PodAutoscaler, key string) bool {
@@ -109,7 +79,7 @@ func annotationTrue(pa *autoscalingv1alpha1.PodAutoscaler, key string) bool {
 }
 
 // ErrInvalidPodAutoscaler is returned for a PodAutoscaler whose annotations
-// or decision record do not parse; the error says which and why.
+// do not parse; the error says which and why.
 var ErrInvalidPodAutoscaler = errors.New("invalid podautoscaler")
 
 // errStaleCache stops a reconcile whose cached PodAutoscaler is older than
@@ -192,7 +162,7 @@ func (c *Controller) revision(pa *autoscalingv1alpha1.PodAutoscaler) (kpaconfig.
 // decision another caller has recorded since, so before writing the target
 // from a cached copy, reconcile checks that the copy is current and gives up
 // with errStaleCache otherwise: a late cache never undoes a newer decision.
-func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *Decision, dryRun, fresh bool) (outcome, error) {
+func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *autoscalingv1alpha1.PodAutoscalerDecision, dryRun, fresh bool) (outcome, error) {
 	now := c.clock.Now()
 	name := cache.MetaObjectToName(pa)
 	log := c.log.With(zap.String("podautoscaler", name.String()))
@@ -222,12 +192,13 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 		// triggers a reconcile.
 		return fail(ReasonInvalidSpec, EventInvalidSpec, fmt.Errorf("%w: %w", ErrInvalidPodAutoscaler, err), 0)
 	}
-	rec, hasRec, err := recordedDecision(pa)
-	if err != nil {
-		return fail(ReasonInvalidSpec, EventInvalidSpec, fmt.Errorf("%w: %w", ErrInvalidPodAutoscaler, err), 0)
-	}
-	if decision != nil {
+	var rec autoscalingv1alpha1.PodAutoscalerDecision
+	hasRec := false
+	switch {
+	case decision != nil:
 		rec, hasRec = *decision, true
+	case pa.Status.LastDecision != nil:
+		rec, hasRec = *pa.Status.LastDecision, true
 	}
 
 	target := targetOf(pa)
@@ -326,7 +297,7 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 			st.LastScaleTime = &metav1.Time{Time: now}
 			c.recorder.Event(pa, corev1.EventTypeNormal, EventScaled, msg)
 			log.Info("scaled", zap.Int32("from", sc.Replicas), zap.Int32("to", to),
-				zap.Uint64("sequence", rec.Sequence), zap.String("reason", rec.Reason))
+				zap.Int64("sequence", rec.Sequence), zap.String("reason", rec.Reason))
 		}
 	}
 	if dryRun {
@@ -393,10 +364,18 @@ func initReason(ok bool) string {
 	return "Initializing"
 }
 
-// writeStatus writes st if it differs from pa's status.
+// writeStatus writes st if it differs from pa's status, with the
+// resourceVersion pa was read at. st carries pa's status.lastDecision, which
+// may be older than the API server's if another replica recorded a decision
+// since pa was read: the write then fails with a conflict instead of putting
+// the older decision back, and the caller reconciles again from a new read.
 func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, st *autoscalingv1alpha1.PodAutoscalerStatus) error {
 	if equality.Semantic.DeepEqual(&pa.Status, st) {
 		return nil
+	}
+	if pa.ResourceVersion == "" {
+		// An unconditional write could undo a newer decision.
+		return fmt.Errorf("update status of podautoscaler %s/%s: no resourceVersion to write at", pa.Namespace, pa.Name)
 	}
 	pa.Status = *st
 	updated, err := c.tidal.PodAutoscalers(pa.Namespace).UpdateStatus(context.WithoutCancel(ctx), pa, metav1.UpdateOptions{FieldManager: scale.FieldManager})
@@ -407,7 +386,9 @@ func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.Po
 	return nil
 }
 
-// stampScaleTime sets status.lastScaleTime on the API server's copy.
+// stampScaleTime sets status.lastScaleTime on the API server's copy, read
+// afresh on every attempt so the rest of the status (the last decision
+// above all) is written back as the server has it.
 func (c *Controller) stampScaleTime(ctx context.Context, namespace, name string, now time.Time) error {
 	client := c.tidal.PodAutoscalers(namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -98,21 +98,21 @@ func TestLagRules(t *testing.T) {
 	}
 }
 
-func TestRecordedDecision(t *testing.T) {
-	pa := &autoscalingv1alpha1.PodAutoscaler{}
-	if _, ok, err := recordedDecision(pa); ok || err != nil {
-		t.Fatalf("no annotation: ok %v, err %v", ok, err)
+func TestLastSequence(t *testing.T) {
+	tests := []struct {
+		name string
+		dec  *autoscalingv1alpha1.PodAutoscalerDecision
+		want uint64
+	}{
+		{"none", nil, 0},
+		{"recorded", &autoscalingv1alpha1.PodAutoscalerDecision{Sequence: 1700000000123, DesiredScale: 7}, 1700000000123},
+		{"zero", &autoscalingv1alpha1.PodAutoscalerDecision{}, 0},
 	}
-	ebc := int32(-3)
-	want := Decision{Sequence: 42, DesiredScale: 7, ExcessBurstCapacity: &ebc, Reason: "panic: x", Time: metav1.Unix(1700000000, 0)}
-	setDecision(pa, want)
-	got, ok, err := recordedDecision(pa)
-	if !ok || err != nil || got.Sequence != 42 || got.DesiredScale != 7 || *got.ExcessBurstCapacity != -3 || got.Reason != "panic: x" || !got.Time.Equal(&want.Time) {
-		t.Errorf("round trip = %+v, %v, %v; want %+v", got, ok, err, want)
-	}
-	pa.Annotations[AnnotationDecision] = "{not json"
-	if _, _, err := recordedDecision(pa); err == nil {
-		t.Error("corrupt annotation: no error")
+	for _, tt := range tests {
+		pa := &autoscalingv1alpha1.PodAutoscaler{Status: autoscalingv1alpha1.PodAutoscalerStatus{LastDecision: tt.dec}}
+		if got := lastSequence(pa); got != tt.want {
+			t.Errorf("%s: lastSequence = %d, want %d", tt.name, got, tt.want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,9 +54,10 @@ func (c *Controller) podAutoscalerFor(t scale.Target) (*autoscalingv1alpha1.PodA
 }
 
 // Scale applies a decider's decision. When a PodAutoscaler names the
-// target, the decision is recorded on it (refused if older than the one
-// recorded) and the target goes through the §6 rules; otherwise it is
-// applied as is, with staleness tracked by this process only.
+// target, the decision is recorded in its status.lastDecision (refused if
+// older than the one recorded) and the target goes through the §6 rules;
+// otherwise it is applied as is, with staleness tracked by this process
+// only.
 func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, error) {
 	if !c.HasSynced() {
 		// Without the PodAutoscalers cached, a target's rules are unknown.
@@ -79,43 +81,43 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 		return scale.Result{}, fmt.Errorf("desired_replicas %d for %s: podautoscaler %s/%s has max-scale %d: %w",
 			req.Desired, req.Target, pa.Namespace, pa.Name, hi, ErrOutOfRange)
 	}
+	if req.Sequence > math.MaxInt64 {
+		// status.lastDecision.sequence is an int64, as Kubernetes integers are.
+		return scale.Result{}, fmt.Errorf("decision_sequence %d for %s: want at most %d (Unix milliseconds): %w",
+			req.Sequence, req.Target, int64(math.MaxInt64), ErrOutOfRange)
+	}
 
 	name := cache.MetaObjectToName(pa)
 	unlock := c.lock(name)
 	defer unlock()
 
-	dec := Decision{Sequence: req.Sequence, DesiredScale: req.Desired, ExcessBurstCapacity: req.ExcessBurstCapacity,
-		Reason: req.Reason, Time: metav1.NewTime(c.clock.Now())}
+	dec := autoscalingv1alpha1.PodAutoscalerDecision{Sequence: int64(req.Sequence), DesiredScale: req.Desired,
+		ExcessBurstCapacity: req.ExcessBurstCapacity, Reason: req.Reason, Time: metav1.NewTime(c.clock.Now())}
 	client := c.tidal.PodAutoscalers(pa.Namespace)
 	var (
 		fresh *autoscalingv1alpha1.PodAutoscaler
-		last  Decision
+		last  uint64
 		stale bool
 	)
-	// Record the decision with the object's resourceVersion: if another
-	// replica recorded one in between, read again and compare sequences.
+	// Record the decision in status.lastDecision with the resourceVersion
+	// it was compared at: if another replica recorded one in between, the
+	// write conflicts, and the new read is compared again.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var err error
 		fresh, err = client.Get(ctx, pa.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		var has bool
-		last, has, err = recordedDecision(fresh)
-		if err != nil {
-			// A corrupt record must not block scaling: the new decision
-			// replaces it.
-			has = false
-		}
-		if has && req.Sequence < last.Sequence {
+		last = lastSequence(fresh)
+		if req.Sequence < last {
 			stale = true
 			return nil
 		}
-		if req.DryRun || (has && req.Sequence == last.Sequence && req.Desired == last.DesiredScale) {
+		if rec := fresh.Status.LastDecision; req.DryRun || (rec != nil && req.Sequence == last && req.Desired == rec.DesiredScale) {
 			return nil
 		}
-		setDecision(fresh, dec)
-		fresh, err = client.Update(ctx, fresh, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+		fresh.Status.LastDecision = dec.DeepCopy()
+		fresh, err = client.UpdateStatus(ctx, fresh, metav1.UpdateOptions{FieldManager: scale.FieldManager})
 		return err
 	})
 	if err != nil {
@@ -127,10 +129,10 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 			return scale.Result{}, err
 		}
 		c.recorder.Eventf(fresh, corev1.EventTypeWarning, EventStaleDecision,
-			"refused decision %d (%d replicas): older than decision %d already applied", req.Sequence, req.Desired, last.Sequence)
-		return scale.Result{Applied: cur.Replicas, Previous: cur.Replicas, Stale: true, LastSequence: last.Sequence}, nil
+			"refused decision %d (%d replicas): older than decision %d already applied", req.Sequence, req.Desired, last)
+		return scale.Result{Applied: cur.Replicas, Previous: cur.Replicas, Stale: true, LastSequence: last}, nil
 	}
-	var override *Decision
+	var override *autoscalingv1alpha1.PodAutoscalerDecision
 	if req.DryRun {
 		override = &dec
 	}
@@ -164,9 +166,11 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 	if out.Refused != nil {
 		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, out.Refused)
 	}
-	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: req.Sequence}
+	// A newer decision another replica recorded meanwhile is the one the
+	// last reconcile applied: report its sequence.
+	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: max(req.Sequence, lastSequence(fresh))}
 	if req.DryRun {
-		res.LastSequence = last.Sequence
+		res.LastSequence = last
 	}
 	// A dry run (the request's or the PodAutoscaler's) reports what the
 	// target would have; a paused target keeps what it has.
@@ -196,8 +200,8 @@ func (c *Controller) Status(ctx context.Context, t scale.Target) (scale.Status, 
 		return scale.Status{}, err
 	}
 	st := scale.Status{Replicas: sc.Replicas}
-	if d, ok, _ := recordedDecision(pa); ok {
-		st.LastSequence, st.LastReason, st.LastApplied = d.Sequence, d.Reason, d.Time.Time
+	if d := pa.Status.LastDecision; d != nil {
+		st.LastSequence, st.LastReason, st.LastApplied = lastSequence(pa), d.Reason, d.Time.Time
 	}
 	return st, nil
 }

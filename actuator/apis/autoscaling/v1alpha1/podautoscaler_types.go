@@ -28,6 +28,7 @@ import (
 // +kubebuilder:printcolumn:name="Actual",type=integer,JSONPath=`.status.actualScale`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.lastDecision.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PodAutoscaler struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -289,6 +290,37 @@ type PodAutoscalerStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastDecision is the newest decider decision recorded for the target.
+	// Every actuator replica compares a decision's sequence with it before
+	// applying the decision, and refuses an older one, so a decision that
+	// arrives late never undoes a newer one. Unset until the first decision.
+	// +optional
+	LastDecision *PodAutoscalerDecision `json:"lastDecision,omitempty"`
+}
+
+// PodAutoscalerDecision is one decider decision as the actuator recorded it.
+type PodAutoscalerDecision struct {
+	// Sequence orders the target's decisions: the decision time in Unix
+	// milliseconds, increasing across decider restarts and replicas.
+	// +kubebuilder:validation:Minimum=1
+	Sequence int64 `json:"sequence"`
+	// DesiredScale is the replica count the decider asked for, before the
+	// reconciler's rules (min-scale, max-scale, initial scale, the last pod
+	// kept until the grace period ends); status.desiredScale is after them.
+	// +kubebuilder:validation:Minimum=0
+	DesiredScale int32 `json:"desiredScale"`
+	// ExcessBurstCapacity is the decider's excess burst capacity in
+	// requests (KPA only); negative means the target cannot absorb a burst
+	// of its target-burst-capacity. Unset when the decider sent none.
+	// +optional
+	ExcessBurstCapacity *int32 `json:"excessBurstCapacity,omitempty"`
+	// Reason is the decider's explanation, such as "panic: observed
+	// concurrency 84 over target 7".
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Time is when the actuator recorded the decision.
+	Time metav1.Time `json:"time"`
 }
 
 // PodAutoscalerList is a list of PodAutoscalers.
