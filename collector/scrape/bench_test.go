@@ -71,13 +71,18 @@ func listenFakePods(n int) ([]string, func(), error) {
 			stop()
 			return nil, nil, err
 		}
-		s := &fasthttp.Server{Handler: fakePodHandler, NoDefaultServerHeader: true, NoDefaultDate: true, IdleTimeout: time.Minute}
+		s := &fasthttp.Server{Handler: fakePodHandler, NoDefaultServerHeader: true, NoDefaultDate: true, IdleTimeout: time.Minute,
+			Logger: quiet{}} // strangers probing loopback ports are not the benchmark's business
 		servers = append(servers, s)
 		go func() { _ = s.Serve(ln) }()
 		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs, stop, nil
 }
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
 
 func serveFakePodsChild(n int) {
 	addrs, stop, err := listenFakePods(n)
