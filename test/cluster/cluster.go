@@ -105,7 +105,35 @@ func (c *Cluster) Config() *rest.Config { return rest.CopyConfig(c.config) }
 // controllers work, and installs the CRDs. If a component does not come up in
 // time the error carries the last lines of its log. The caller must Stop the
 // cluster; on error Start has already cleaned up.
-func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+//
+// Ports are picked free and handed to the components, so another process on
+// the machine can take one in between; a start that fails is therefore tried
+// again on fresh ports, up to startAttempts times in all.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	log := opts.Log
+	if log == nil {
+		log = os.Stderr
+	}
+	// A failed build is not worth retrying; build (or find) the binaries once.
+	if _, err := EnsureBinaries(ctx, log); err != nil {
+		return nil, err
+	}
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		var c *Cluster
+		c, err = startOnce(ctx, opts)
+		if err == nil || ctx.Err() != nil {
+			return c, err
+		}
+		fmt.Fprintf(log, "test/cluster: start attempt %d of %d failed: %v\n", attempt, startAttempts, err)
+	}
+	return nil, err
+}
+
+// startAttempts bounds Start's tries.
+const startAttempts = 3
+
+func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	log := opts.Log
 	if log == nil {
 		log = os.Stderr
