@@ -21,8 +21,6 @@ import (
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 )
 
-var components = []string{"collector", "decider", "actuator"}
-
 // scenario is one set of values and what the rendering must hold.
 type scenario struct {
 	name    string

@@ -14,28 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/tidalscale/tidal/test/system"
 	"github.com/tidalscale/tidal/test/workload"
 )
-
-// kubeconfig writes a kubeconfig that authenticates as a, for a service's
-// --kubeconfig.
-func kubeconfig(t *testing.T, a *account) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: a.config.Host, CertificateAuthorityData: a.config.CAData}
-	kc.AuthInfos[a.name] = &clientcmdapi.AuthInfo{Token: a.config.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: a.name}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), a.name+".kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // serviceBinDir builds the three services as test/system does, once.
 var serviceBinDir struct {
@@ -81,6 +63,10 @@ func TestServicesUnderTheirAccounts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	leasePrefix := f.release + "-tidal-collector"
+	args, err := f.accounts.SystemArgs(t.TempDir(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := system.Start(ctx, system.Options{
 		BinDir:     systemBinaries(t),
 		Cluster:    f.c,
@@ -88,12 +74,10 @@ func TestServicesUnderTheirAccounts(t *testing.T) {
 		Collectors: 2,
 		// A short grace so the idle Deployment reaches zero in seconds.
 		AutoscalerConfig: map[string]string{"scale-to-zero-grace-period": "6s"},
-		// A later flag wins: these replace test/system's admin kubeconfig.
-		Args: map[string][]string{
-			"actuator":  {"--kubeconfig", kubeconfig(t, f.actuator)},
-			"collector": {"--kubeconfig", kubeconfig(t, f.collector), "--buckets", "4", "--lease-namespace", f.ns, "--lease-prefix", leasePrefix},
-		},
-		Log: testLog{t},
+		// The chart's accounts and Lease namespace (a later flag wins over
+		// test/system's admin kubeconfig).
+		Args: args,
+		Log:  testLog{t},
 	})
 	if err != nil {
 		t.Fatalf("start system: %v", err)

@@ -1,90 +1,29 @@
 package chart_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/tidalscale/tidal/test/cluster"
+	rel "github.com/tidalscale/tidal/test/chart/release"
 )
 
-// repoRoot is the checkout's root, found from this file's location.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
+func repoRoot() string { return rel.RepoRoot() }
 
 // chartDir is the chart under test.
 func chartDir() string { return filepath.Join(repoRoot(), "charts", "tidal") }
 
-// kubeVersion is what helm renders for: the test cluster's version. Helm
-// built as a Go tool does not know its client-go's version, so it must be
-// told.
-var kubeVersion = cluster.KubernetesVersion
+var components = rel.Components
 
-// binDir holds the binaries a test binary builds once: helm from the pinned
-// tools module, and the three services built as the Dockerfile builds them.
-var binDir = sync.OnceValues(func() (string, error) {
-	return os.MkdirTemp("", "tidal-chart-test-")
-})
-
-// helmPath builds the pinned Helm (tools/go.mod) once per test binary.
-var helmPath = sync.OnceValues(func() (string, error) {
-	dir, err := binDir()
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "helm")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "helm.sh/helm/v3/cmd/helm")
-	cmd.Dir = filepath.Join(repoRoot(), "tools")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build helm from tools/go.mod: %w\n%s", err, b)
-	}
-	return out, nil
-})
-
-// helm runs the pinned Helm with a private home, returning stdout and, on
-// failure, an error that carries stderr.
+// helm runs the pinned Helm without a cluster.
 func helm(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	bin, err := helmPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = repoRoot()
-	// A private home so the user's repositories, plugins and kubeconfig play
-	// no part.
-	cmd.Env = append(os.Environ(),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-		"KUBECONFIG="+filepath.Join(home, "kubeconfig"),
-	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("helm %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String(), nil
+	return rel.Helm(ctx, "", args...)
 }
 
 // release names a rendering of the chart.
@@ -94,63 +33,24 @@ type release struct {
 	valuesFiles []string
 	// set are --set arguments.
 	set []string
-	// includeCRDs adds the chart's crds/ to the output.
-	includeCRDs bool
 }
 
-func (r release) args(cmd string) []string {
-	args := []string{cmd, r.name, "charts/tidal", "--namespace", r.namespace, "--kube-version", kubeVersion}
-	if cmd == "lint" {
-		args = []string{"lint", "--strict", "charts/tidal", "--namespace", r.namespace, "--kube-version", kubeVersion}
-	}
-	for _, f := range r.valuesFiles {
-		args = append(args, "--values", f)
-	}
-	for _, s := range r.set {
-		args = append(args, "--set", s)
-	}
-	if r.includeCRDs {
-		args = append(args, "--include-crds")
-	}
-	return args
+func (r release) opts() rel.Options {
+	return rel.Options{Name: r.name, Namespace: r.namespace, ValuesFiles: r.valuesFiles, Set: r.set}
 }
+
+func (r release) args(cmd string) []string { return r.opts().Args(cmd) }
 
 // render runs helm template and decodes every object it prints.
 func render(t testing.TB, r release) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := helm(t, r.args("template")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	objs, err := rel.Render(ctx, r.opts())
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := decodeObjects(out)
-	if err != nil {
-		t.Fatalf("helm template output: %v", err)
-	}
 	return objs
-}
-
-// decodeObjects decodes a multi-document YAML stream, skipping empty
-// documents and refusing objects without a kind or a name.
-func decodeObjects(s string) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(s), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, err
-		}
-		if len(m) == 0 {
-			continue
-		}
-		o := &unstructured.Unstructured{Object: m}
-		if o.GetKind() == "" || o.GetName() == "" {
-			return nil, fmt.Errorf("object without kind or name: %v", m)
-		}
-		objs = append(objs, o)
-	}
 }
 
 // manifest indexes rendered objects by kind and name.

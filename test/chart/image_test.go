@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"debug/elf"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
+
+	rel "github.com/tidalscale/tidal/test/chart/release"
 )
 
 // There is no container engine here, so the image is checked in parts: the
@@ -180,34 +181,24 @@ func serviceBinaries(t testing.TB) map[string]string {
 	t.Helper()
 	env, args := buildCommand(t)
 	buildOnce.Do(func() {
-		dir, err := binDir()
-		if err != nil {
-			buildOnce.err = err
-			return
+		// TARGETOS and TARGETARCH are build arguments; build for this
+		// machine so the binaries can run here.
+		var buildEnv []string
+		for _, e := range env {
+			buildEnv = append(buildEnv, targetArg.ReplaceAllStringFunc(e, func(m string) string {
+				if strings.Contains(m, "TARGETOS") {
+					return "linux"
+				}
+				return goarch()
+			}))
 		}
 		bins := map[string]string{}
 		for _, svc := range components {
-			out := filepath.Join(dir, "tidal-"+svc)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			cmdArgs := append(append([]string{"build"}, args...), "-o", out, "./services/"+svc)
-			cmd := exec.CommandContext(ctx, "go", cmdArgs...)
-			cmd.Dir = repoRoot()
-			cmd.Env = os.Environ()
-			for _, e := range env {
-				// TARGETOS and TARGETARCH are build arguments; build for this
-				// machine so the binaries can run here.
-				e = targetArg.ReplaceAllStringFunc(e, func(m string) string {
-					if strings.Contains(m, "TARGETOS") {
-						return "linux"
-					}
-					return goarch()
-				})
-				cmd.Env = append(cmd.Env, e)
-			}
-			b, err := cmd.CombinedOutput()
+			out, err := rel.GoBuild(ctx, repoRoot(), "tidal-"+svc+"-image", "./services/"+svc, buildEnv, args...)
 			cancel()
 			if err != nil {
-				buildOnce.err = fmt.Errorf("go %s: %w\n%s", strings.Join(cmdArgs, " "), err, b)
+				buildOnce.err = err
 				return
 			}
 			bins[svc] = out

@@ -3,12 +3,9 @@ package chart_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
 
@@ -24,45 +22,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// grpcurlPath builds the pinned grpcurl (tools/go.mod) once.
-var grpcurlPath = sync.OnceValues(func() (string, error) {
-	dir, err := binDir()
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "grpcurl")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/fullstorydev/grpcurl/cmd/grpcurl")
-	cmd.Dir = filepath.Join(repoRoot(), "tools")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build grpcurl from tools/go.mod: %w\n%s", err, b)
-	}
-	return out, nil
-})
-
 // helmOn runs the pinned Helm against the test cluster.
 func helmOn(t *testing.T, c *cluster.Cluster, args ...string) string {
 	t.Helper()
-	bin, err := helmPath()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := rel.Helm(ctx, c.Kubeconfig, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", c.Kubeconfig)...)
-	cmd.Dir = repoRoot()
-	cmd.Env = append(os.Environ(),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-	)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return out
 }
 
 // TestHelmInstall is the user's path: helm install on a cluster, waiting
@@ -124,7 +93,7 @@ func TestHelmInstall(t *testing.T) {
 // chart's ports replaced by theirs. A target "default/hello" is given
 // stats first, as an activator would.
 func runNotesCommands(t *testing.T, notes string) {
-	grpcurl, err := grpcurlPath()
+	grpcurl, err := rel.GrpcurlBinary()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/scale"
+	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
@@ -45,8 +45,9 @@ type rbacFixture struct {
 	// ns is the release's namespace; wns holds the workloads.
 	ns, wns string
 	// release is the Helm release name (resource names start with
-	// RELEASE-tidal).
-	release string
+	// RELEASE-tidal); accounts are its ServiceAccounts.
+	release  string
+	accounts *rel.Accounts
 	// clients of the three service accounts, authenticated by tokens from
 	// the TokenRequest API, and the admin's.
 	collector, decider, actuator *account
@@ -83,7 +84,19 @@ func newRBACFixture(t *testing.T) *rbacFixture {
 		"collector.brokerSecrets[0].namespace=" + f.wns,
 		"collector.brokerSecrets[0].names[0]=" + brokersSecret,
 	}}
-	objs, _ := install(t, c, r, false)
+	acc, clusterScoped, err := rel.InstallAccounts(ctx, c, r.opts(), time.Hour)
+	t.Cleanup(func() {
+		a := newApplier(t, c)
+		for _, o := range clusterScoped {
+			if err := a.Delete(context.Background(), o); err != nil {
+				t.Logf("delete %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.accounts = acc
 	for _, s := range []struct{ ns, name string }{
 		{f.ns, givenSecret}, {f.ns, otherSecret}, {f.wns, brokersSecret}, {f.wns, otherSecret},
 	} {
@@ -92,56 +105,40 @@ func newRBACFixture(t *testing.T) *rbacFixture {
 			t.Fatal(err)
 		}
 	}
-	var err error
 	if f.admin, err = dynamic.NewForConfig(c.Config()); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []struct {
-		component string
-		dst       **account
-	}{{"collector", &f.collector}, {"decider", &f.decider}, {"actuator", &f.actuator}} {
-		dep := typed[appsv1.Deployment](t, objs.get(t, "Deployment", r.name+"-tidal-"+a.component))
-		*a.dst = serviceAccount(t, c, f.ns, dep.Spec.Template.Spec.ServiceAccountName)
-	}
+	f.collector = newAccount(t, acc.ByComponent["collector"])
+	f.decider = newAccount(t, acc.ByComponent["decider"])
+	f.actuator = newAccount(t, acc.ByComponent["actuator"])
 	return f
 }
 
 // serviceAccount gets a token for ns/name from the TokenRequest API, as the
-// kubelet does for a pod, and checks the API server takes it for that
-// account.
+// kubelet does for a pod, checked by the API server.
 func serviceAccount(t *testing.T, c *cluster.Cluster, ns, name string) *account {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	expiry := int64(3600)
-	tr, err := c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	a, err := rel.NewAccount(ctx, c, ns, name, time.Hour)
 	if err != nil {
-		t.Fatalf("token for %s/%s: %v", ns, name, err)
-	}
-	admin := c.Config()
-	cfg := &rest.Config{
-		Host:            admin.Host,
-		TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData},
-		BearerToken:     tr.Status.Token,
-		QPS:             50,
-		Burst:           100,
-	}
-	a := &account{name: name, config: cfg}
-	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if a.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+	return newAccount(t, a)
+}
+
+// newAccount adds clients to a.
+func newAccount(t *testing.T, a *rel.Account) *account {
+	t.Helper()
+	out := &account{name: a.Name, config: a.Config}
+	var err error
+	if out.kube, err = kubernetes.NewForConfig(a.Config); err != nil {
 		t.Fatal(err)
 	}
-	who, err := a.kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("whoami with %s's token: %v", name, err)
+	if out.dyn, err = dynamic.NewForConfig(a.Config); err != nil {
+		t.Fatal(err)
 	}
-	if got, want := who.Status.UserInfo.Username, "system:serviceaccount:"+ns+":"+name; got != want {
-		t.Fatalf("token authenticates as %q, want %q", got, want)
-	}
-	return a
+	return out
 }
 
 // can asks the API server whether the account may do verb on the resource.
