@@ -52,6 +52,28 @@ func TestHelmInstall(t *testing.T) {
 			t.Errorf("NOTES do not name the %s Service:\n%s", c, notes)
 		}
 	}
+	t.Run("notes rollout command", func(t *testing.T) {
+		if _, err := exec.LookPath("kubectl"); err != nil {
+			t.Skip("no kubectl on this machine")
+		}
+		var line string
+		for _, l := range strings.Split(notes, "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "kubectl ") && strings.Contains(l, "rollout status") {
+				line = l
+			}
+		}
+		if line == "" {
+			t.Fatalf("NOTES have no kubectl rollout status command:\n%s", notes)
+		}
+		args := append(strings.Fields(strings.TrimPrefix(line, "kubectl ")), "--timeout", "60s", "--kubeconfig", c.Kubeconfig)
+		out, err := exec.Command("kubectl", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		if n := strings.Count(string(out), "successfully rolled out"); n != len(components) {
+			t.Errorf("%s: %d Deployments rolled out, want %d:\n%s", line, n, len(components), out)
+		}
+	})
 	t.Run("notes grpcurl commands", func(t *testing.T) { runNotesCommands(t, notes) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
