@@ -31,6 +31,10 @@ func TestSchemaRefuses(t *testing.T) {
 		{"negative buckets", []string{"collector.buckets=-1"}, []string{"/collector/buckets", "minimum"}},
 		{"unknown decider discovery", []string{"collector.deciderDiscovery=consul"}, []string{"/collector/deciderDiscovery"}},
 		{"broker without a port", []string{"kafka.brokers[0]=kafka"}, []string{"/kafka/brokers/0"}},
+		{"running as root", []string{"podSecurityContext.runAsNonRoot=false"}, []string{"/podSecurityContext/runAsNonRoot"}},
+		{"root user id", []string{"podSecurityContext.runAsUser=0"}, []string{"/podSecurityContext/runAsUser", "minimum"}},
+		{"writable root filesystem", []string{"securityContext.readOnlyRootFilesystem=false"}, []string{"/securityContext/readOnlyRootFilesystem"}},
+		{"privilege escalation", []string{"securityContext.allowPrivilegeEscalation=true"}, []string{"/securityContext/allowPrivilegeEscalation"}},
 		{"config value not a scalar", []string{"config.autoscaler.stable-window.x=1"}, []string{"/config/autoscaler/stable-window"}},
 	}
 	for _, tt := range tests {
