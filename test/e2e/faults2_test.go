@@ -14,6 +14,7 @@ import (
 	"time"
 
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
 )
@@ -54,6 +55,25 @@ func owners(ctx context.Context, procs []*system.Proc, ns, name string) map[int]
 	return out
 }
 
+// describeCollector says what a collector lists and holds for a target, for
+// failure messages.
+func describeCollector(p *system.Proc, ns, name string) string {
+	conn, err := p.Conn()
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = conn.Close() }()
+	client := collectorv1.NewCollectorServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var b strings.Builder
+	list, err := client.ListTargets(ctx, &collectorv1.ListTargetsRequest{})
+	fmt.Fprintf(&b, "ListTargets: %v (err %v); ", list.GetTargets(), err)
+	win, err := client.GetWindow(ctx, &collectorv1.GetWindowRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: name}})
+	fmt.Fprintf(&b, "GetWindow: %d samples, ready %v, errors %v (err %v)", len(win.GetSamples()), win.GetReadyPods(), win.GetErrors(), err)
+	return b.String()
+}
+
 // TestFaultCollectorFailover runs two collectors sharing the targets
 // through bucket Leases and kills the one measuring the target: the other
 // measures it within one lease period, and the loop goes on scaling it.
@@ -83,12 +103,17 @@ func TestFaultCollectorFailover(t *testing.T) {
 	other := 1 - owner
 	s.Collectors[owner].Kill()
 	killedAt := time.Now()
-	t.Logf("killed %s, which measured %s/%s", s.Collectors[owner].Name, k.Namespace, k.Name)
-	tookOver := eventually(t, leaseDuration+retryPeriod+20*time.Second, "the surviving collector measuring the target", func() bool {
+	t.Logf("killed %s, which measured %s/%s, at %s", s.Collectors[owner].Name, k.Namespace, k.Name, killedAt.UTC().Format("15:04:05.000"))
+	var tookOver time.Time
+	for deadline := killedAt.Add(4 * leaseDuration); tookOver.IsZero(); time.Sleep(100 * time.Millisecond) {
 		o := owners(context.Background(), s.Collectors, k.Namespace, k.Name)
-		last, ok := o[other]
-		return ok && last.After(killedAt)
-	})
+		if last, ok := o[other]; ok && last.After(killedAt) {
+			tookOver = time.Now()
+		} else if time.Now().After(deadline) {
+			t.Logf("%s after the kill, %s measures: %s", time.Since(killedAt).Round(100*time.Millisecond), s.Collectors[other].Name, describeCollector(s.Collectors[other], k.Namespace, k.Name))
+			t.Fatalf("the surviving collector does not measure the target %s after the kill (lease duration %s)", 4*leaseDuration, leaseDuration)
+		}
+	}
 	d := tookOver.Sub(killedAt)
 	t.Logf("%s measured the target %s after the kill (lease duration %s, retry period %s)", s.Collectors[other].Name, d.Round(100*time.Millisecond), leaseDuration, retryPeriod)
 	// A dead holder's Lease runs out at most one lease duration after its

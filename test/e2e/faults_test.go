@@ -139,6 +139,7 @@ func TestFaultDeciderRestart(t *testing.T) {
 			continue
 		}
 		compared++
+		t.Logf("tick %s: restarted decider %d, reference %d", smp.Decision.GetDecideTime().AsTime().UTC().Format("15:04:05.000"), smp.Desired, refDesired)
 		if refDesired != smp.Desired {
 			t.Errorf("after the restart, decision %d (sequence %d, %q) differs from the uninterrupted reference's %d (sequence %d)",
 				smp.Desired, seq, smp.Decision.GetReason(), refDesired, refSeq)
