@@ -91,8 +91,11 @@ type Set struct {
 	onChange func()
 	owned    prometheus.Gauge
 
-	// leases lists the Leases of the namespace (set by Run).
-	leases coordlisters.LeaseNamespaceLister
+	// factory and leases watch the Leases of the namespace; built by New,
+	// started by Run.
+	factory informers.SharedInformerFactory
+	leases  coordlisters.LeaseNamespaceLister
+	synced  cache.InformerSynced
 
 	// mu guards mine.
 	mu   sync.RWMutex
@@ -102,8 +105,11 @@ type Set struct {
 // New returns a Set owning nothing yet; onChange is called (from the
 // election goroutines) whenever this replica gains or loses a bucket.
 func New(cfg Config, client kubernetes.Interface, onChange func(), reg prometheus.Registerer, log *zap.Logger) *Set {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.Namespace))
+	inf := factory.Coordination().V1().Leases()
 	return &Set{
 		cfg: cfg, client: client, log: log, onChange: onChange,
+		factory: factory, leases: inf.Lister().Leases(cfg.Namespace), synced: inf.Informer().HasSynced,
 		mine: make([]bool, cfg.Buckets),
 		owned: promauto.With(reg).NewGauge(prometheus.GaugeOpts{
 			Name: "tidal_collector_buckets_owned",
@@ -133,9 +139,6 @@ func (s *Set) Owner(key string) (string, bool) {
 
 // holder is the live holder of bucket b's Lease, or "".
 func (s *Set) holder(b int) string {
-	if s.leases == nil {
-		return ""
-	}
 	l, err := s.leases.Get(s.bucketName(b))
 	if err != nil {
 		return ""
@@ -200,13 +203,9 @@ func (s *Set) shouldCampaign(b int) bool {
 // Run campaigns until ctx ends; on the way out it releases what it holds
 // so another replica takes it at once.
 func (s *Set) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0, informers.WithNamespace(s.cfg.Namespace))
-	inf := factory.Coordination().V1().Leases()
-	s.leases = inf.Lister().Leases(s.cfg.Namespace)
-	informer := inf.Informer()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	s.factory.Start(ctx.Done())
+	defer s.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		return nil // ctx ended
 	}
 	member, err := leaderelection.NewLeaderElector(s.config(s.memberName(), nil))
