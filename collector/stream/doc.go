@@ -9,6 +9,6 @@
 // first replayed batch replacing what the decider held); when the endpoint
 // set changes, each moved target is replayed to its new owner and removed
 // from the old one. Outboxes are bounded: a decider that falls behind has its
-// backlog replaced by a replay from history, and PushStats callers wait for
-// room (backpressure) rather than grow memory.
+// stream reopened, which replays history in place of the backlog, and
+// PushStats callers wait for room (backpressure) rather than grow memory.
 package stream

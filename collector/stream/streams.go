@@ -40,7 +40,7 @@ type Config struct {
 func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 	fs.DurationVar(&c.FlushInterval, p+"flush-interval", 50*time.Millisecond, "Longest time a sample waits to be batched for its decider; a pushed stat for a target at zero is sent at once.")
 	fs.IntVar(&c.BatchSamples, p+"batch-samples", 4096, "Samples per Ingest batch at most; a full batch is sent at once.")
-	fs.IntVar(&c.HighWater, p+"queue-samples", 65536, "Samples waiting for one decider at most; beyond it the backlog is replayed from history and PushStats waits.")
+	fs.IntVar(&c.HighWater, p+"queue-samples", 65536, "Samples waiting for one decider at most; beyond it the stream is reopened and replays history, and PushStats waits meanwhile.")
 	fs.DurationVar(&c.MinBackoff, p+"reconnect-min-backoff", 100*time.Millisecond, "First wait before reconnecting a broken decider stream.")
 	fs.DurationVar(&c.MaxBackoff, p+"reconnect-max-backoff", 5*time.Second, "Longest wait between reconnects.")
 }
