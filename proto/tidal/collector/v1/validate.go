@@ -34,6 +34,9 @@ func validateStats(stats []*Stat) error {
 		return commonv1.Invalid("stats", fmt.Sprintf("%d entries", n), fmt.Sprintf("1 to %d entries", MaxStatsPerMessage))
 	}
 	for i, s := range stats {
+		if s.valid() {
+			continue
+		}
 		if err := s.validateField(fmt.Sprintf("stats[%d]", i)); err != nil {
 			return err
 		}
@@ -61,4 +64,17 @@ func (s *Stat) validateField(field string) error {
 		return err
 	}
 	return commonv1.ValidatePart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount())
+}
+
+// valid is the allocation-free fast path of validateField: PushStats checks
+// every stat of every call, and building field paths for valid stats cost
+// half the handler's CPU. validateField runs only when this says no.
+func (s *Stat) valid() bool {
+	if s == nil || s.Target == nil || !commonv1.IsLabel(s.Target.Namespace) || !commonv1.IsSubdomain(s.Target.Name) ||
+		len(s.Target.ApiVersion) > 253 || len(s.Target.Kind) > 63 || s.PodName == "" || len(s.PodName) > 253 {
+		return false
+	}
+	ok := func(v float64) bool { return v >= 0 && v <= 1.7976931348623157e308 }
+	return ok(s.AverageConcurrency) && ok(s.AverageProxiedConcurrency) && s.AverageProxiedConcurrency <= s.AverageConcurrency &&
+		ok(s.RequestCount) && ok(s.ProxiedRequestCount) && s.ProxiedRequestCount <= s.RequestCount
 }

@@ -8,13 +8,7 @@ package commonv1
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"time"
-)
-
-var (
-	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 )
 
 // FieldError is a refused field: its path in the request, its value, and why.
@@ -35,7 +29,7 @@ func Invalid(field string, value any, want string) error {
 
 // ValidateLabel checks a required DNS-1123 label (a namespace, a function name).
 func ValidateLabel(field, v string) error {
-	if v == "" || len(v) > 63 || !dnsLabel.MatchString(v) {
+	if !IsLabel(v) {
 		return Invalid(field, v, "a DNS-1123 label (1-63 lower-case letters, digits or '-')")
 	}
 	return nil
@@ -43,7 +37,7 @@ func ValidateLabel(field, v string) error {
 
 // ValidateSubdomain checks a required DNS-1123 subdomain (an object name).
 func ValidateSubdomain(field, v string) error {
-	if v == "" || len(v) > 253 || !dnsSubdomain.MatchString(v) {
+	if !IsSubdomain(v) {
 		return Invalid(field, v, "a DNS-1123 subdomain (1-253 lower-case letters, digits, '-' or '.')")
 	}
 	return nil
@@ -148,4 +142,46 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// IsLabel reports whether v is a DNS-1123 label: 1-63 of a-z, 0-9 and '-',
+// starting and ending with a letter or digit. It allocates nothing, so hot
+// paths check with it and build the error only on failure.
+func IsLabel(v string) bool {
+	if v == "" || len(v) > 63 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		alnum := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+		if !alnum && (c != '-' || i == 0 || i == len(v)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// IsSubdomain reports whether v is a DNS-1123 subdomain: at most 253 bytes
+// of '.'-separated labels.
+func IsSubdomain(v string) bool {
+	if v == "" || len(v) > 253 {
+		return false
+	}
+	start := 0
+	for i := 0; i <= len(v); i++ {
+		if i == len(v) || v[i] == '.' {
+			l := v[start:i]
+			if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+				return false
+			}
+			for j := 0; j < len(l); j++ {
+				c := l[j]
+				if !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') {
+					return false
+				}
+			}
+			start = i + 1
+		}
+	}
+	return true
 }

@@ -73,3 +73,34 @@ func TestTargetRefValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestDNSNames(t *testing.T) {
+	tests := []struct {
+		v                string
+		label, subdomain bool
+	}{
+		{"a", true, true},
+		{"a-b-1", true, true},
+		{"a.b", false, true},
+		{"", false, false},
+		{"-a", false, false},
+		{"a-", false, false},
+		{"A", false, false},
+		{"a_b", false, false},
+		{"a..b", false, false},
+		{".a", false, false},
+		{"a.-b", false, false},
+		{strings.Repeat("a", 63), true, true},
+		{strings.Repeat("a", 64), false, false},
+		{strings.Repeat("a.", 126) + "a", false, true},
+		{strings.Repeat("a.", 127) + "a", false, false},
+	}
+	for _, tt := range tests {
+		if got := IsLabel(tt.v); got != tt.label {
+			t.Errorf("IsLabel(%q) = %v, want %v", tt.v, got, tt.label)
+		}
+		if got := IsSubdomain(tt.v); got != tt.subdomain {
+			t.Errorf("IsSubdomain(%q) = %v, want %v", tt.v, got, tt.subdomain)
+		}
+	}
+}
