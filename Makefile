@@ -6,8 +6,12 @@ SHARED ?= ../shared
 VECTOR_FAMILIES := knative riff keda
 BENCH ?= .
 BENCHTIME ?= 1s
+REGISTRY ?=
+TAG ?=
+PUSH ?= 0
+PLATFORMS ?=
 
-.PHONY: all generate build test unit lint bench conformance conformance-shared run e2e clean
+.PHONY: all generate build test unit lint bench conformance conformance-shared run e2e image chart clean
 
 all: build
 
@@ -64,6 +68,16 @@ run:
 ## e2e: end-to-end tests with three processes (issue 8).
 e2e:
 	@echo "make e2e: not built yet: the end-to-end tests arrive with issue 8" >&2; exit 1
+
+## image: the images REGISTRY/tidal-{collector,decider,actuator}:TAG from the Dockerfile (PUSH=1 pushes,
+## PLATFORMS=linux/amd64,linux/arm64 uses buildx); skipped where no docker or podman answers.
+image:
+	REGISTRY=$(REGISTRY) TAG=$(TAG) PUSH=$(PUSH) PLATFORMS=$(PLATFORMS) hack/image-build.sh
+
+## chart: helm lint and template of charts/tidal with the pinned Helm (make test runs the full chart tests).
+chart:
+	$(TOOL) helm lint --strict charts/tidal --kube-version v1.37.2
+	$(TOOL) helm template tidal charts/tidal --kube-version v1.37.2 >/dev/null
 
 clean:
 	rm -rf bin
