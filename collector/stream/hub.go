@@ -99,6 +99,8 @@ type pendingTarget struct {
 	samples []*commonv1.MetricSample
 	errSet  bool
 	errMsg  string
+	// ready is the target's ready pod count when it changed, else nil.
+	ready *int32
 }
 
 // HubConfig tunes a Hub.
@@ -174,8 +176,18 @@ func (h *Hub) Known(ref *commonv1.TargetRef) bool {
 func (h *Hub) SetReadyPods(ref *commonv1.TargetRef, n int32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t, ok := h.targets[keyOf(ref)]; ok {
-		t.ready = n
+	key := keyOf(ref)
+	t, ok := h.targets[key]
+	if !ok || t.ready == n {
+		return
+	}
+	t.ready = n
+	// The decider hears of the change too: with no pod left nothing is
+	// scraped, and only this tells it the target has none.
+	if ob := h.outboxes[t.owner]; ob != nil && ob.connected && !ob.replay[key] {
+		p := ob.entryLocked(key, t.ref)
+		p.ready = &n
+		ob.signal()
 	}
 }
 
@@ -463,6 +475,10 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 				cur.Specs = append(cur.Specs, t.spec)
 			}
 			tm := &deciderv1.TargetMetrics{Target: t.ref, MeasureError: t.errMsg, Samples: t.hist.AppendTo(nil)}
+			if t.ready >= 0 {
+				ready := t.ready
+				tm.ReadyPods = &ready
+			}
 			cur.Metrics = append(cur.Metrics, tm)
 			n += len(tm.Samples)
 			if n >= maxSamples {
@@ -488,8 +504,8 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 			if p.spec != nil {
 				cur.Specs = append(cur.Specs, p.spec)
 			}
-			if len(p.samples) > 0 || p.errSet {
-				cur.Metrics = append(cur.Metrics, &deciderv1.TargetMetrics{Target: p.ref, Samples: p.samples, MeasureError: p.errMsg})
+			if len(p.samples) > 0 || p.errSet || p.ready != nil {
+				cur.Metrics = append(cur.Metrics, &deciderv1.TargetMetrics{Target: p.ref, Samples: p.samples, MeasureError: p.errMsg, ReadyPods: p.ready})
 				n += len(p.samples)
 			}
 			if n >= maxSamples {

@@ -361,3 +361,30 @@ func TestOverflowEndsStreamAndHoldsPushers(t *testing.T) {
 		t.Fatal("WaitRoom still waiting after the decider caught up")
 	}
 }
+
+func TestReadyPodsReachTheDecider(t *testing.T) {
+	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 100}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub.setDeciders([]string{"d:1"})
+	hub.SetSpec(spec("x"), 0)
+	hub.SetReadyPods(ref("x"), 3)
+	hub.connect("d:1", func() {})
+	bs := hub.take("d:1", 100)
+	if len(bs.replay) != 1 || bs.replay[0].GetMetrics()[0].ReadyPods == nil || bs.replay[0].GetMetrics()[0].GetReadyPods() != 3 {
+		t.Fatalf("replay = %v, want the ready count 3 with it", bs.replay)
+	}
+	hub.caughtUp("d:1")
+	// The last pod goes: nothing is scraped, but the decider must hear of it.
+	hub.SetReadyPods(ref("x"), 0)
+	bs = hub.take("d:1", 100)
+	if len(bs.live) != 1 || len(bs.live[0].GetMetrics()) != 1 {
+		t.Fatalf("live batches after ready 3 → 0 = %v, want one with the target", bs.live)
+	}
+	if m := bs.live[0].GetMetrics()[0]; m.ReadyPods == nil || m.GetReadyPods() != 0 || len(m.GetSamples()) != 0 {
+		t.Errorf("live metrics = %v, want ready_pods 0 and no sample", m)
+	}
+	// An unchanged count is not sent again.
+	hub.SetReadyPods(ref("x"), 0)
+	if bs = hub.take("d:1", 100); len(bs.live) != 0 {
+		t.Errorf("unchanged ready count sent again: %v", bs.live)
+	}
+}

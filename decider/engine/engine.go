@@ -231,6 +231,25 @@ func (e *Engine) recordKPALocked(t *target, s Sample, now time.Time) (bool, erro
 	return poke, err
 }
 
+// SetReady records a target's ready pod count as of now, for counts that
+// come without a sample (a target whose last pod went has nothing to scrape).
+func (e *Engine) SetReady(ref Target, ready int32) error {
+	if ready < 0 {
+		return fmt.Errorf("ready pods of %s %d: want at least 0", ref.Key(), ready)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.targets[ref.Key()]
+	if !ok {
+		return fmt.Errorf("ready pods of %s: %w", ref.Key(), ErrUnknownTarget)
+	}
+	t.ready = ready
+	if t.strategy == KPA && t.inSet {
+		return e.kpa.SetReady(kpaKey(t.ref), ready)
+	}
+	return nil
+}
+
 // Poke makes an out-of-band KPA decision for the target at now, as Knative
 // does when an activator stat arrives while the desired scale is 0.
 func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {

@@ -330,3 +330,28 @@ func TestMaxScaleBoundsWhatIsSent(t *testing.T) {
 		t.Errorf("Bounded() = %d, want max-scale 3", got)
 	}
 }
+
+func TestSetReadyWithoutSamples(t *testing.T) {
+	e, _ := newEngine(t)
+	if err := e.Upsert(kpaSpec(nil), epoch); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetReady(app, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Record(app, Sample{At: epoch.Add(500 * time.Millisecond), Stat: kpa.Stat{AverageConcurrentRequests: 10}, ReadyPods: -1}, epoch.Add(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	e.Tick(epoch)
+	e.Tick(epoch.Add(2 * time.Second))
+	d, _ := e.Get(app)
+	if d.KPA.ReadyPods != 4 {
+		t.Errorf("decision saw %d ready pods, want the 4 set without a sample", d.KPA.ReadyPods)
+	}
+	if err := e.SetReady(app, -1); err == nil {
+		t.Error("negative ready count accepted")
+	}
+	if err := e.SetReady(Target{Namespace: "x", Name: "y"}, 1); err == nil {
+		t.Error("ready count for an unknown target accepted")
+	}
+}

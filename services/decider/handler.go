@@ -93,8 +93,10 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 				continue
 			}
 			accepted += int64(len(samples))
+			h.setReady(t, m)
 			continue
 		}
+		h.setReady(t, m)
 		for _, s := range samples {
 			poke, err := h.engine.Record(t, s, now)
 			if err != nil {
@@ -111,6 +113,16 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 		}
 	}
 	return accepted, dropped
+}
+
+// setReady applies a batch's current ready pod count, if it carries one.
+func (h *handler) setReady(t engine.Target, m *deciderv1.TargetMetrics) {
+	if m.ReadyPods == nil {
+		return
+	}
+	if err := h.engine.SetReady(t, m.GetReadyPods()); err != nil {
+		h.log.Debug("ready pods refused", zap.String("target", t.Key()), zap.Error(err))
+	}
 }
 
 func (h *handler) GetDecision(_ context.Context, req *deciderv1.GetDecisionRequest) (*deciderv1.GetDecisionResponse, error) {

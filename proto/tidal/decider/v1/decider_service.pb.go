@@ -172,7 +172,11 @@ type TargetMetrics struct {
 	// Set when the collector could not measure the target (e.g. the Kafka
 	// broker was unreachable): the decider treats the target as having no data
 	// and keeps its scale. Empty when the samples are good.
-	MeasureError  string `protobuf:"bytes,3,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
+	MeasureError string `protobuf:"bytes,3,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
+	// Pods of the target ready now, when it changed since the last batch (and
+	// in every replay). It tells the decider what no sample can: a target
+	// whose last pod went has nothing to scrape. At least 0.
+	ReadyPods     *int32 `protobuf:"varint,4,opt,name=ready_pods,json=readyPods,proto3,oneof" json:"ready_pods,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +230,13 @@ func (x *TargetMetrics) GetMeasureError() string {
 		return x.MeasureError
 	}
 	return ""
+}
+
+func (x *TargetMetrics) GetReadyPods() int32 {
+	if x != nil && x.ReadyPods != nil {
+		return *x.ReadyPods
+	}
+	return 0
 }
 
 // IngestRequest is one batch on an Ingest stream.
@@ -1404,11 +1415,14 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\freachability\x18\x05 \x01(\x0e2\x1e.tidal.decider.v1.ReachabilityR\freachability\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +
 	"\rTargetMetrics\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x127\n" +
 	"\asamples\x18\x02 \x03(\v2\x1d.tidal.common.v1.MetricSampleR\asamples\x12#\n" +
-	"\rmeasure_error\x18\x03 \x01(\tR\fmeasureError\"\xef\x01\n" +
+	"\rmeasure_error\x18\x03 \x01(\tR\fmeasureError\x12\"\n" +
+	"\n" +
+	"ready_pods\x18\x04 \x01(\x05H\x00R\treadyPods\x88\x01\x01B\r\n" +
+	"\v_ready_pods\"\xef\x01\n" +
 	"\rIngestRequest\x12!\n" +
 	"\fcollector_id\x18\x01 \x01(\tR\vcollectorId\x12\x16\n" +
 	"\x06replay\x18\x02 \x01(\bR\x06replay\x122\n" +
@@ -1602,6 +1616,7 @@ func file_tidal_decider_v1_decider_service_proto_init() {
 	if File_tidal_decider_v1_decider_service_proto != nil {
 		return
 	}
+	file_tidal_decider_v1_decider_service_proto_msgTypes[1].OneofWrappers = []any{}
 	file_tidal_decider_v1_decider_service_proto_msgTypes[13].OneofWrappers = []any{}
 	file_tidal_decider_v1_decider_service_proto_msgTypes[14].OneofWrappers = []any{}
 	file_tidal_decider_v1_decider_service_proto_msgTypes[15].OneofWrappers = []any{

@@ -26,6 +26,9 @@ func (r *IngestRequest) Validate() error {
 		if err := m.GetTarget().ValidateField(f + ".target"); err != nil {
 			return err
 		}
+		if m.ReadyPods != nil && m.GetReadyPods() < 0 {
+			return commonv1.Invalid(f+".ready_pods", m.GetReadyPods(), "at least 0")
+		}
 	}
 	for i, t := range r.GetRemoved() {
 		if err := t.ValidateField(fmt.Sprintf("removed[%d]", i)); err != nil {
