@@ -8,6 +8,7 @@ package commonv1
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -167,20 +168,9 @@ func IsSubdomain(v string) bool {
 	if v == "" || len(v) > 253 {
 		return false
 	}
-	start := 0
-	for i := 0; i <= len(v); i++ {
-		if i == len(v) || v[i] == '.' {
-			l := v[start:i]
-			if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-				return false
-			}
-			for j := 0; j < len(l); j++ {
-				c := l[j]
-				if !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') {
-					return false
-				}
-			}
-			start = i + 1
+	for label := range strings.SplitSeq(v, ".") {
+		if !IsLabel(label) {
+			return false
 		}
 	}
 	return true
