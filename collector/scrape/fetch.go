@@ -53,10 +53,10 @@ type Format struct {
 	RPS bool
 }
 
-// podStat is one pod's reading, in queue-proxy terms.
-type podStat struct {
-	concurrency, proxiedConcurrency float64
-	requests, proxiedRequests       float64
+// PodStat is one pod's reading, in queue-proxy terms.
+type PodStat struct {
+	Concurrency, ProxiedConcurrency float64
+	Requests, ProxiedRequests       float64
 }
 
 // fetchError is a failed pod read with its reason.
@@ -98,7 +98,7 @@ func newClient(cfg Config) *fasthttp.Client {
 // fetch reads one pod. prev and at serve counters: the previous reading of
 // this pod and now; it returns the raw value read for a counter so the
 // caller can keep it.
-func fetch(c *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, addr, path string, f Format, timeout time.Duration) (podStat, float64, error) {
+func fetch(c *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, addr, path string, f Format, timeout time.Duration) (PodStat, float64, error) {
 	req.Reset()
 	resp.Reset()
 	req.Header.SetMethod(fasthttp.MethodGet)
@@ -112,10 +112,10 @@ func fetch(c *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, a
 		req.Header.Set("Accept", promtext.ContentType)
 	}
 	if err := c.DoTimeout(req, resp, timeout); err != nil {
-		return podStat{}, 0, classify(err)
+		return PodStat{}, 0, classify(err)
 	}
 	if sc := resp.StatusCode(); sc < 200 || sc > 299 {
-		return podStat{}, 0, failf(ReasonStatus, "status %d", sc)
+		return PodStat{}, 0, failf(ReasonStatus, "status %d", sc)
 	}
 	return decodeBody(resp.Header.ContentType(), resp.Body(), f)
 }
@@ -124,54 +124,54 @@ func fetch(c *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, a
 // type, at most queuestat.MaxSize bytes) or one series of Prometheus text.
 // It returns the stat, or for text the raw value (a counter's rate needs
 // the previous reading). Values the windows must never see are refused.
-func decodeBody(ct, body []byte, f Format) (podStat, float64, error) {
+func decodeBody(ct, body []byte, f Format) (PodStat, float64, error) {
 	if f.Kind == FormatQueueProxy {
 		if string(ct) != queuestat.ContentType {
-			return podStat{}, 0, failf(ReasonContentType, "content type %q, want %q", clip(ct), queuestat.ContentType)
+			return PodStat{}, 0, failf(ReasonContentType, "content type %q, want %q", clip(ct), queuestat.ContentType)
 		}
 		if len(body) > queuestat.MaxSize {
-			return podStat{}, 0, failf(ReasonTooLarge, "body of %d bytes, want at most %d", len(body), queuestat.MaxSize)
+			return PodStat{}, 0, failf(ReasonTooLarge, "body of %d bytes, want at most %d", len(body), queuestat.MaxSize)
 		}
 		s, err := queuestat.Unmarshal(body)
 		if err != nil {
-			return podStat{}, 0, &fetchError{reason: ReasonMalformed, err: err}
+			return PodStat{}, 0, &fetchError{reason: ReasonMalformed, err: err}
 		}
-		ps := podStat{s.AverageConcurrentRequests, s.AverageProxiedConcurrentRequests, s.RequestCount, s.ProxiedRequestCount}
+		ps := PodStat{s.AverageConcurrentRequests, s.AverageProxiedConcurrentRequests, s.RequestCount, s.ProxiedRequestCount}
 		return ps, 0, ps.check()
 	}
 	if !promtext.IsContentType(string(ct)) {
-		return podStat{}, 0, failf(ReasonContentType, "content type %q, want text/plain", clip(ct))
+		return PodStat{}, 0, failf(ReasonContentType, "content type %q, want text/plain", clip(ct))
 	}
 	v, _, err := promtext.Sum(body, f.Metric)
 	if err != nil {
-		return podStat{}, 0, &fetchError{reason: ReasonMalformed, err: err}
+		return PodStat{}, 0, &fetchError{reason: ReasonMalformed, err: err}
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return podStat{}, 0, failf(ReasonBadValue, "%s = %v, want a finite number at least 0", f.Metric, v)
+		return PodStat{}, 0, failf(ReasonBadValue, "%s = %v, want a finite number at least 0", f.Metric, v)
 	}
-	return podStat{}, v, nil
+	return PodStat{}, v, nil
 }
 
 // check refuses values the windows must never see.
-func (s podStat) check() error {
+func (s PodStat) check() error {
 	for _, f := range [...]struct {
 		name string
 		v    float64
 	}{
-		{"average_concurrent_requests", s.concurrency},
-		{"average_proxied_concurrent_requests", s.proxiedConcurrency},
-		{"request_count", s.requests},
-		{"proxied_request_count", s.proxiedRequests},
+		{"average_concurrent_requests", s.Concurrency},
+		{"average_proxied_concurrent_requests", s.ProxiedConcurrency},
+		{"request_count", s.Requests},
+		{"proxied_request_count", s.ProxiedRequests},
 	} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
 			return failf(ReasonBadValue, "%s = %v, want a finite number at least 0", f.name, f.v)
 		}
 	}
-	if s.proxiedConcurrency > s.concurrency {
-		return failf(ReasonBadValue, "average_proxied_concurrent_requests %v over average_concurrent_requests %v", s.proxiedConcurrency, s.concurrency)
+	if s.ProxiedConcurrency > s.Concurrency {
+		return failf(ReasonBadValue, "average_proxied_concurrent_requests %v over average_concurrent_requests %v", s.ProxiedConcurrency, s.Concurrency)
 	}
-	if s.proxiedRequests > s.requests {
-		return failf(ReasonBadValue, "proxied_request_count %v over request_count %v", s.proxiedRequests, s.requests)
+	if s.ProxiedRequests > s.Requests {
+		return failf(ReasonBadValue, "proxied_request_count %v over request_count %v", s.ProxiedRequests, s.Requests)
 	}
 	return nil
 }

@@ -39,12 +39,12 @@ func FuzzDecodeBody(f *testing.F) {
 			}
 			return
 		}
-		for _, x := range []float64{st.concurrency, st.proxiedConcurrency, st.requests, st.proxiedRequests, v} {
+		for _, x := range []float64{st.Concurrency, st.ProxiedConcurrency, st.Requests, st.ProxiedRequests, v} {
 			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
 				t.Fatalf("accepted a bad value: %+v, %v", st, v)
 			}
 		}
-		if st.proxiedConcurrency > st.concurrency || st.proxiedRequests > st.requests {
+		if st.ProxiedConcurrency > st.Concurrency || st.ProxiedRequests > st.Requests {
 			t.Fatalf("accepted proxied over total: %+v", st)
 		}
 		if !text && len(body) > queuestat.MaxSize {

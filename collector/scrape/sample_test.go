@@ -1,10 +1,7 @@
 package scrape
 
 import (
-	"encoding/json"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -18,67 +15,8 @@ func TestSampleSize(t *testing.T) {
 	}
 }
 
-// vectorsDir is the shared Knative vectors, beside the checkout.
-const vectorsDir = "../../../shared/vectors/knative"
-
-type vectorStat struct {
-	Concurrency        float64 `json:"average_concurrent_requests"`
-	ProxiedConcurrency float64 `json:"average_proxied_concurrent_requests"`
-	Requests           float64 `json:"request_count"`
-	ProxiedRequests    float64 `json:"proxied_request_count"`
-}
-
-// TestSampleSizeVectors replays Knative's own populationMeanSampleSize and
-// computeAverages outputs.
-func TestSampleSizeVectors(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(vectorsDir, "scrape_sample_size.json"))
-	if os.IsNotExist(err) {
-		t.Skipf("no shared vectors at %s", vectorsDir)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		SampleSize []struct {
-			Population int `json:"population"`
-			SampleSize int `json:"sample_size"`
-		} `json:"sample_size"`
-		Extrapolation []struct {
-			PodStats []vectorStat `json:"pod_stats"`
-			Sample   int          `json:"sample"`
-			Total    int          `json:"total"`
-			Result   vectorStat   `json:"result"`
-		} `json:"extrapolation"`
-	}
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
-	if len(v.SampleSize) == 0 || len(v.Extrapolation) == 0 {
-		t.Fatal("vector file has no cases")
-	}
-	for _, c := range v.SampleSize {
-		if got := SampleSize(c.Population); got != c.SampleSize {
-			t.Errorf("SampleSize(%d) = %d, want %d", c.Population, got, c.SampleSize)
-		}
-	}
-	for i, c := range v.Extrapolation {
-		if len(c.PodStats) != c.Sample {
-			t.Fatalf("extrapolation[%d]: %d pod stats for sample %d", i, len(c.PodStats), c.Sample)
-		}
-		rs := make([]podStat, len(c.PodStats))
-		for j, p := range c.PodStats {
-			rs[j] = podStat{p.Concurrency, p.ProxiedConcurrency, p.Requests, p.ProxiedRequests}
-		}
-		got := extrapolate(rs, c.Total, time.Unix(0, 0))
-		if got.GetAverageConcurrency() != c.Result.Concurrency || got.GetAverageProxiedConcurrency() != c.Result.ProxiedConcurrency ||
-			got.GetRequestCount() != c.Result.Requests || got.GetProxiedRequestCount() != c.Result.ProxiedRequests {
-			t.Errorf("extrapolation[%d] = %v, want %+v", i, got, c.Result)
-		}
-		if got.GetReadyPods() != int32(c.Total) {
-			t.Errorf("extrapolation[%d] ready pods = %d, want %d", i, got.GetReadyPods(), c.Total)
-		}
-	}
-}
+// Knative's own sample sizes and extrapolations (scrape_sample_size.json)
+// are replayed against SampleSize and Extrapolate by test/conformance.
 
 func pods(now time.Time, ages ...time.Duration) []Pod {
 	out := make([]Pod, len(ages))

@@ -136,7 +136,7 @@ type target struct {
 	ok       atomic.Int32
 	pending  atomic.Int32
 	short    atomic.Bool
-	results  []podStat
+	results  []PodStat
 	rnd      *rand.Rand
 	counterM sync.Mutex
 	counters map[string]counterReading
@@ -281,7 +281,7 @@ func (s *Scraper) begin(t *target) bool {
 	}
 	t.order, t.n = Order(t.order[:0], t.pods, t.start, t.cur.StableWindow, t.rnd)
 	if cap(t.results) < t.n {
-		t.results = make([]podStat, t.n)
+		t.results = make([]PodStat, t.n)
 	}
 	t.results = t.results[:t.n]
 	t.next.Store(0)
@@ -341,7 +341,7 @@ func (s *Scraper) slot(t *target, req *fasthttp.Request, resp *fasthttp.Response
 	}
 }
 
-func (t *target) textStat(pod string, v float64, now time.Time) (podStat, error) {
+func (t *target) textStat(pod string, v float64, now time.Time) (PodStat, error) {
 	f := t.cur.Format
 	if f.Counter {
 		t.counterM.Lock()
@@ -350,18 +350,18 @@ func (t *target) textStat(pod string, v float64, now time.Time) (podStat, error)
 		t.counterM.Unlock()
 		switch {
 		case !ok:
-			return podStat{}, failf(ReasonCounter, "%s: first reading, no rate yet", f.Metric)
+			return PodStat{}, failf(ReasonCounter, "%s: first reading, no rate yet", f.Metric)
 		case v < prev.v:
-			return podStat{}, failf(ReasonCounter, "%s: reset from %v to %v", f.Metric, prev.v, v)
+			return PodStat{}, failf(ReasonCounter, "%s: reset from %v to %v", f.Metric, prev.v, v)
 		case !now.After(prev.at):
-			return podStat{}, failf(ReasonCounter, "%s: no time since the last reading", f.Metric)
+			return PodStat{}, failf(ReasonCounter, "%s: no time since the last reading", f.Metric)
 		}
 		v = (v - prev.v) / now.Sub(prev.at).Seconds()
 	}
 	if f.RPS {
-		return podStat{requests: v}, nil
+		return PodStat{Requests: v}, nil
 	}
-	return podStat{concurrency: v}, nil
+	return PodStat{Concurrency: v}, nil
 }
 
 func (s *Scraper) podFailed(t *target, p Pod, err error) {
@@ -400,31 +400,31 @@ func (s *Scraper) slotDone(t *target, ok bool) {
 		s.end(t)
 		return
 	}
-	s.rec.Record(t.cur.Ref, extrapolate(t.results, len(t.pods), now))
+	s.rec.Record(t.cur.Ref, Extrapolate(t.results, len(t.pods), now))
 	s.end(t)
 }
 
-// extrapolate sums the sampled pods' readings and scales them to all ready
+// Extrapolate sums the sampled pods' readings and scales them to all ready
 // pods: each field is sum / n × N, the scraper's assumption that load is
 // spread evenly (Knative's computeAverages). The sample is stamped with the
 // time the scrape finished.
-func extrapolate(results []podStat, ready int, at time.Time) *commonv1.MetricSample {
-	var sum podStat
+func Extrapolate(results []PodStat, ready int, at time.Time) *commonv1.MetricSample {
+	var sum PodStat
 	for _, r := range results {
-		sum.concurrency += r.concurrency
-		sum.proxiedConcurrency += r.proxiedConcurrency
-		sum.requests += r.requests
-		sum.proxiedRequests += r.proxiedRequests
+		sum.Concurrency += r.Concurrency
+		sum.ProxiedConcurrency += r.ProxiedConcurrency
+		sum.Requests += r.Requests
+		sum.ProxiedRequests += r.ProxiedRequests
 	}
 	n, total := float64(len(results)), float64(ready)
 	readyPods := int32(ready)
 	return &commonv1.MetricSample{
 		Time:                      timestamppb.New(at),
 		Source:                    commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE,
-		AverageConcurrency:        sum.concurrency / n * total,
-		AverageProxiedConcurrency: sum.proxiedConcurrency / n * total,
-		RequestCount:              sum.requests / n * total,
-		ProxiedRequestCount:       sum.proxiedRequests / n * total,
+		AverageConcurrency:        sum.Concurrency / n * total,
+		AverageProxiedConcurrency: sum.ProxiedConcurrency / n * total,
+		RequestCount:              sum.Requests / n * total,
+		ProxiedRequestCount:       sum.ProxiedRequests / n * total,
 		ReadyPods:                 &readyPods,
 	}
 }
