@@ -8,10 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,7 +59,7 @@ type kubeConfig struct {
 	sidecarImage     string
 }
 
-func (c *config) registerFlags(fs *flag.FlagSet) {
+func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9003", "127.0.0.1:9013")
 	fs.StringVar(&c.scaler, "scaler", scalerMemory, "Where replicas are written: memory (no cluster; counts live in this process) or kubernetes.")
 	k := &c.kube
@@ -78,7 +75,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.sidecarImage, "function-sidecar-image", "projectriff/function-sidecar:0.0.7", "Image of the sidecar container of deployed functions.")
 }
 
-func (c *config) validate() error {
+func (c *config) Validate() error {
 	if err := c.server.Validate(); err != nil {
 		return err
 	}
@@ -147,24 +144,11 @@ func (c *config) autoscalerConfig() (kpaconfig.Config, error) {
 	return cfg, nil
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tidal-actuator:", err)
-		os.Exit(1)
-	}
-}
+func main() { server.Main("tidal-actuator", run) }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg config
-	fs := flag.NewFlagSet("tidal-actuator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg.registerFlags(fs)
-	if err := server.ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := cfg.validate(); err != nil {
+	if err := server.Parse("tidal-actuator", &cfg, args, stderr); err != nil {
 		return err
 	}
 	log, err := server.NewLogger("actuator", cfg.server.LogLevel)

@@ -10,10 +10,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,7 +62,7 @@ type config struct {
 	bucket  bucket.Config
 }
 
-func (c *config) registerFlags(fs *flag.FlagSet) {
+func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9001", "127.0.0.1:9011")
 	host, _ := os.Hostname()
 	fs.StringVar(&c.stream.CollectorID, "collector-id", host, "Name of this collector in its streams to deciders; defaults to the host name.")
@@ -94,7 +92,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.bucket.RegisterFlagsWithPrefix("", fs)
 }
 
-func (c *config) validate() error {
+func (c *config) Validate() error {
 	if err := c.server.Validate(); err != nil {
 		return err
 	}
@@ -174,24 +172,11 @@ func parseService(v string) (ns, name string, port int, err error) {
 	return ns, name, port, nil
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tidal-collector:", err)
-		os.Exit(1)
-	}
-}
+func main() { server.Main("tidal-collector", run) }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg config
-	fs := flag.NewFlagSet("tidal-collector", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg.registerFlags(fs)
-	if err := server.ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := cfg.validate(); err != nil {
+	if err := server.Parse("tidal-collector", &cfg, args, stderr); err != nil {
 		return err
 	}
 	log, err := server.NewLogger("collector", cfg.server.LogLevel)

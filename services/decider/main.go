@@ -10,10 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +36,7 @@ type config struct {
 	dryRun         bool
 }
 
-func (c *config) registerFlags(fs *flag.FlagSet) {
+func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9002", "127.0.0.1:9012")
 	fs.StringVar(&c.actuatorAddr, "actuator-addr", "127.0.0.1:9003", "Actuator gRPC address, host:port.")
 	fs.StringVar(&c.autoscalerDir, "config-autoscaler", "", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap); empty means Knative's defaults.")
@@ -48,7 +46,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.dryRun, "dry-run", false, "Send every Scale call as a dry run: the actuator reports and changes nothing.")
 }
 
-func (c *config) validate() error {
+func (c *config) Validate() error {
 	if err := c.server.Validate(); err != nil {
 		return err
 	}
@@ -108,24 +106,11 @@ func loadEngineConfig(c *config) (engine.Config, error) {
 	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval}, nil
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tidal-decider:", err)
-		os.Exit(1)
-	}
-}
+func main() { server.Main("tidal-decider", run) }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg config
-	fs := flag.NewFlagSet("tidal-decider", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg.registerFlags(fs)
-	if err := server.ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := cfg.validate(); err != nil {
+	if err := server.Parse("tidal-decider", &cfg, args, stderr); err != nil {
 		return err
 	}
 	ecfg, err := loadEngineConfig(&cfg)
