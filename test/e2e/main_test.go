@@ -66,6 +66,9 @@ func startSystem(t *testing.T, opts system.Options) *system.System {
 	if err != nil {
 		t.Fatalf("start system: %v", err)
 	}
+	if keepLogs {
+		t.Logf("service logs kept in %s", s.LogDir)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range s.Procs() {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -165,15 +164,10 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 	}
 	fmt.Fprintf(opts.Log, "system: decider serving on %s\n", s.Decider.GRPCAddr)
 
-	colBin := filepath.Join(opts.BinDir, "tidal-collector")
 	for i := range opts.Collectors {
 		name := fmt.Sprintf("collector-%d", i)
-		args := []string{"--decider-addr", s.Decider.GRPCAddr, "--collector-id", name}
-		// The collector's Kubernetes and Kafka flags, where it has them.
-		if hasFlag(colBin, "kubeconfig") {
-			args = append(args, "--kubeconfig", opts.Cluster.Kubeconfig)
-		}
-		if len(s.Brokers) > 0 && hasFlag(colBin, "kafka-brokers") {
+		args := []string{"--decider-addr", s.Decider.GRPCAddr, "--collector-id", name, "--kubeconfig", opts.Cluster.Kubeconfig}
+		if len(s.Brokers) > 0 {
 			args = append(args, "--kafka-brokers", strings.Join(s.Brokers, ","))
 		}
 		p, err := s.newProc(name, "collector", append(args, opts.Args["collector"]...)...)
@@ -302,26 +296,4 @@ func (s *System) Stop() error {
 		}
 	})
 	return errors.Join(errs...)
-}
-
-// hasFlag reports whether bin lists --name in its -h output; cached per
-// binary.
-func hasFlag(bin, name string) bool {
-	flagHelp.Lock()
-	defer flagHelp.Unlock()
-	out, ok := flagHelp.m[bin]
-	if !ok {
-		b, _ := exec.Command(bin, "-h").CombinedOutput()
-		out = string(b)
-		if flagHelp.m == nil {
-			flagHelp.m = map[string]string{}
-		}
-		flagHelp.m[bin] = out
-	}
-	return strings.Contains(out, "-"+name+" ") || strings.Contains(out, "-"+name+"\n")
-}
-
-var flagHelp struct {
-	sync.Mutex
-	m map[string]string
 }
