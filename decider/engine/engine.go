@@ -60,6 +60,9 @@ type target struct {
 	pending []Sample
 	// lagLast is the latest lag decision reported.
 	lagLast Decision
+	// measureErr is the collector's error for the target, from an error
+	// sample until a good sample ends it; empty when measured.
+	measureErr string
 }
 
 // New returns an empty engine.
@@ -203,7 +206,9 @@ func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err err
 	}
 	if t.strategy == KPA && s.MeasureError != "" {
 		// A failed scrape is the absence of data, which the windows
-		// already express; it is never recorded as a zero.
+		// already express; it is never recorded as a zero, only kept to
+		// explain the decision.
+		t.measureErr = s.MeasureError
 		return false, nil
 	}
 	if t.strategy == KPA && s.Activator && t.inSet {
@@ -268,9 +273,9 @@ func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {
 
 // flushLocked records a target's pending samples stamped at or before at,
 // oldest first, and keeps the rest waiting.
-func (e *Engine) flushLocked(t *target, at time.Time) {
+func (e *Engine) flushLocked(t *target, at time.Time) (applied int) {
 	if len(t.pending) == 0 {
-		return
+		return 0
 	}
 	sort.SliceStable(t.pending, func(i, j int) bool { return t.pending[i].At.Before(t.pending[j].At) })
 	n := 0
@@ -291,13 +296,16 @@ func (e *Engine) flushLocked(t *target, at time.Time) {
 	rest := copy(t.pending, t.pending[n:])
 	clear(t.pending[rest:])
 	t.pending = t.pending[:rest]
+	return n
 }
 
 func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) {
 	switch t.strategy {
 	case KPA:
+		t.measureErr = ""
 		_, _ = e.recordKPALocked(t, *s, now) // refusals are counted through OnDrop
 	case Lag:
+		t.measureErr = s.MeasureError
 		if s.ReadyPods >= 0 {
 			t.ready = s.ReadyPods
 		}
@@ -351,8 +359,14 @@ func (e *Engine) Tick(now time.Time) []Decision {
 	}
 
 	for _, t := range e.targets {
-		if t.strategy == Lag {
-			e.flushLocked(t, now)
+		if t.strategy != Lag {
+			continue
+		}
+		if e.flushLocked(t, now) == 0 && t.measureErr != "" && t.inSet {
+			// The collector reports an error once, when it begins; until a
+			// good sample ends it, every tick is a failed fetch, not a
+			// tick with nothing observed.
+			_ = e.lag.Observe(t.ref.Key(), lag.Input{FetchFailed: true, Replicas: max(t.ready, 0), ReplicasKnown: t.ready >= 0})
 		}
 	}
 	e.results = e.lag.Tick(now, e.results[:0])
@@ -495,6 +509,7 @@ func (e *Engine) decisionLocked(t *target) Decision {
 	default:
 		d = e.lagDecisionLocked(t)
 	}
+	d.MeasureError = t.measureErr
 	if t.specErr != nil {
 		d.SpecError = t.specErr.Error()
 		d.Reason = "spec refused: " + d.SpecError

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -353,5 +354,45 @@ func TestSetReadyWithoutSamples(t *testing.T) {
 	}
 	if err := e.SetReady(Target{Namespace: "x", Name: "y"}, 1); err == nil {
 		t.Error("ready count for an unknown target accepted")
+	}
+}
+
+// The collector sends a target's error once, when it begins: the engine
+// keeps treating every tick as a failed fetch, and explains it, until a good
+// sample ends it.
+func TestMeasureErrorLastsUntilAGoodSample(t *testing.T) {
+	e, _ := newEngine(t)
+	fn := Target{Namespace: "default", Name: "fn"}
+	if err := e.Upsert(Spec{Target: fn, Strategy: Lag}, epoch); err != nil {
+		t.Fatal(err)
+	}
+	parts := []lag.Partition{{ID: 0, End: 100, Committed: 0, HasCommitted: true}}
+	step := func(from, to int, s *Sample) {
+		for ms := from; ms < to; ms += 100 {
+			now := epoch.Add(time.Duration(ms) * time.Millisecond)
+			if s != nil && ms == from {
+				s.At = now
+				if _, err := e.Record(fn, *s, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.Tick(now)
+		}
+	}
+	step(0, 2000, &Sample{Partitions: parts, PartitionCount: 1, ReadyPods: 0})
+	step(2000, 20000, &Sample{ReadyPods: -1, MeasureError: "kafka: dial tcp 127.0.0.1:9092: connection refused"})
+	d, _ := e.Get(fn)
+	if d.MeasureError == "" || !strings.Contains(d.MeasureError, "connection refused") {
+		t.Errorf("MeasureError = %q 18 s into the outage, want the collector's error", d.MeasureError)
+	}
+	if d.Lag == nil || !errors.Is(d.Lag.Err, lag.ErrNoData) || strings.Contains(d.Lag.Err.Error(), "nothing observed") {
+		t.Errorf("lag decision error = %v, want a failed fetch, not 'nothing observed'", d.Lag.Err)
+	}
+	if d.Desired < 1 {
+		t.Errorf("desired %d during the outage, want the scale held (never zero on an error)", d.Desired)
+	}
+	step(20000, 21000, &Sample{Partitions: parts, PartitionCount: 1, ReadyPods: 1})
+	if d, _ := e.Get(fn); d.MeasureError != "" {
+		t.Errorf("MeasureError %q after a good sample, want it cleared", d.MeasureError)
 	}
 }

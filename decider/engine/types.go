@@ -93,6 +93,9 @@ type Decision struct {
 	// unbounded. The strategy's Desired is kept as Knative's decider reports
 	// it; Bounded applies this bound, as the reconciler would.
 	MaxScale int32
+	// MeasureError is the collector's error while it cannot measure the
+	// target (a broker down, say); empty when measured.
+	MeasureError string
 	// SpecError is set when the target's spec was refused; the target then
 	// keeps its last decision and is not decided for.
 	SpecError string

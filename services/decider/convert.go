@@ -125,6 +125,9 @@ func explainOf(d engine.Decision) *deciderv1.ExplainResponse {
 		}
 		if !k.Valid() {
 			in.MetricError = k.Invalid.String()
+			if d.MeasureError != "" {
+				in.MetricError += ": " + d.MeasureError
+			}
 		}
 		resp.Inputs = &deciderv1.ExplainResponse_Kpa{Kpa: in}
 		for _, c := range k.Clamps() {
@@ -159,7 +162,10 @@ func explainOf(d engine.Decision) *deciderv1.ExplainResponse {
 		if l.Idle.Counting {
 			in.IdleDeadline = tsOrNil(l.Idle.Deadline)
 		}
-		if l.Err != nil {
+		switch {
+		case d.MeasureError != "":
+			in.MeasureError = d.MeasureError
+		case l.Err != nil:
 			in.MeasureError = l.Err.Error()
 		}
 		if l.ObservedKnown {
