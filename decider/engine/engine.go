@@ -63,6 +63,11 @@ type target struct {
 	// measureErr is the collector's error for the target, from an error
 	// sample until a good sample ends it; empty when measured.
 	measureErr string
+	// lagIn is a lag target's latest good observation, taken at lagAt;
+	// lagEvery is the target's decision interval.
+	lagIn    lag.Input
+	lagAt    time.Time
+	lagEvery time.Duration
 }
 
 // New returns an empty engine.
@@ -129,6 +134,7 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 		if err := e.lag.Upsert(t.ref.Key(), cfg); err != nil {
 			return err
 		}
+		t.lagEvery = cfg.TickInterval
 	default:
 		return fmt.Errorf("strategy %d: want kpa or lag", t.strategy)
 	}
@@ -318,9 +324,17 @@ func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) {
 		}
 		if err := e.lag.Observe(t.ref.Key(), in); err != nil {
 			e.cfg.OnDrop("bad_lag_input")
+			return
+		}
+		if s.MeasureError == "" {
+			t.lagIn, t.lagAt = in, s.At
 		}
 	}
 }
+
+// lagFreshness is how many of a lag target's intervals its latest sample
+// stands for when no newer one came; older, the target has no data.
+const lagFreshness = 2
 
 // gridAfter returns the first multiple of interval in Unix time strictly after t.
 func gridAfter(t time.Time, interval time.Duration) time.Time {
@@ -362,11 +376,23 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		if t.strategy != Lag {
 			continue
 		}
-		if e.flushLocked(t, now) == 0 && t.measureErr != "" && t.inSet {
+		if e.flushLocked(t, now) > 0 || !t.inSet {
+			continue
+		}
+		switch {
+		case t.measureErr != "":
 			// The collector reports an error once, when it begins; until a
 			// good sample ends it, every tick is a failed fetch, not a
 			// tick with nothing observed.
 			_ = e.lag.Observe(t.ref.Key(), lag.Input{FetchFailed: true, Replicas: max(t.ready, 0), ReplicasKnown: t.ready >= 0})
+		case !t.lagAt.IsZero() && now.Sub(t.lagAt) <= lagFreshness*t.lagEvery:
+			// The collector measures at the target's interval but not in
+			// phase with this loop: a tick that falls between two of its
+			// samples decides on the latest one, while it is fresh, rather
+			// than holding for "no data".
+			in := t.lagIn
+			in.Replicas, in.ReplicasKnown = max(t.ready, 0), t.ready >= 0
+			_ = e.lag.Observe(t.ref.Key(), in)
 		}
 	}
 	e.results = e.lag.Tick(now, e.results[:0])

@@ -396,3 +396,37 @@ func TestMeasureErrorLastsUntilAGoodSample(t *testing.T) {
 		t.Errorf("MeasureError %q after a good sample, want it cleared", d.MeasureError)
 	}
 }
+
+// A collector samples at the target's interval but not in phase with the
+// tick loop: ticks between two samples decide on the latest fresh one.
+func TestLagTicksBetweenSamplesUseTheLatest(t *testing.T) {
+	e, _ := newEngine(t)
+	fn := Target{Namespace: "default", Name: "fn"}
+	if err := e.Upsert(Spec{Target: fn, Strategy: Lag}, epoch); err != nil {
+		t.Fatal(err)
+	}
+	parts := []lag.Partition{{ID: 0, End: 100, Committed: 50, HasCommitted: true}, {ID: 1, End: 100, Committed: 50, HasCommitted: true}}
+	noData := 0
+	for ms := 0; ms < 5000; ms += 100 {
+		now := epoch.Add(time.Duration(ms) * time.Millisecond)
+		if ms%200 == 0 { // every other tick, as a collector out of phase
+			if _, err := e.Record(fn, Sample{At: now.Add(-30 * time.Millisecond), Partitions: parts, PartitionCount: 2, ReadyPods: 1}, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.Tick(now)
+		if d, _ := e.Get(fn); ms > 0 && d.Lag != nil && errors.Is(d.Lag.Err, lag.ErrNoData) {
+			noData++
+		}
+	}
+	if noData > 0 {
+		t.Errorf("%d ticks decided with no data while samples came every 200 ms", noData)
+	}
+	// Samples stop: after two intervals the target has no data.
+	for ms := 5000; ms < 6000; ms += 100 {
+		e.Tick(epoch.Add(time.Duration(ms) * time.Millisecond))
+	}
+	if d, _ := e.Get(fn); d.Lag == nil || !errors.Is(d.Lag.Err, lag.ErrNoData) {
+		t.Errorf("1 s after the last sample: %v, want no data", d.Lag)
+	}
+}
