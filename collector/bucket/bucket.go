@@ -2,22 +2,29 @@
 // a fixed number of buckets (package route); each bucket is owned by the
 // replica holding its Kubernetes Lease, through client-go's leaderelection,
 // as Knative's autoscaler owns its buckets. A replica that dies loses its
-// buckets when their leases expire, within one lease duration, and another
-// replica takes them; one that stops cleanly releases them at once.
+// buckets within one lease duration of its last renewal (plus a retry
+// period), and another replica takes them; one that stops cleanly releases
+// them at once.
 //
 // So that replicas share the buckets instead of the first one taking all,
 // each replica also holds a member Lease of its own. The live members give
-// every bucket a preferred owner by rendezvous hashing; a replica campaigns
-// for the buckets it is preferred for and for buckets whose holder is not a
-// live member, and hands a bucket back when its preferred owner is live.
-// Leases stay the only arbiter: no home-made consensus.
+// every bucket a preferred owner by rendezvous hashing. Every replica runs
+// an elector for every bucket, so it has watched the holder's renewals when
+// the holder dies, but takes a free or expired bucket only if it is the
+// bucket's preferred owner among the members still alive (or the bucket
+// has stayed free for a lease duration); a holder hands a bucket back when
+// its preferred owner is live. Leases stay the only arbiter: no home-made
+// consensus.
 package bucket
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,12 +199,16 @@ func (s *Set) preferred(b int) string {
 	return p
 }
 
-// shouldCampaign says whether this replica goes for bucket b: it is b's
-// preferred owner among the live members, or it holds b now (and hands it
-// back once the preferred owner is live). A bucket whose holder died goes to
-// its preferred owner among the members still alive.
-func (s *Set) shouldCampaign(b int) bool {
-	return s.preferred(b) == s.cfg.Identity || s.holder(b) == s.cfg.Identity
+// preferredWithout is the live member bucket b belongs with, leaving out
+// gone: the holder of b's Lease when that Lease has run out, whose member
+// Lease may outlive it by a renewal.
+func (s *Set) preferredWithout(b int, gone string) string {
+	ms := s.members()
+	if gone != "" && gone != s.cfg.Identity {
+		ms = slices.DeleteFunc(ms, func(m string) bool { return m == gone })
+	}
+	p, _ := route.Owner("bucket-"+strconv.Itoa(b), ms)
+	return p
 }
 
 // Run campaigns until ctx ends; on the way out it releases what it holds
@@ -208,7 +219,7 @@ func (s *Set) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced) {
 		return nil // ctx ended
 	}
-	member, err := leaderelection.NewLeaderElector(s.config(s.memberName(), nil))
+	member, err := leaderelection.NewLeaderElector(s.config(s.memberName(), s.leaseLock(s.memberName()), nil))
 	if err != nil {
 		return fmt.Errorf("member lease: %w", err)
 	}
@@ -225,26 +236,26 @@ func (s *Set) Run(ctx context.Context) error {
 	return nil
 }
 
-// campaign holds bucket b while this replica should, until ctx ends.
+// campaign runs an election for bucket b until ctx ends. The elector runs
+// all the time, on every replica, so that it watches the holder's renewals
+// from the start: when the holder dies, the elector that has been watching
+// takes the bucket one lease duration after the last renewal, instead of a
+// new elector starting its own lease-duration wait only once this replica
+// learns it should take over. Its lock (deferringLock) keeps a replica from
+// taking a bucket that belongs with another live member.
 func (s *Set) campaign(ctx context.Context, b int) {
 	for ctx.Err() == nil {
-		if !s.shouldCampaign(b) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(s.cfg.RetryPeriod):
-			}
-			continue
-		}
-		bctx, cancel := context.WithCancel(ctx)
-		le, err := leaderelection.NewLeaderElector(s.config(s.bucketName(b), func(mine bool) { s.set(b, mine) }))
+		name := s.bucketName(b)
+		lock := &deferringLock{Interface: s.leaseLock(name), set: s, bucket: b}
+		le, err := leaderelection.NewLeaderElector(s.config(name, lock, func(mine bool) { s.set(b, mine) }))
 		if err != nil {
-			cancel()
 			s.log.Error("bucket election", logkey.Bucket(b), zap.Error(err))
 			return
 		}
+		bctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() {
+		var handback sync.WaitGroup
+		handback.Go(func() {
 			// Hand the bucket back once its preferred owner is live.
 			defer cancel()
 			for {
@@ -256,17 +267,125 @@ func (s *Set) campaign(ctx context.Context, b int) {
 				s.mu.RLock()
 				mine := s.mine[b]
 				s.mu.RUnlock()
-				if mine && s.preferred(b) != s.cfg.Identity {
-					s.log.Info("handing bucket to its preferred owner", logkey.Bucket(b), zap.String("owner", s.preferred(b)))
+				if p := s.preferred(b); mine && p != s.cfg.Identity {
+					s.log.Info("handing bucket to its preferred owner", logkey.Bucket(b), zap.String("owner", p))
 					return
 				}
 			}
-		}()
+		})
 		le.Run(bctx)
 		close(done)
-		cancel()
+		handback.Wait()
 		s.set(b, false)
 	}
+}
+
+// errDeferred refuses to take a bucket that belongs with another member.
+var errDeferred = errors.New("bucket belongs with another live member: deferring")
+
+// deferringLock is a bucket's Lease lock as client-go's elector sees it,
+// with two changes that decide only whether this replica tries to take the
+// Lease; the Lease's own optimistic concurrency still decides who gets it:
+//
+//   - A Lease whose holder has not renewed it within its lease duration
+//     (RenewTime + LeaseDurationSeconds, the holder's clock) reads as free
+//     to a replica that may take it. The elector alone would wait a lease
+//     duration from when it first saw the last renewal, which it polls
+//     every retry period with jitter.
+//   - Taking a free Lease is deferred while the bucket belongs with another
+//     live member (leaving out the expired holder), so replicas share the
+//     buckets instead of the first one taking all; once the bucket has been
+//     free for a whole lease duration any replica may take it.
+//
+// The elector calls its lock from one goroutine at a time.
+type deferringLock struct {
+	resourcelock.Interface
+	set    *Set
+	bucket int
+
+	// holder is the holder named by the last Get, before any rewriting.
+	holder string
+	// leading is set once this elector holds the Lease: from then on every
+	// write is a renewal or the release.
+	leading bool
+	// freeSince is when this elector was first deferred from a free Lease;
+	// zero while the Lease is held.
+	freeSince time.Time
+}
+
+var _ resourcelock.Interface = (*deferringLock)(nil)
+
+func (l *deferringLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.Interface.Get(ctx)
+	if err != nil {
+		return rec, raw, err
+	}
+	l.holder = rec.HolderIdentity
+	me := l.set.cfg.Identity
+	if rec.HolderIdentity == "" || rec.HolderIdentity == me {
+		return rec, raw, nil
+	}
+	if !expired(rec, time.Now()) {
+		l.freeSince = time.Time{}
+		return rec, raw, nil
+	}
+	if !l.mayTake() {
+		return rec, raw, nil // the elector keeps timing it on its own clock
+	}
+	free := *rec
+	free.HolderIdentity = ""
+	raw, err = json.Marshal(free)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lease record: %w", err)
+	}
+	return &free, raw, nil
+}
+
+func (l *deferringLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	l.holder = ""
+	if !l.mayTake() {
+		return errDeferred
+	}
+	if err := l.Interface.Create(ctx, rec); err != nil {
+		return err
+	}
+	l.leading = true
+	return nil
+}
+
+func (l *deferringLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	if l.leading || rec.HolderIdentity == "" {
+		return l.Interface.Update(ctx, rec) // a renewal or the release
+	}
+	if !l.mayTake() {
+		return errDeferred
+	}
+	if err := l.Interface.Update(ctx, rec); err != nil {
+		return err
+	}
+	l.leading = true
+	return nil
+}
+
+// mayTake says whether this replica may take the bucket now that its Lease
+// is free or its holder's has run out.
+func (l *deferringLock) mayTake() bool {
+	me := l.set.cfg.Identity
+	if l.holder == me || l.set.preferredWithout(l.bucket, l.holder) == me {
+		return true
+	}
+	now := time.Now()
+	if l.freeSince.IsZero() {
+		l.freeSince = now
+	}
+	// The member it belongs with has not taken it in a lease duration.
+	return now.Sub(l.freeSince) >= l.set.cfg.LeaseDuration
+}
+
+// expired reports whether a Lease's holder let it run out, by the times the
+// holder wrote.
+func expired(rec *resourcelock.LeaderElectionRecord, now time.Time) bool {
+	return rec.RenewTime.Add(time.Duration(rec.LeaseDurationSeconds) * time.Second).Before(now)
 }
 
 func (s *Set) set(b int, mine bool) {
@@ -289,17 +408,21 @@ func (s *Set) set(b int, mine bool) {
 	s.onChange()
 }
 
+func (s *Set) leaseLock(name string) *resourcelock.LeaseLock {
+	return &resourcelock.LeaseLock{
+		LeaseMeta:  metaFor(s.cfg.Namespace, name),
+		Client:     s.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: s.cfg.Identity},
+	}
+}
+
 // config is the election of one Lease; held, if set, hears it won or lost.
-func (s *Set) config(name string, held func(bool)) leaderelection.LeaderElectionConfig {
+func (s *Set) config(name string, lock resourcelock.Interface, held func(bool)) leaderelection.LeaderElectionConfig {
 	if held == nil {
 		held = func(bool) {}
 	}
 	return leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metaFor(s.cfg.Namespace, name),
-			Client:     s.client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: s.cfg.Identity},
-		},
+		Lock:            lock,
 		LeaseDuration:   s.cfg.LeaseDuration,
 		RenewDeadline:   s.cfg.RenewDeadline,
 		RetryPeriod:     s.cfg.RetryPeriod,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tidalscale/tidal/test/cluster"
@@ -188,3 +189,93 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestDeadHoldersBucketsMoveWithinOneLeaseDuration times each bucket's
+// move from the last renewal its dead holder wrote: the survivor must not
+// take it before the lease runs out, and must take it within one lease
+// duration plus one jittered retry period (client-go waits 1 to 2.2 retry
+// periods between tries).
+func TestDeadHoldersBucketsMoveWithinOneLeaseDuration(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	a := startReplica(t, c, ns, "10.0.1.1:9001", true)
+	b := startReplica(t, c, ns, "10.0.1.2:9001", true)
+	waitSplit(t, 30*time.Second, a, b)
+	// Settled: each bucket is held by its preferred owner, so a holds only
+	// buckets b has no reason to campaign for while a lives.
+	deadline := time.Now().Add(10 * time.Second)
+	for !settled(a, b) {
+		if time.Now().After(deadline) {
+			t.Fatalf("buckets not settled with their preferred owners: a %d, b %d of 6", a.set.Owned(), b.set.Owned())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	a.dead.Store(true)
+	a.cancel()
+	<-a.done
+
+	// a's last renewal of each of its buckets, as the Leases hold it.
+	lastRenewal := map[int]time.Time{}
+	for i := range 6 {
+		l, err := c.Client.CoordinationV1().Leases(ns).Get(context.Background(), a.set.bucketName(i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := l.Spec.HolderIdentity; h != nil && *h == a.set.cfg.Identity {
+			lastRenewal[i] = l.Spec.RenewTime.Time
+		}
+	}
+	if len(lastRenewal) == 0 {
+		t.Fatal("a held no bucket Lease when it died")
+	}
+	taken := map[int]time.Time{}
+	for end := time.Now().Add(4 * 3 * time.Second); len(taken) < len(lastRenewal); time.Sleep(5 * time.Millisecond) {
+		b.set.mu.RLock()
+		for i := range lastRenewal {
+			if _, ok := taken[i]; !ok && b.set.mine[i] {
+				taken[i] = time.Now()
+			}
+		}
+		b.set.mu.RUnlock()
+		if time.Now().After(end) {
+			t.Fatalf("b took %d of a's %d buckets in %s", len(taken), len(lastRenewal), 4*3*time.Second)
+		}
+	}
+	const lease, retry = 3 * time.Second, 250 * time.Millisecond
+	// Half a second for API calls on a loaded 2-core machine.
+	bound := lease + 2200*retry/1000 + 500*time.Millisecond
+	for i, renewed := range lastRenewal {
+		took := taken[i].Sub(renewed)
+		t.Logf("bucket %d moved %s after a's last renewal (lease duration %s)", i, took.Round(time.Millisecond), lease)
+		if took < lease {
+			t.Errorf("bucket %d moved %s after a's last renewal, before its lease (%s) ran out", i, took, lease)
+		}
+		if took > bound {
+			t.Errorf("bucket %d moved %s after a's last renewal; want within one lease duration and a jittered retry period (%s)", i, took, bound)
+		}
+	}
+}
+
+// settled reports whether a and b share the buckets, each held by the
+// replica both see as its preferred owner.
+func settled(a, b *replica) bool {
+	if a.set.Owned() == 0 || b.set.Owned() == 0 {
+		return false
+	}
+	for i := range a.set.cfg.Buckets {
+		pa, pb := a.set.preferred(i), b.set.preferred(i)
+		if pa != pb {
+			return false
+		}
+		a.set.mu.RLock()
+		aHolds := a.set.mine[i]
+		a.set.mu.RUnlock()
+		b.set.mu.RLock()
+		bHolds := b.set.mine[i]
+		b.set.mu.RUnlock()
+		if aHolds == bHolds || aHolds != (pa == a.set.cfg.Identity) {
+			return false
+		}
+	}
+	return true
+}
