@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -10,21 +12,31 @@ import (
 func TestFlagValidation(t *testing.T) {
 	tests := []struct {
 		args []string
-		want string
+		// flag, key and value, when set, name a fresh config directory
+		// holding that one key, given as --flag.
+		flag, key, value string
+		want             string
 	}{
-		{[]string{"--scaler=etcd"}, `--scaler "etcd": want memory or kubernetes`},
-		{[]string{"--scaler=kubernetes", "--workers=0"}, "--workers 0: want 1 to 64"},
-		{[]string{"--scaler=kubernetes", "--kube-qps=0"}, "--kube-qps 0: want > 0"},
-		{[]string{"--scaler=kubernetes", "--target-retry=0s"}, "--target-retry 0s: want > 0"},
-		{[]string{"--scaler=kubernetes", "--config-autoscaler=stable-window"}, `"stable-window" is not key=value`},
-		{[]string{"--scaler=kubernetes", "--config-autoscaler=stable-window=2s"}, "stable-window"},
-		{[]string{"--scaler=kubernetes", "--progress-deadline=1500ms"}, "--progress-deadline"},
-		{[]string{"--scaler=kubernetes", "--kafka-brokers=k1:9092,k2"}, `"k2" is not host:port`},
-		{[]string{"--scaler=kubernetes", "--function-sidecar-image="}, "--function-sidecar-image"},
-		{[]string{"--scaler=kubernetes", "--kubeconfig=/nonexistent/kubeconfig"}, "kubernetes client config"},
+		{args: []string{"--scaler=etcd"}, want: `--scaler "etcd": want memory or kubernetes`},
+		{args: []string{"--scaler=kubernetes", "--workers=0"}, want: "--workers 0: want 1 to 64"},
+		{args: []string{"--scaler=kubernetes", "--kube-qps=0"}, want: "--kube-qps 0: want > 0"},
+		{args: []string{"--scaler=kubernetes", "--target-retry=0s"}, want: "--target-retry 0s: want > 0"},
+		{args: []string{"--scaler=kubernetes", "--config-autoscaler=/nonexistent"}, want: "--config-autoscaler /nonexistent"},
+		{args: []string{"--scaler=kubernetes"}, flag: "config-autoscaler", key: "stable-window", value: "2s", want: "stable-window"},
+		{args: []string{"--scaler=kubernetes"}, flag: "config-deployment", key: "progress-deadline", value: "1500ms", want: "progress-deadline"},
+		{args: []string{"--scaler=kubernetes", "--kafka-brokers=k1:9092,k2"}, want: `"k2" is not host:port`},
+		{args: []string{"--scaler=kubernetes", "--function-sidecar-image="}, want: "--function-sidecar-image"},
+		{args: []string{"--scaler=kubernetes", "--kubeconfig=/nonexistent/kubeconfig"}, want: "kubernetes client config"},
 	}
 	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+		t.Run(strings.Join(append(tt.args, tt.flag, tt.key), " "), func(t *testing.T) {
+			if tt.flag != "" {
+				dir := t.TempDir()
+				if err := os.WriteFile(filepath.Join(dir, tt.key), []byte(tt.value), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				tt.args = append(tt.args, "--"+tt.flag+"="+dir)
+			}
 			err := run(context.Background(), append([]string{"--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"}, tt.args...), io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("run(%v) = %v, want an error containing %q", tt.args, err, tt.want)

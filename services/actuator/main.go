@@ -51,12 +51,13 @@ type kubeConfig struct {
 	burst      int
 	workers    int
 	resync     time.Duration
-	// configAutoscaler holds config-autoscaler keys as key=value pairs.
-	configAutoscaler string
-	progressDeadline time.Duration
-	targetRetry      time.Duration
-	brokers          string
-	sidecarImage     string
+	// autoscalerDir and deploymentDir hold Knative's config-autoscaler and
+	// config-deployment keys, one file per key, as the deciders read them.
+	autoscalerDir string
+	deploymentDir string
+	targetRetry   time.Duration
+	brokers       string
+	sidecarImage  string
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -68,8 +69,8 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&k.burst, "kube-burst", 100, "Burst of requests to the Kubernetes API.")
 	fs.IntVar(&k.workers, "workers", 4, "Reconcile workers per controller (PodAutoscaler, Function).")
 	fs.DurationVar(&k.resync, "resync", 10*time.Hour, "Informer resync period; 0 means none.")
-	fs.StringVar(&k.configAutoscaler, "config-autoscaler", "", "Knative config-autoscaler keys as comma-separated key=value pairs (e.g. stable-window=60s,enable-scale-to-zero=true); empty means Knative's defaults.")
-	fs.DurationVar(&k.progressDeadline, "progress-deadline", 600*time.Second, "config-deployment progress-deadline; activation times out 30s after it.")
+	fs.StringVar(&k.autoscalerDir, "config-autoscaler", "", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap, the deciders' too); empty means Knative's defaults.")
+	fs.StringVar(&k.deploymentDir, "config-deployment", "", "Directory holding Knative's config-deployment keys (progress-deadline: activation times out 30s after it); empty means the defaults.")
 	fs.DurationVar(&k.targetRetry, "target-retry", 10*time.Second, "How long to wait before looking again for a PodAutoscaler's missing scale target.")
 	fs.StringVar(&k.brokers, "kafka-brokers", "", "Kafka bootstrap servers (host:port, comma-separated) that deployed functions use.")
 	fs.StringVar(&k.sidecarImage, "function-sidecar-image", "projectriff/function-sidecar:0.0.7", "Image of the sidecar container of deployed functions.")
@@ -105,8 +106,8 @@ func (c *config) Validate() error {
 	if _, err := c.autoscalerConfig(); err != nil {
 		return err
 	}
-	if _, err := kpaconfig.ParseDeploymentConfig(map[string]string{kpaconfig.KeyProgressDeadline: k.progressDeadline.String()}); err != nil {
-		return fmt.Errorf("--progress-deadline: %w", err)
+	if _, err := c.deploymentConfig(); err != nil {
+		return err
 	}
 	for _, b := range c.brokers() {
 		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
@@ -127,19 +128,25 @@ func (c *config) brokers() []string {
 }
 
 func (c *config) autoscalerConfig() (kpaconfig.Config, error) {
-	data := map[string]string{}
-	if c.kube.configAutoscaler != "" {
-		for _, kv := range strings.Split(c.kube.configAutoscaler, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return kpaconfig.Config{}, fmt.Errorf("--config-autoscaler %q: %q is not key=value", c.kube.configAutoscaler, kv)
-			}
-			data[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
+	data, err := server.ReadConfigDir(c.kube.autoscalerDir)
+	if err != nil {
+		return kpaconfig.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.kube.autoscalerDir, err)
 	}
 	cfg, err := kpaconfig.ParseConfig(data)
 	if err != nil {
-		return cfg, fmt.Errorf("--config-autoscaler: %w", err)
+		return cfg, fmt.Errorf("--config-autoscaler %s: %w", c.kube.autoscalerDir, err)
+	}
+	return cfg, nil
+}
+
+func (c *config) deploymentConfig() (kpaconfig.DeploymentConfig, error) {
+	data, err := server.ReadConfigDir(c.kube.deploymentDir)
+	if err != nil {
+		return kpaconfig.DeploymentConfig{}, fmt.Errorf("--config-deployment %s: %w", c.kube.deploymentDir, err)
+	}
+	cfg, err := kpaconfig.ParseDeploymentConfig(data)
+	if err != nil {
+		return cfg, fmt.Errorf("--config-deployment %s: %w", c.kube.deploymentDir, err)
 	}
 	return cfg, nil
 }
@@ -210,7 +217,14 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logg
 	if err != nil {
 		return err
 	}
-	ascfg, _ := cfg.autoscalerConfig() // validated
+	ascfg, err := cfg.autoscalerConfig()
+	if err != nil {
+		return err
+	}
+	depcfg, err := cfg.deploymentConfig()
+	if err != nil {
+		return err
+	}
 	tidalInf := crdclient.NewInformers(tidal, cfg.kube.resync)
 	kubeInf := informers.NewSharedInformerFactory(kube, cfg.kube.resync)
 	recorder, broadcaster := autoscaler.NewEventRecorder(kube)
@@ -218,7 +232,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logg
 
 	pas, err := autoscaler.New(autoscaler.Config{
 		Autoscaler:  ascfg,
-		Deployment:  kpaconfig.DeploymentConfig{ProgressDeadline: cfg.kube.progressDeadline},
+		Deployment:  depcfg,
 		Workers:     cfg.kube.workers,
 		TargetRetry: cfg.kube.targetRetry,
 	}, log, tidal, tidalInf, kubeInf, scaler, recorder)

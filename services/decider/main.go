@@ -9,9 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,32 +59,8 @@ func (c *config) Validate() error {
 	return nil
 }
 
-// readConfigDir reads a mounted ConfigMap: every regular file whose name
-// does not start with '.' is a key (Kubernetes also mounts ..data links).
-func readConfigDir(dir string) (map[string]string, error) {
-	out := map[string]string{}
-	if dir == "" {
-		return out, nil
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("read config directory: %w", err)
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("read config key %s: %w", e.Name(), err)
-		}
-		out[e.Name()] = strings.TrimSpace(string(b))
-	}
-	return out, nil
-}
-
 func loadEngineConfig(c *config) (engine.Config, error) {
-	as, err := readConfigDir(c.autoscalerDir)
+	as, err := server.ReadConfigDir(c.autoscalerDir)
 	if err != nil {
 		return engine.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.autoscalerDir, err)
 	}
@@ -95,7 +68,7 @@ func loadEngineConfig(c *config) (engine.Config, error) {
 	if err != nil {
 		return engine.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.autoscalerDir, err)
 	}
-	dep, err := readConfigDir(c.deploymentDir)
+	dep, err := server.ReadConfigDir(c.deploymentDir)
 	if err != nil {
 		return engine.Config{}, fmt.Errorf("--config-deployment %s: %w", c.deploymentDir, err)
 	}

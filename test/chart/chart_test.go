@@ -322,42 +322,16 @@ func checkComponent(t *testing.T, m manifest, sc scenario, c string) {
 			t.Errorf("POD_IP = %+v, want the pod's IP: the collector names itself by it in its Leases", env["POD_IP"])
 		}
 	case "actuator":
-		// The actuator gets the deciders' config-autoscaler as pairs: both
-		// must resolve to the same configuration.
-		data := map[string]string{}
-		for _, kv := range strings.Split(env["TIDAL_CONFIG_AUTOSCALER"].Value, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				t.Fatalf("TIDAL_CONFIG_AUTOSCALER pair %q is not key=value", kv)
-			}
-			data[k] = v
-		}
-		cm := typed[corev1.ConfigMap](t, m.get(t, "ConfigMap", sc.fullname+"-config-autoscaler"))
-		if !maps.Equal(data, cm.Data) {
-			t.Errorf("actuator TIDAL_CONFIG_AUTOSCALER %v differs from the deciders' ConfigMap %v", data, cm.Data)
-		}
 		if got, want := env["TIDAL_SCALER"].Value, "kubernetes"; got != want {
 			t.Errorf("TIDAL_SCALER = %q, want %q", got, want)
 		}
+		checkConfigMounts(t, m, "actuator", env, mounts, volumes, pod)
 	case "decider":
 		want := sc.fullname + "-actuator." + sc.release.namespace + ".svc:9003"
 		if got := env["TIDAL_ACTUATOR_ADDR"].Value; got != want {
 			t.Errorf("TIDAL_ACTUATOR_ADDR = %q, want %q", got, want)
 		}
-		for key, vol := range map[string]string{"TIDAL_CONFIG_AUTOSCALER": "config-autoscaler", "TIDAL_CONFIG_DEPLOYMENT": "config-deployment"} {
-			if got, want := env[key].Value, mounts[vol].MountPath; got != want || want == "" {
-				t.Errorf("%s = %q, want the mount path of volume %s %q", key, got, vol, want)
-			}
-			cm := volumes[vol].ConfigMap
-			if cm == nil {
-				t.Errorf("volume %s is not a ConfigMap", vol)
-				continue
-			}
-			m.get(t, "ConfigMap", cm.Name)
-		}
-		if _, ok := pod.Annotations["checksum/config"]; !ok {
-			t.Errorf("decider pods lack checksum/config: a config change would not roll them")
-		}
+		checkConfigMounts(t, m, "decider", env, mounts, volumes, pod)
 	}
 
 	svc := typed[corev1.Service](t, m.get(t, "Service", name))
@@ -405,6 +379,27 @@ func itoa(i int32) string { return strconv.Itoa(int(i)) }
 // checkConfig proves the ConfigMap carries every config-autoscaler key the
 // decider knows and that the decider accepts them; with default values the
 // result is exactly Knative's defaults.
+// checkConfigMounts proves a service reads Knative's config from the chart's
+// ConfigMaps, mounted where its TIDAL_CONFIG_* variables point, and that its
+// pods roll when the config changes.
+func checkConfigMounts(t *testing.T, m manifest, c string, env map[string]corev1.EnvVar, mounts map[string]corev1.VolumeMount, volumes map[string]corev1.Volume, pod corev1.PodTemplateSpec) {
+	t.Helper()
+	for key, vol := range map[string]string{"TIDAL_CONFIG_AUTOSCALER": "config-autoscaler", "TIDAL_CONFIG_DEPLOYMENT": "config-deployment"} {
+		if got, want := env[key].Value, mounts[vol].MountPath; got != want || want == "" {
+			t.Errorf("%s %s = %q, want the mount path of volume %s %q", c, key, got, vol, want)
+		}
+		cm := volumes[vol].ConfigMap
+		if cm == nil {
+			t.Errorf("%s volume %s is not a ConfigMap", c, vol)
+			continue
+		}
+		m.get(t, "ConfigMap", cm.Name)
+	}
+	if _, ok := pod.Annotations["checksum/config"]; !ok {
+		t.Errorf("%s pods lack checksum/config: a config change would not roll them", c)
+	}
+}
+
 func checkConfig(t *testing.T, m manifest, sc scenario) {
 	cm := typed[corev1.ConfigMap](t, m.get(t, "ConfigMap", sc.fullname+"-config-autoscaler"))
 	got, err := kpaconfig.ParseConfig(cm.Data)

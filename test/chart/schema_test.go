@@ -72,7 +72,6 @@ func TestTemplateRefuses(t *testing.T) {
 			"collector.brokerSecrets[0].namespace=a", "collector.brokerSecrets[0].names[0]=x",
 			"collector.brokerSecrets[1].namespace=a", "collector.brokerSecrets[1].names[0]=y",
 		}, []string{`namespace "a" is listed twice`}},
-		{"a comma in a config value", []string{"config.autoscaler.pod-autoscaler-class=a\\,b"}, []string{"config.autoscaler.pod-autoscaler-class", "','"}},
 		{"service account without a name", []string{"decider.serviceAccount.create=false"}, []string{"decider.serviceAccount.name is required"}},
 	}
 	for _, tt := range tests {

@@ -37,8 +37,8 @@ type Options struct {
 	// Topics are created on the broker: name → partitions.
 	Topics map[string]int32
 	// AutoscalerConfig holds Knative config-autoscaler keys given to both
-	// the decider (as a mounted-ConfigMap directory) and the actuator (as
-	// key=value pairs), so their rules agree.
+	// the decider and the actuator as one directory, a key a file, as the
+	// chart mounts one ConfigMap into both, so their rules agree.
 	AutoscalerConfig map[string]string
 	// Collectors is how many collector replicas run; 0 means 1.
 	Collectors int
@@ -131,19 +131,15 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	pairs := make([]string, 0, len(keys))
 	for _, k := range keys {
-		v := opts.AutoscalerConfig[k]
-		if err := os.WriteFile(filepath.Join(cfgDir, k), []byte(v), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(cfgDir, k), []byte(opts.AutoscalerConfig[k]), 0o644); err != nil {
 			return nil, fmt.Errorf("system: config-autoscaler key %s: %w", k, err)
 		}
-		pairs = append(pairs, k+"="+v)
 	}
 
-	actArgs := []string{"--scaler", "kubernetes", "--kubeconfig", opts.Cluster.Kubeconfig}
-	if len(pairs) > 0 {
-		actArgs = append(actArgs, "--config-autoscaler", strings.Join(pairs, ","))
-	}
+	// The actuator and the deciders read the same config-autoscaler, as the
+	// chart mounts one ConfigMap into both.
+	actArgs := []string{"--scaler", "kubernetes", "--kubeconfig", opts.Cluster.Kubeconfig, "--config-autoscaler", cfgDir}
 	if len(s.Brokers) > 0 {
 		actArgs = append(actArgs, "--kafka-brokers", strings.Join(s.Brokers, ","))
 	}

@@ -92,16 +92,3 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "tidal.tlsDir" -}}
 /etc/tidal/tls
 {{- end }}
-
-{{/* config.autoscaler as key=value pairs, sorted by key: the actuator's --config-autoscaler. */}}
-{{- define "tidal.autoscalerPairs" -}}
-{{- $pairs := list }}
-{{- range $key := keys .Values.config.autoscaler | sortAlpha }}
-{{- $value := toString (index $.Values.config.autoscaler $key) }}
-{{- if or (contains "," $value) (contains "=" $value) }}
-{{- fail (printf "config.autoscaler.%s %q: a value may not hold ',' or '='" $key $value) }}
-{{- end }}
-{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
-{{- end }}
-{{- join "," $pairs }}
-{{- end }}
