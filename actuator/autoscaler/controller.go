@@ -33,6 +33,7 @@ import (
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/queue"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 )
@@ -226,10 +227,7 @@ func targetOf(pa *autoscalingv1alpha1.PodAutoscaler) scale.Target {
 }
 
 func (c *Controller) enqueue(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	name, err := cache.ObjectToName(obj)
+	name, err := queue.Key(obj)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
@@ -238,16 +236,8 @@ func (c *Controller) enqueue(obj any) {
 }
 
 func (c *Controller) enqueueOwner(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return
-	}
-	if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == "PodAutoscaler" &&
-		ref.APIVersion == autoscalingv1alpha1.SchemeGroupVersion.String() {
-		c.queue.Add(cache.ObjectName{Namespace: m.GetNamespace(), Name: ref.Name})
+	if name, ok := queue.Owner(obj, autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler")); ok {
+		c.queue.Add(name)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/queue"
 	"github.com/tidalscale/tidal/actuator/scale"
 )
 
@@ -101,10 +102,7 @@ func NewController(d *Deployer, log *zap.Logger, tidal *crdclient.Clientset, tid
 }
 
 func (c *Controller) enqueue(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	name, err := cache.ObjectToName(obj)
+	name, err := queue.Key(obj)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
@@ -113,16 +111,8 @@ func (c *Controller) enqueue(obj any) {
 }
 
 func (c *Controller) enqueueOwner(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return
-	}
-	if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == "Function" &&
-		ref.APIVersion == functionsv1alpha1.SchemeGroupVersion.String() {
-		c.queue.Add(cache.ObjectName{Namespace: m.GetNamespace(), Name: ref.Name})
+	if name, ok := queue.Owner(obj, functionsv1alpha1.SchemeGroupVersion.WithKind("Function")); ok {
+		c.queue.Add(name)
 	}
 }
 
