@@ -320,6 +320,12 @@ func (l *deferringLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	if err != nil {
 		return rec, raw, err
 	}
+	// The elector restarts its clock only when the raw record changes, and
+	// the record's JSON keeps whole seconds: renewals within one second
+	// would look like none, and it would time the lease from up to a
+	// second before the holder's last renewal. The renewal's microseconds
+	// make every renewal a change.
+	raw = strconv.AppendInt(raw, rec.RenewTime.UnixMicro(), 10)
 	l.holder = rec.HolderIdentity
 	me := l.set.cfg.Identity
 	if rec.HolderIdentity == "" || rec.HolderIdentity == me {
@@ -338,7 +344,7 @@ func (l *deferringLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease record: %w", err)
 	}
-	return &free, raw, nil
+	return &free, strconv.AppendInt(raw, free.RenewTime.UnixMicro(), 10), nil
 }
 
 func (l *deferringLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
