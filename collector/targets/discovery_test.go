@@ -133,8 +133,15 @@ func createKPA(t *testing.T, tidal *crdclient.Clientset, pa *autoscalingv1alpha1
 // readyPods creates n pods labelled app=name and waits until kwok runs them.
 func readyPods(t *testing.T, c *cluster.Cluster, ns, name string, n int) []*corev1.Pod {
 	t.Helper()
+	return readyPodsFrom(t, c, ns, name, 0, n)
+}
+
+// readyPodsFrom creates n more pods labelled app=name, numbered from first,
+// and waits until kwok runs them.
+func readyPodsFrom(t *testing.T, c *cluster.Cluster, ns, name string, first, n int) []*corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
-	for i := range n {
+	for i := first; i < first+n; i++ {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, i), Labels: map[string]string{"app": name}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
@@ -151,6 +158,10 @@ func readyPods(t *testing.T, c *cluster.Cluster, ns, name string, n int) []*core
 		}
 		out = out[:0]
 		for i := range list.Items {
+			var num int
+			if _, err := fmt.Sscanf(strings.TrimPrefix(list.Items[i].Name, name+"-"), "%d", &num); err != nil || num < first {
+				continue // not one of these
+			}
 			if Ready(&list.Items[i]) {
 				out = append(out, &list.Items[i])
 			}
