@@ -16,9 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tidalscale/tidal/actuator/autoscaler"
 	"github.com/tidalscale/tidal/actuator/crdclient"
@@ -26,6 +24,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
 )
 
@@ -44,13 +43,10 @@ type config struct {
 
 // kubeConfig configures the Kubernetes mode.
 type kubeConfig struct {
-	// kubeconfig is a kubeconfig path; empty means in-cluster config, else
-	// the usual kubeconfig loading rules ($KUBECONFIG, ~/.kube/config).
-	kubeconfig string
-	qps        float64
-	burst      int
-	workers    int
-	resync     time.Duration
+	// client is how the actuator reaches the API server.
+	client  kube.Config
+	workers int
+	resync  time.Duration
 	// autoscalerDir and deploymentDir hold Knative's config-autoscaler and
 	// config-deployment keys, one file per key, as the deciders read them.
 	autoscalerDir string
@@ -64,9 +60,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9003", "127.0.0.1:9013")
 	fs.StringVar(&c.scaler, "scaler", scalerMemory, "Where replicas are written: memory (no cluster; counts live in this process) or kubernetes.")
 	k := &c.kube
-	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "Path of a kubeconfig for --scaler=kubernetes; empty means the in-cluster config, or $KUBECONFIG / ~/.kube/config outside a pod.")
-	fs.Float64Var(&k.qps, "kube-qps", 50, "Sustained requests per second to the Kubernetes API.")
-	fs.IntVar(&k.burst, "kube-burst", 100, "Burst of requests to the Kubernetes API.")
+	k.client.RegisterFlags(fs)
 	fs.IntVar(&k.workers, "workers", 4, "Reconcile workers per controller (PodAutoscaler, Function).")
 	fs.DurationVar(&k.resync, "resync", 10*time.Hour, "Informer resync period; 0 means none.")
 	fs.StringVar(&k.autoscalerDir, "config-autoscaler", "", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap, the deciders' too); empty means Knative's defaults.")
@@ -88,11 +82,8 @@ func (c *config) Validate() error {
 		return fmt.Errorf("--scaler %q: want memory or kubernetes", c.scaler)
 	}
 	k := &c.kube
-	if k.qps <= 0 {
-		return fmt.Errorf("--kube-qps %g: want > 0", k.qps)
-	}
-	if k.burst < 1 {
-		return fmt.Errorf("--kube-burst %d: want at least 1", k.burst)
+	if err := k.client.Validate(); err != nil {
+		return err
 	}
 	if k.workers < 1 || k.workers > 64 {
 		return fmt.Errorf("--workers %d: want 1 to 64", k.workers)
@@ -178,30 +169,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	return runKube(ctx, &cfg, srv, log)
 }
 
-// restConfig loads the Kubernetes client config.
-func (c *kubeConfig) restConfig() (*rest.Config, error) {
-	var rc *rest.Config
-	var err error
-	switch {
-	case c.kubeconfig != "":
-		rc, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	default:
-		rc, err = rest.InClusterConfig()
-		if errors.Is(err, rest.ErrNotInCluster) {
-			rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-				clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	rc.QPS, rc.Burst = float32(c.qps), c.burst
-	rc.UserAgent = "tidal-actuator"
-	return rc, nil
-}
-
 func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logger) error {
-	rc, err := cfg.kube.restConfig()
+	rc, err := cfg.kube.client.RestConfig("tidal-actuator")
 	if err != nil {
 		return err
 	}

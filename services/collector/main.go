@@ -18,8 +18,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/collector/bucket"
@@ -30,6 +28,7 @@ import (
 	"github.com/tidalscale/tidal/collector/targets"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
 )
 
@@ -44,11 +43,11 @@ const (
 )
 
 type config struct {
-	server     server.Config
-	discovery  string
-	kubeconfig string
-	advertise  string
-	retention  time.Duration
+	server    server.Config
+	discovery string
+	kube      kube.Config
+	advertise string
+	retention time.Duration
 
 	deciderAddrs   []string
 	deciderService string
@@ -67,7 +66,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.stream.CollectorID, "collector-id", host, "Name of this collector in its streams to deciders; defaults to the host name.")
 	fs.StringVar(&c.discovery, "discovery", discoveryAuto, "Where targets come from: kubernetes (Metric, PodAutoscaler and Function objects), push (any target PushStats names becomes a KPA target), or auto (kubernetes when --kubeconfig is set or in a cluster, else push).")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path of a kubeconfig; empty means in-cluster config.")
+	c.kube.RegisterFlags(fs)
 	fs.StringVar(&c.advertise, "advertise-addr", "", "gRPC address other components reach this replica at, named in bucket Leases; empty means $POD_IP with the --grpc-addr port, else --grpc-addr.")
 	fs.DurationVar(&c.retention, "history", 2*time.Minute, "Least history kept per target and replayed to a decider that reconnects or takes the target over; a target keeps at least its stable window plus scale-down delay.")
 	fs.Func("decider-addr", "Comma-separated static decider addresses, host:port each; targets are split among them by rendezvous hashing (default "+defaultDecider+" when no other decider flag is set).", func(v string) error {
@@ -96,10 +95,13 @@ func (c *config) Validate() error {
 	if err := c.server.Validate(); err != nil {
 		return err
 	}
+	if err := c.kube.Validate(); err != nil {
+		return err
+	}
 	switch c.discovery {
 	case discoveryAuto:
 		c.discovery = discoveryPush
-		if c.kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		if c.kube.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 			c.discovery = discoveryKubernetes
 		}
 	case discoveryKubernetes, discoveryPush:
@@ -206,7 +208,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		kube    kubernetes.Interface
 	)
 	if cfg.discovery == discoveryKubernetes {
-		rc, err := restConfig(cfg.kubeconfig)
+		rc, err := cfg.kube.RestConfig("tidal-collector")
 		if err != nil {
 			return err
 		}
@@ -278,21 +280,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	// pushed stats before a decider is reachable: ready once primed.
 	srv.SetReady(true)
 	return g.Wait()
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("in-cluster config (or set --kubeconfig): %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-	}
-	return rc, nil
 }
 
 // scrapeRecorder adapts the hub to the scraper's Recorder.
