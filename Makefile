@@ -61,7 +61,7 @@ lint:
 
 ## bench: every Go benchmark (BENCH=regexp, BENCHTIME=1s); figures go to BENCHMARKS.md.
 bench:
-	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+	$(GO) test -p 1 -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
 
 ## run: the whole system on an embedded cluster with a live table; FOR=3m ends by itself, Ctrl-C ends
 ## it early; writes bin/run-<time>.png and stops everything it started.
