@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,15 +39,26 @@ type Engine struct {
 	// mu guards everything below; the sets have their own locks and are
 	// only changed with mu held, so the two never disagree on a target.
 	mu      sync.Mutex
-	targets map[string]*target
+	targets map[tkey]*target
+	// lagTargets are the lag targets by their lag.Set key, for the 100 ms
+	// loop and the Set's results.
+	lagTargets map[string]*target
 	// lastKPA is the last KPA grid tick decided; zero before the first.
 	lastKPA time.Time
 	changed []kpa.Change
 	results []lag.Result
 }
 
+// tkey is a target's identity as a map key; unlike Target.Key it costs no
+// allocation to build, which matters once per sample.
+type tkey struct{ ns, name string }
+
+func keyOf(t Target) tkey { return tkey{t.Namespace, t.Name} }
+
 type target struct {
-	ref      Target
+	ref Target
+	// key is ref.Key(), built once: the lag.Set's key.
+	key      string
 	spec     Spec
 	strategy Strategy
 	specErr  error
@@ -75,7 +87,7 @@ func New(cfg Config) *Engine {
 	if cfg.OnDrop == nil {
 		cfg.OnDrop = func(string) {}
 	}
-	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[string]*target{}}
+	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[tkey]*target{}, lagTargets: map[string]*target{}}
 }
 
 // Len returns the number of targets.
@@ -94,11 +106,10 @@ func kpaKey(t Target) kpa.Key { return kpa.Key{Namespace: t.Namespace, Name: t.N
 func (e *Engine) Upsert(spec Spec, now time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	key := spec.Target.Key()
-	t, ok := e.targets[key]
+	t, ok := e.targets[keyOf(spec.Target)]
 	if !ok {
-		t = &target{ref: spec.Target, ready: -1}
-		e.targets[key] = t
+		t = &target{ref: spec.Target, key: spec.Target.Key(), ready: -1}
+		e.targets[keyOf(spec.Target)] = t
 	}
 	if t.inSet && t.strategy != spec.Strategy {
 		e.removeFromSetLocked(t)
@@ -106,7 +117,7 @@ func (e *Engine) Upsert(spec Spec, now time.Time) error {
 	t.spec, t.strategy = spec, spec.Strategy
 	t.specErr = e.applySpecLocked(t, now)
 	if t.specErr != nil {
-		return fmt.Errorf("target %s: %w", key, t.specErr)
+		return fmt.Errorf("target %s: %w", t.key, t.specErr)
 	}
 	return nil
 }
@@ -131,9 +142,10 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		if err := e.lag.Upsert(t.ref.Key(), cfg); err != nil {
+		if err := e.lag.Upsert(t.key, cfg); err != nil {
 			return err
 		}
+		e.lagTargets[t.key] = t
 		t.lagEvery = cfg.TickInterval
 	default:
 		return fmt.Errorf("strategy %d: want kpa or lag", t.strategy)
@@ -174,7 +186,8 @@ func (e *Engine) removeFromSetLocked(t *target) {
 	case KPA:
 		e.kpa.Delete(kpaKey(t.ref))
 	case Lag:
-		e.lag.Remove(t.ref.Key())
+		e.lag.Remove(t.key)
+		delete(e.lagTargets, t.key)
 	}
 	t.inSet = false
 }
@@ -183,12 +196,12 @@ func (e *Engine) removeFromSetLocked(t *target) {
 func (e *Engine) Remove(ref Target) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.targets[ref.Key()]
+	t, ok := e.targets[keyOf(ref)]
 	if !ok {
 		return false
 	}
 	e.removeFromSetLocked(t)
-	delete(e.targets, ref.Key())
+	delete(e.targets, keyOf(ref))
 	return true
 }
 
@@ -199,7 +212,7 @@ func (e *Engine) Remove(ref Target) bool {
 func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.targets[ref.Key()]
+	t, ok := e.targets[keyOf(ref)]
 	if !ok {
 		e.cfg.OnDrop("unknown_target")
 		return false, fmt.Errorf("record %s: %w", ref.Key(), ErrUnknownTarget)
@@ -250,7 +263,7 @@ func (e *Engine) SetReady(ref Target, ready int32) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.targets[ref.Key()]
+	t, ok := e.targets[keyOf(ref)]
 	if !ok {
 		return fmt.Errorf("ready pods of %s: %w", ref.Key(), ErrUnknownTarget)
 	}
@@ -266,7 +279,7 @@ func (e *Engine) SetReady(ref Target, ready int32) error {
 func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.targets[ref.Key()]
+	t, ok := e.targets[keyOf(ref)]
 	if !ok || t.strategy != KPA || !t.inSet {
 		return Decision{}, false, fmt.Errorf("poke %s: %w", ref.Key(), ErrUnknownTarget)
 	}
@@ -283,7 +296,9 @@ func (e *Engine) flushLocked(t *target, at time.Time) (applied int) {
 	if len(t.pending) == 0 {
 		return 0
 	}
-	sort.SliceStable(t.pending, func(i, j int) bool { return t.pending[i].At.Before(t.pending[j].At) })
+	if byTime := func(a, b Sample) int { return a.At.Compare(b.At) }; !slices.IsSortedFunc(t.pending, byTime) {
+		slices.SortStableFunc(t.pending, byTime)
+	}
 	n := 0
 	for n < len(t.pending) && !t.pending[n].At.After(at) {
 		n++
@@ -322,7 +337,7 @@ func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) {
 			Replicas:       max(t.ready, 0),
 			ReplicasKnown:  t.ready >= 0,
 		}
-		if err := e.lag.Observe(t.ref.Key(), in); err != nil {
+		if err := e.lag.Observe(t.key, in); err != nil {
 			e.cfg.OnDrop("bad_lag_input")
 			return
 		}
@@ -364,7 +379,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		}
 		e.changed = e.kpa.Tick(next, e.changed[:0])
 		for _, c := range e.changed {
-			if t, ok := e.targets[c.Key.String()]; ok {
+			if t, ok := e.targets[tkey{c.Key.Namespace, c.Key.Name}]; ok {
 				out = append(out, e.kpaDecisionLocked(t))
 			}
 		}
@@ -372,10 +387,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		next = next.Add(iv)
 	}
 
-	for _, t := range e.targets {
-		if t.strategy != Lag {
-			continue
-		}
+	for _, t := range e.lagTargets {
 		if e.flushLocked(t, now) > 0 || !t.inSet {
 			continue
 		}
@@ -384,7 +396,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 			// The collector reports an error once, when it begins; until a
 			// good sample ends it, every tick is a failed fetch, not a
 			// tick with nothing observed.
-			_ = e.lag.Observe(t.ref.Key(), lag.Input{FetchFailed: true, Replicas: max(t.ready, 0), ReplicasKnown: t.ready >= 0})
+			_ = e.lag.Observe(t.key, lag.Input{FetchFailed: true, Replicas: max(t.ready, 0), ReplicasKnown: t.ready >= 0})
 		case !t.lagAt.IsZero() && now.Sub(t.lagAt) <= lagFreshness*t.lagEvery:
 			// The collector measures at the target's interval but not in
 			// phase with this loop: a tick that falls between two of its
@@ -392,12 +404,12 @@ func (e *Engine) Tick(now time.Time) []Decision {
 			// than holding for "no data".
 			in := t.lagIn
 			in.Replicas, in.ReplicasKnown = max(t.ready, 0), t.ready >= 0
-			_ = e.lag.Observe(t.ref.Key(), in)
+			_ = e.lag.Observe(t.key, in)
 		}
 	}
 	e.results = e.lag.Tick(now, e.results[:0])
 	for _, r := range e.results {
-		t, ok := e.targets[r.Key]
+		t, ok := e.lagTargets[r.Key]
 		if !ok {
 			continue
 		}
@@ -418,7 +430,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 func (e *Engine) Replay(ref Target, samples []Sample, now time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.targets[ref.Key()]
+	t, ok := e.targets[keyOf(ref)]
 	if !ok {
 		return fmt.Errorf("replay %s: %w", ref.Key(), ErrUnknownTarget)
 	}
@@ -496,14 +508,14 @@ func (e *Engine) replayLagLocked(t *target, samples []Sample, now time.Time) err
 			ReplicasKnown:  t.ready >= 0,
 		}})
 	}
-	return e.lag.Rebuild(t.ref.Key(), history)
+	return e.lag.Rebuild(t.key, history)
 }
 
 // Get returns a target's latest decision.
 func (e *Engine) Get(ref Target) (Decision, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.targets[ref.Key()]
+	t, ok := e.targets[keyOf(ref)]
 	if !ok {
 		return Decision{}, false
 	}
@@ -563,7 +575,7 @@ func (e *Engine) kpaDecisionLocked(t *target) Decision {
 }
 
 func (e *Engine) lagDecisionLocked(t *target) Decision {
-	ld, _ := e.lag.Explain(t.ref.Key())
+	ld, _ := e.lag.Explain(t.key)
 	d := Decision{
 		Target:   t.ref,
 		Strategy: Lag,
