@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,26 +18,11 @@ import (
 
 func TestMain(m *testing.M) { cluster.Main(m) }
 
-func testDeployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake:latest"}}},
-			},
-		},
-	}
-}
-
 func TestKubeScalesDeployment(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, testDeployment("web", 1), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("web", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	k, err := NewKube(c.Config())
@@ -82,7 +65,7 @@ func TestKubeRetriesConflict(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, testDeployment("web", 1), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("web", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	k, err := NewKube(c.Config())

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -143,21 +142,6 @@ func startActuator(t *testing.T, kubeconfig string) actuatorv1.ActuatorServiceCl
 	return actuatorv1.NewActuatorServiceClient(conn)
 }
 
-func deployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake:latest"}}},
-			},
-		},
-	}
-}
-
 func wantCode(t *testing.T, what string, err error, code codes.Code, text string) {
 	t.Helper()
 	if status.Code(err) != code || !strings.Contains(err.Error(), text) {
@@ -183,7 +167,7 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	}
 
 	// A KPA PodAutoscaler on a Deployment.
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", 1), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("web", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tidal.PodAutoscalers(ns).Create(ctx, &autoscalingv1alpha1.PodAutoscaler{

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
 	"github.com/tidalscale/tidal/test/workload"
 )
@@ -179,7 +180,7 @@ func TestServicesUnderTheirAccounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer prod.Stop()
-		if _, err := f.c.Client.AppsV1().Deployments(f.wns).Create(ctx, system.Deployment("backlog", map[string]string{"app": "backlog"}, 0), metav1.CreateOptions{}); err != nil {
+		if _, err := f.c.Client.AppsV1().Deployments(f.wns).Create(ctx, cluster.Deployment("backlog", nil, 0), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		pa := &unstructured.Unstructured{Object: map[string]any{

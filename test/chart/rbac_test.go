@@ -268,19 +268,7 @@ func (f *rbacFixture) createTarget(t *testing.T, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	one := int32(1)
-	labels := map[string]string{"app": name}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "user", Image: "tidal.test/fake:latest"}}},
-			},
-		},
-	}
+	dep := cluster.Deployment(name, nil, 1)
 	if _, err := f.c.Client.AppsV1().Deployments(f.wns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

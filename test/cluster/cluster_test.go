@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,25 +28,6 @@ import (
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
-
-// newDeployment returns a Deployment of fake pods (kwok runs no containers)
-// with the given replicas.
-func newDeployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "user", Image: "tidal.test/fake:latest"}},
-				},
-			},
-		},
-	}
-}
 
 // readyPods lists the Ready pods matching the selector.
 func readyPods(ctx context.Context, client kubernetes.Interface, ns, selector string) ([]corev1.Pod, error) {
@@ -74,7 +54,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 
 	deps := c.Client.AppsV1().Deployments(ns)
-	if _, err := deps.Create(ctx, newDeployment("smoke", 0), metav1.CreateOptions{}); err != nil {
+	if _, err := deps.Create(ctx, cluster.Deployment("smoke", nil, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	scale := &autoscalingv1.Scale{
@@ -373,7 +353,7 @@ func BenchmarkScaleUp(b *testing.B) {
 		b.Run(itoa(n)+"pods", func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				name := "scale-" + itoa(n) + "-" + itoa(int32(i))
-				if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, newDeployment(name, 0), metav1.CreateOptions{}); err != nil {
+				if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment(name, nil, 0), metav1.CreateOptions{}); err != nil {
 					b.Fatal(err)
 				}
 				scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: n}}

@@ -26,7 +26,7 @@ func Example() {
 		// Anything that takes a *rest.Config or a kubeconfig works as on any cluster.
 		client := kubernetes.NewForConfigOrDie(c.Config())
 		ctx := context.Background()
-		if _, err := client.AppsV1().Deployments(ns).Create(ctx, newDeployment("hello", 3), metav1.CreateOptions{}); err != nil {
+		if _, err := client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("hello", nil, 3), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 

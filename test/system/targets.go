@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/workload"
 )
 
@@ -97,7 +97,7 @@ func (s *System) StartKPA(ctx context.Context, o KPAOptions) (*KPATarget, error)
 		return nil, errors.New("kpa target: Profile is required")
 	}
 	labels := map[string]string{"app": o.Name}
-	if _, err := s.Cluster.Client.AppsV1().Deployments(o.Namespace).Create(ctx, Deployment(o.Name, labels, o.Replicas), metav1.CreateOptions{}); err != nil {
+	if _, err := s.Cluster.Client.AppsV1().Deployments(o.Namespace).Create(ctx, cluster.Deployment(o.Name, labels, o.Replicas), metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("kpa target %s/%s: %w", o.Namespace, o.Name, err)
 	}
 	crds, err := s.CRDs()
@@ -124,21 +124,6 @@ func (s *System) StartKPA(ctx context.Context, o KPAOptions) (*KPATarget, error)
 		return nil, err
 	}
 	return &KPATarget{Namespace: o.Namespace, Name: o.Name, Workload: w, profile: o.Profile, start: start}, nil
-}
-
-// Deployment is a Deployment of fake pods (kwok runs them) labelled labels.
-func Deployment(name string, labels map[string]string, replicas int32) *appsv1.Deployment {
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake:latest"}}},
-			},
-		},
-	}
 }
 
 // FunctionOptions describe a Function consuming a topic on the System's

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -24,20 +22,6 @@ import (
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/workload"
 )
-
-func deployment(name string, labels map[string]string, replicas int32) *appsv1.Deployment {
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake"}}},
-			},
-		},
-	}
-}
 
 func scaleTo(t *testing.T, c *cluster.Cluster, ns, name string, n int32) {
 	t.Helper()
@@ -66,7 +50,7 @@ func TestWorkloadFollowsPods(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("web", map[string]string{"app": "web"}, 0), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("web", nil, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := workload.Start(ctx, workload.Options{
@@ -154,7 +138,7 @@ func TestKafkaConsumersFollowPods(t *testing.T) {
 	defer kafka.Close()
 	brokers := kafka.ListenAddrs()
 
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, deployment("echo", map[string]string{"function": "echo"}, 0), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("echo", map[string]string{"function": "echo"}, 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	consumers, err := workload.StartConsumers(ctx, workload.ConsumerOptions{
