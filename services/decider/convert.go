@@ -10,6 +10,7 @@ import (
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/decider/sender"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
@@ -18,9 +19,7 @@ func targetOf(ref *commonv1.TargetRef) engine.Target {
 	return engine.Target{Namespace: ref.GetNamespace(), Name: ref.GetName(), APIVersion: ref.GetApiVersion(), Kind: ref.GetKind()}
 }
 
-func refOf(t engine.Target) *commonv1.TargetRef {
-	return &commonv1.TargetRef{Namespace: t.Namespace, Name: t.Name, ApiVersion: t.APIVersion, Kind: t.Kind}
-}
+func refOf(t engine.Target) *commonv1.TargetRef { return sender.TargetRef(t) }
 
 func specOf(s *deciderv1.TargetSpec) engine.Spec {
 	st := engine.KPA

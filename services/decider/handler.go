@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/sender"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
 
@@ -21,7 +22,7 @@ type handler struct {
 	deciderv1.UnimplementedDeciderServiceServer
 	engine *engine.Engine
 	hub    *hub
-	sender *sender
+	sender *sender.Sender
 	now    func() time.Time
 	log    *zap.Logger
 	drops  *prometheus.CounterVec
@@ -34,7 +35,7 @@ func (h *handler) decided(ds []engine.Decision) {
 	if len(ds) == 0 {
 		return
 	}
-	h.sender.enqueue(ds)
+	h.sender.Enqueue(ds)
 	h.hub.publish(ds)
 }
 

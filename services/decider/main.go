@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/decider/sender"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/services/server"
@@ -30,7 +31,7 @@ type config struct {
 	deploymentDir  string
 	tickInterval   time.Duration
 	tickResolution time.Duration
-	dryRun         bool
+	send           sender.Config
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -40,7 +41,11 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.deploymentDir, "config-deployment", "", "Directory holding Knative's config-deployment keys (progress-deadline); empty means the defaults.")
 	fs.DurationVar(&c.tickInterval, "tick-interval", 2*time.Second, "KPA decision interval, aligned to Unix time (Knative's is 2s).")
 	fs.DurationVar(&c.tickResolution, "tick-resolution", 100*time.Millisecond, "How often the tick loop runs; lag targets are decided at their own interval on it.")
-	fs.BoolVar(&c.dryRun, "dry-run", false, "Send every Scale call as a dry run: the actuator reports and changes nothing.")
+	fs.BoolVar(&c.send.DryRun, "dry-run", false, "Send every Scale call as a dry run: the actuator reports and changes nothing.")
+	fs.IntVar(&c.send.Workers, "scale-workers", 64, "Scale calls to the actuator in flight at once, each for a different target.")
+	fs.DurationVar(&c.send.Timeout, "scale-timeout", 5*time.Second, "Timeout of one Scale call.")
+	fs.DurationVar(&c.send.RetryMin, "scale-retry-min", 100*time.Millisecond, "First backoff before a failed Scale call is retried; it doubles per failure.")
+	fs.DurationVar(&c.send.RetryMax, "scale-retry-max", 5*time.Second, "Longest backoff before a failed Scale call is retried.")
 }
 
 func (c *config) Validate() error {
@@ -55,6 +60,9 @@ func (c *config) Validate() error {
 	}
 	if c.tickResolution <= 0 || c.tickResolution > c.tickInterval {
 		return fmt.Errorf("--tick-resolution %s: want more than 0 and at most --tick-interval", c.tickResolution)
+	}
+	if err := c.send.Validate(); err != nil {
+		return fmt.Errorf("--scale-*: %w", err)
 	}
 	return nil
 }
@@ -118,7 +126,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("actuator client %s: %w", cfg.actuatorAddr, err)
 	}
 	defer func() { _ = conn.Close() }()
-	snd := newSender(actuatorv1.NewActuatorServiceClient(conn), cfg.dryRun, log.With(zap.String("actuator", cfg.actuatorAddr)), reg)
+	snd := sender.New(cfg.send, actuatorv1.NewActuatorServiceClient(conn), log.With(zap.String("actuator", cfg.actuatorAddr)), reg)
 	h := &handler{engine: eng, hub: newHub(), sender: snd, now: time.Now, log: log, drops: drops}
 
 	srv := server.New(cfg.server, log, reg)
@@ -129,7 +137,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	srv.SetReady(true)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(gctx) })
-	g.Go(func() error { return snd.run(gctx) })
+	g.Go(func() error { return snd.Run(gctx) })
 	g.Go(func() error { return h.tickLoop(gctx, cfg.tickResolution) })
 	return g.Wait()
 }

@@ -1,0 +1,226 @@
+package sender
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tidalscale/tidal/decider/engine"
+	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+)
+
+// actuator is a Scale server over real gRPC that records every call and
+// lets the test decide when each returns.
+type actuator struct {
+	actuatorv1.UnimplementedActuatorServiceServer
+	// reply, when set, answers a call; nil means success.
+	reply func(req *actuatorv1.ScaleRequest) error
+	// gate, when set, holds every call until it is closed.
+	gate chan struct{}
+
+	mu       sync.Mutex
+	calls    []*actuatorv1.ScaleRequest
+	inFlight map[string]int
+	maxAll   int
+	maxOne   int
+	all      int
+}
+
+func (a *actuator) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
+	key := req.GetTarget().Key()
+	a.mu.Lock()
+	a.calls = append(a.calls, req)
+	a.inFlight[key]++
+	a.all++
+	a.maxOne = max(a.maxOne, a.inFlight[key])
+	a.maxAll = max(a.maxAll, a.all)
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.inFlight[key]--
+		a.all--
+		a.mu.Unlock()
+	}()
+	if a.gate != nil {
+		select {
+		case <-a.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if a.reply != nil {
+		if err := a.reply(req); err != nil {
+			return nil, err
+		}
+	}
+	return &actuatorv1.ScaleResponse{AppliedReplicas: req.GetDesiredReplicas()}, nil
+}
+
+func (a *actuator) snapshot() (calls []*actuatorv1.ScaleRequest, maxAll, maxOne int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*actuatorv1.ScaleRequest(nil), a.calls...), a.maxAll, a.maxOne
+}
+
+// start serves a on loopback and runs a Sender against it until the test ends.
+func start(t *testing.T, a *actuator, cfg Config) *Sender {
+	t.Helper()
+	a.inFlight = map[string]int{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	actuatorv1.RegisterActuatorServiceServer(srv, a)
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.RetryMin == 0 {
+		cfg.RetryMin, cfg.RetryMax = time.Millisecond, 10*time.Millisecond
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := New(cfg, actuatorv1.NewActuatorServiceClient(conn), zap.NewNop(), prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = conn.Close()
+		srv.Stop()
+	})
+	return s
+}
+
+func decision(name string, seq uint64, desired int32) engine.Decision {
+	return engine.Decision{Target: engine.Target{Namespace: "ns", Name: name}, Strategy: engine.KPA, Sequence: seq, Desired: desired}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestConcurrentAcrossTargetsOneAtATimePerTarget(t *testing.T) {
+	const workers, targets = 8, 50
+	a := &actuator{gate: make(chan struct{})}
+	s := start(t, a, Config{Workers: workers})
+	var ds []engine.Decision
+	for i := range targets {
+		ds = append(ds, decision(fmt.Sprintf("t%d", i), 1, 1))
+	}
+	s.Enqueue(ds)
+	waitFor(t, "a full pool of calls", func() bool { _, all, _ := a.snapshot(); return all == workers })
+	// Newer decisions for targets whose calls are held: they wait, and are
+	// never sent beside the call in flight.
+	for i := range targets {
+		s.Enqueue([]engine.Decision{decision(fmt.Sprintf("t%d", i), 2, 2), decision(fmt.Sprintf("t%d", i), 3, 3)})
+	}
+	close(a.gate)
+	waitFor(t, "every target's newest decision", func() bool {
+		calls, _, _ := a.snapshot()
+		n := 0
+		for _, c := range calls {
+			if c.GetDecisionSequence() == 3 {
+				n++
+			}
+		}
+		return n == targets
+	})
+	calls, maxAll, maxOne := a.snapshot()
+	if maxAll != workers {
+		t.Errorf("most calls in flight = %d, want %d (the pool)", maxAll, workers)
+	}
+	if maxOne != 1 {
+		t.Errorf("most calls in flight for one target = %d, want 1", maxOne)
+	}
+	last := map[string]uint64{}
+	for _, c := range calls {
+		k := c.GetTarget().Key()
+		if c.GetDecisionSequence() <= last[k] {
+			t.Errorf("target %s: sequence %d sent after %d", k, c.GetDecisionSequence(), last[k])
+		}
+		last[k] = c.GetDecisionSequence()
+	}
+	if len(calls) > 2*targets {
+		t.Errorf("%d calls for %d targets with 3 decisions each: a superseded decision was sent", len(calls), targets)
+	}
+	if p := s.Pending(); p != 0 {
+		t.Errorf("Pending() = %d after everything was sent, want 0", p)
+	}
+}
+
+func TestRetryAndRefusal(t *testing.T) {
+	tests := []struct {
+		name      string
+		code      codes.Code
+		wantCalls int
+	}{
+		{"unavailable is retried", codes.Unavailable, 3},
+		{"invalid argument is not", codes.InvalidArgument, 1},
+		{"not found is not", codes.NotFound, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			fails := 2
+			a := &actuator{reply: func(*actuatorv1.ScaleRequest) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if tt.code == codes.Unavailable && fails == 0 {
+					return nil
+				}
+				fails--
+				return status.Error(tt.code, "no")
+			}}
+			s := start(t, a, Config{Workers: 2})
+			s.Enqueue([]engine.Decision{decision("t", 7, 4)})
+			waitFor(t, "the calls", func() bool { c, _, _ := a.snapshot(); return len(c) >= tt.wantCalls })
+			time.Sleep(50 * time.Millisecond) // five backoffs' worth: no further call may come
+			if c, _, _ := a.snapshot(); len(c) != tt.wantCalls {
+				t.Errorf("calls = %d, want %d", len(c), tt.wantCalls)
+			}
+		})
+	}
+}
+
+func TestInvalidAndOlderDecisionsAreNotSent(t *testing.T) {
+	a := &actuator{gate: make(chan struct{})}
+	s := start(t, a, Config{Workers: 1})
+	s.Enqueue([]engine.Decision{decision("busy", 1, 1)})
+	waitFor(t, "the first call", func() bool { c, _, _ := a.snapshot(); return len(c) == 1 })
+	unknown := decision("x", 5, -1)
+	s.Enqueue([]engine.Decision{decision("t", 9, 2), decision("t", 4, 8), unknown})
+	if p := s.Pending(); p != 1 {
+		t.Fatalf("Pending() = %d, want 1 (t's newest only; the invalid one is never queued)", p)
+	}
+	close(a.gate)
+	waitFor(t, "t's call", func() bool { c, _, _ := a.snapshot(); return len(c) == 2 })
+	calls, _, _ := a.snapshot()
+	if got := calls[1]; got.GetTarget().GetName() != "t" || got.GetDecisionSequence() != 9 || got.GetDesiredReplicas() != 2 {
+		t.Errorf("second call = %v, want t's decision 9 for 2 replicas", got)
+	}
+}
