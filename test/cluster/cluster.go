@@ -34,9 +34,26 @@ const dirPrefix = "tidal-cluster-"
 const NodeName = "kwok-node-0"
 
 // podNetSlots is how many clusters can run side by side on one machine: each
-// takes one /20 of 127.1.0.0/16 for its pod IPs (4094 pods), so simulated pod
-// endpoints of two clusters never bind the same address.
+// takes one /16 of loopback for its pod IPs, 127.16.0.0/16 to 127.31.0.0/16
+// (podNet), so simulated pod endpoints of two clusters never bind the same
+// address.
 const podNetSlots = 16
+
+// podNetFirst is the second octet of slot 0's pod range. All of 127.0.0.0/8
+// is loopback on Linux; starting at 127.16 keeps every slot clear of
+// 127.0.0.0/16, where the control plane and the services listen (127.0.0.1).
+const podNetFirst = 16
+
+// PodNet is the loopback range that holds every slot's pod range.
+const PodNet = "127.16.0.0/12"
+
+// podCapacity is the fake node's pod capacity: a /16 holds 65,534 addresses,
+// and kwok hands out one per pod, so this is all the node can use.
+const podCapacity = "65534"
+
+// podNet is the pod range of a slot: a /16, 65,534 pod IPs, enough for the
+// scale test's 10,000 targets with up to five pods each.
+func podNet(slot int) string { return fmt.Sprintf("127.%d.0.0/16", podNetFirst+slot) }
 
 // Options configure Start. The zero value is what tests want.
 type Options struct {
@@ -60,7 +77,8 @@ type Cluster struct {
 	// Kubeconfig is the path of an admin kubeconfig for kubectl and for
 	// processes started by tests.
 	Kubeconfig string
-	// PodCIDR is the range kwok gives pod IPs from, inside 127.1.0.0/16.
+	// PodCIDR is the range kwok gives pod IPs from: a /16 inside PodNet
+	// (127.16.0.0/12), one per cluster running on the machine.
 	PodCIDR string
 	// Client is an admin clientset.
 	Client kubernetes.Interface
@@ -180,7 +198,7 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.slot = release
-	c.PodCIDR = fmt.Sprintf("127.1.%d.0/20", slot*16)
+	c.PodCIDR = podNet(slot)
 
 	keys, err := newPKI(dir)
 	if err != nil {
@@ -429,12 +447,12 @@ func (c *Cluster) createNode(ctx context.Context) error {
 			Allocatable: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse("1k"),
 				corev1.ResourceMemory: resource.MustParse("1Ti"),
-				corev1.ResourcePods:   resource.MustParse("10k"),
+				corev1.ResourcePods:   resource.MustParse(podCapacity),
 			},
 			Capacity: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse("1k"),
 				corev1.ResourceMemory: resource.MustParse("1Ti"),
-				corev1.ResourcePods:   resource.MustParse("10k"),
+				corev1.ResourcePods:   resource.MustParse(podCapacity),
 			},
 		},
 	}

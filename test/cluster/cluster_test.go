@@ -80,12 +80,15 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, loopback, _ := net.ParseCIDR("127.1.0.0/16")
+	_, loopback, _ := net.ParseCIDR(cluster.PodNet)
+	if ones, _ := podNet.Mask.Size(); ones > 16 {
+		t.Errorf("pod range %s: want at least a /16 (20,000 pods and more)", c.PodCIDR)
+	}
 	seen := map[string]bool{}
 	for _, p := range pods {
 		ip := net.ParseIP(p.Status.PodIP)
 		if ip == nil || !loopback.Contains(ip) || !podNet.Contains(ip) {
-			t.Errorf("pod %s IP %q: want an address in %s (inside 127.1.0.0/16)", p.Name, p.Status.PodIP, c.PodCIDR)
+			t.Errorf("pod %s IP %q: want an address in %s (inside %s)", p.Name, p.Status.PodIP, c.PodCIDR, cluster.PodNet)
 		}
 		if seen[p.Status.PodIP] {
 			t.Errorf("pod %s IP %s is shared with another pod", p.Name, p.Status.PodIP)

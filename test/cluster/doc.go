@@ -4,7 +4,7 @@
 // lifecycle of every pod on it. Deployments, ReplicaSets, the scale
 // subresource, CRDs with their validation, RBAC and ServiceAccount tokens
 // behave as on any cluster; pods turn Ready within milliseconds and get IPs
-// in 127.1.0.0/16, so a test can listen on a pod's IP and be that pod.
+// in 127.16.0.0/12, so a test can listen on a pod's IP and be that pod.
 //
 // # Using it in tests
 //
@@ -41,8 +41,8 @@
 // groups, and a test binary killed outright takes the control plane with
 // it. Its directory under $TMPDIR (data, keys, logs, kubeconfig) is deleted by
 // Stop, or by the next Start when its owner died. Ports are free loopback
-// ports picked at start; each running cluster holds one of 16 /20 slices of
-// 127.1.0.0/16 for its pod IPs, so clusters side by side never hand out the
-// same pod address. A component that does not come up in time fails Start
+// ports picked at start; each running cluster holds one of 16 /16 slices of
+// 127.16.0.0/12 for its pod IPs (65,534 each, 127.16.0.0/16 for the first),
+// so clusters side by side never hand out the same pod address. A component that does not come up in time fails Start
 // with the last lines of its log.
 package cluster
