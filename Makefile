@@ -12,7 +12,7 @@ TAG ?=
 PUSH ?= 0
 PLATFORMS ?=
 
-.PHONY: all generate build test unit lint bench conformance conformance-shared run e2e image chart clean
+.PHONY: all generate build test unit lint bench bench-knative conformance conformance-shared run e2e image chart clean
 
 all: build
 
@@ -62,6 +62,14 @@ lint:
 ## bench: every Go benchmark (BENCH=regexp, BENCHTIME=1s); figures go to BENCHMARKS.md.
 bench:
 	$(GO) test -p 1 -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+## bench-knative: tidal and Knative Serving v0.50.0 side by side on the same inputs, in one run, then each
+## pair's ratio (test/benchknative, its own module; the first build takes minutes); bin/bench-knative*.txt keep both.
+bench-knative:
+	@mkdir -p bin
+	set -o pipefail; cd test/benchknative && \
+		$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 60m | tee ../../bin/bench-knative.txt && \
+		$(GO) run ./cmd/benchratio < ../../bin/bench-knative.txt | tee ../../bin/bench-knative-ratios.txt
 
 ## run: the whole system on an embedded cluster with a live table; FOR=3m ends by itself, Ctrl-C ends
 ## it early; writes bin/run-<time>.png and stops everything it started.
