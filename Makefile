@@ -12,7 +12,7 @@ TAG ?=
 PUSH ?= 0
 PLATFORMS ?=
 
-.PHONY: all generate build test unit lint bench bench-knative conformance conformance-shared run e2e image chart clean
+.PHONY: all generate build test unit lint bench bench-knative conformance conformance-shared run e2e scale image chart clean
 
 all: build
 
@@ -82,6 +82,14 @@ run:
 ## e2e: end-to-end tests: the three services as processes, a real API server with kwok pods, kfake.
 e2e:
 	$(GO) test -count=1 -timeout 60m ./test/e2e/...
+
+## scale: the whole system at scale on a test cluster of its own, then a report of latencies and costs
+## (SCALE="-kpa 1000 -lag 100 -for 3m"; defaults: 10,000 KPA + 1,000 lag targets for 10 minutes; "-replicas 2"
+## runs two of each service; bin/tidal-scale -h lists every flag). TestScaleGuard runs 300 targets in `make unit`.
+scale:
+	@mkdir -p bin
+	$(GO) build -o bin/tidal-scale ./test/scale/cmd/scale
+	@bin/tidal-scale $(SCALE)
 
 ## image: the images REGISTRY/tidal-{collector,decider,actuator}:TAG from the Dockerfile (PUSH=1 pushes,
 ## PLATFORMS=linux/amd64,linux/arm64 uses buildx); skipped where no docker or podman answers.

@@ -1,0 +1,98 @@
+// Command scale is `make scale`: it starts a test cluster, the three
+// services as processes and thousands of targets with simulated pods and
+// switching load, then prints what the run measured (package test/scale).
+//
+//	go run ./test/scale/cmd/scale -kpa 1000 -lag 100 -for 3m
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/scale"
+	"github.com/tidalscale/tidal/test/system"
+)
+
+// namespace holds every target; the cluster is the run's own.
+const namespace = "scale"
+
+func main() {
+	var cfg scale.Config
+	cfg.RegisterFlags(flag.CommandLine)
+	logDir := flag.String("log-dir", "", "Keep the services' logs in this directory; empty means a temporary one, removed at the end.")
+	flag.Parse()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C kills at once; children die with us (Pdeathsig)
+	}()
+	if err := run(ctx, cfg, *logDir, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg scale.Config, logDir string, out io.Writer) error {
+	start := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{Log: out})
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	defer c.Stop()
+	binDir, err := system.BuildTemp(ctx, out)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(binDir) }()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("namespace %s: %w", namespace, err)
+	}
+	rep, err := scale.Run(ctx, cfg, scale.Env{Cluster: c, Namespace: namespace, BinDir: binDir, LogDir: logDir, Log: out})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n%s, %s, %d CPUs, run took %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), revision(), numCPU(), time.Since(start).Round(time.Second))
+	rep.Write(out)
+	return nil
+}
+
+// revision is the checkout's commit as the Go build stamped it.
+func revision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "commit unknown"
+	}
+	rev, dirty := "unknown", ""
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = " with uncommitted changes"
+			}
+		}
+	}
+	return "commit " + rev + dirty
+}
+
+func numCPU() int { return runtime.NumCPU() }

@@ -1,0 +1,215 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/tidalscale/tidal/collector/queuestat"
+	"github.com/tidalscale/tidal/test/workload"
+)
+
+// kpaLabel marks the Deployments (and pods) of KPA targets; its value is the
+// target's name.
+const kpaLabel = "tidal-scale-kpa"
+
+// podFarm is every KPA target's pods in one process: one pod informer over
+// the namespace, one listener per Ready pod's IP at the queue-proxy port,
+// and one HTTP server behind all listeners that answers with the pod's
+// share of its target's concurrency. It is cheap where test/workload is
+// thorough: no queueing model and no per-target informer or ticker, so ten
+// thousand targets cost one watch.
+type podFarm struct {
+	srv *http.Server
+
+	// mu guards pods, byIP and ready.
+	mu    sync.Mutex
+	pods  map[string]*farmPod // by pod name
+	byIP  map[string]*farmPod
+	ready map[string]int // Ready pods by target
+	// loads is each target's total concurrency (float64 bits), set by
+	// SetLoad; read without mu.
+	loads sync.Map // target → *atomic.Uint64
+
+	listenErrs atomic.Int64
+	firstErr   atomic.Value // error
+}
+
+type farmPod struct {
+	name, target, ip string
+	start            time.Time
+	l                net.Listener
+}
+
+func newPodFarm() *podFarm {
+	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, ready: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+queuestat.Path, f.serveStat)
+	f.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	return f
+}
+
+// SetLoad sets a target's total concurrency, spread over its Ready pods.
+func (f *podFarm) SetLoad(target string, concurrency float64) {
+	v, _ := f.loads.LoadOrStore(target, new(atomic.Uint64))
+	v.(*atomic.Uint64).Store(math.Float64bits(concurrency))
+}
+
+func (f *podFarm) load(target string) float64 {
+	v, ok := f.loads.Load(target)
+	if !ok {
+		return 0
+	}
+	return math.Float64frombits(v.(*atomic.Uint64).Load())
+}
+
+// Run watches the namespace's KPA pods and serves them until ctx ends. It
+// returns once the pod informer has synced; stop waits for the shutdown.
+func (f *podFarm) Run(ctx context.Context, client kubernetes.Interface, ns string) (stop func(), err error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kpaLabel }))
+	inf := factory.Core().V1().Pods().Informer()
+	sync := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			if workload.PodReady(p) {
+				f.add(p)
+			} else {
+				f.remove(p.Name)
+			}
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    sync,
+		UpdateFunc: func(_, obj any) { sync(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				f.remove(p.Name)
+			}
+		},
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	factory.Start(runCtx.Done())
+	stop = func() {
+		cancel()
+		factory.Shutdown()
+		_ = f.srv.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, p := range f.pods {
+			_ = p.l.Close()
+		}
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		stop()
+		return nil, fmt.Errorf("pod farm: pod informer did not sync: %w", ctx.Err())
+	}
+	return stop, nil
+}
+
+func (f *podFarm) add(p *corev1.Pod) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old, ok := f.pods[p.Name]; ok {
+		if old.ip == p.Status.PodIP {
+			return
+		}
+		f.removeLocked(old)
+	}
+	addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(queuestat.Port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		f.listenErrs.Add(1)
+		f.firstErr.CompareAndSwap(nil, fmt.Errorf("pod %s: listen %s: %w", p.Name, addr, err))
+		return
+	}
+	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), l: l}
+	f.pods[p.Name] = fp
+	f.byIP[fp.ip] = fp
+	f.ready[fp.target]++
+	go func() { _ = f.srv.Serve(l) }()
+}
+
+func (f *podFarm) remove(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.pods[name]; ok {
+		f.removeLocked(p)
+	}
+}
+
+func (f *podFarm) removeLocked(p *farmPod) {
+	delete(f.pods, p.name)
+	if f.byIP[p.ip] == p {
+		delete(f.byIP, p.ip)
+	}
+	if f.ready[p.target]--; f.ready[p.target] <= 0 {
+		delete(f.ready, p.target)
+	}
+	_ = p.l.Close()
+}
+
+// Err is the first listen error and how many there were.
+func (f *podFarm) Err() (int64, error) {
+	err, _ := f.firstErr.Load().(error)
+	return f.listenErrs.Load(), err
+}
+
+// Pods is how many pods are being served.
+func (f *podFarm) Pods() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pods)
+}
+
+// serveStat answers for the pod whose IP the connection was made to.
+func (f *podFarm) serveStat(rw http.ResponseWriter, r *http.Request) {
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok {
+		http.Error(rw, "no local address", http.StatusInternalServerError)
+		return
+	}
+	f.mu.Lock()
+	p, ok := f.byIP[tcp.IP.String()]
+	var ready int
+	if ok {
+		ready = f.ready[p.target]
+	}
+	f.mu.Unlock()
+	if !ok || ready == 0 {
+		http.Error(rw, "pod not ready", http.StatusServiceUnavailable)
+		return
+	}
+	now := time.Now()
+	c := f.load(p.target) / float64(ready)
+	b := queuestat.Marshal(queuestat.Stat{
+		PodName:                   p.name,
+		AverageConcurrentRequests: c,
+		// One request a second per unit of concurrency: a 1 s request.
+		RequestCount:  c,
+		ProcessUptime: now.Sub(p.start).Seconds(),
+		Timestamp:     now.Unix(),
+	})
+	rw.Header().Set("Content-Type", queuestat.ContentType)
+	rw.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = rw.Write(b)
+}

@@ -1,0 +1,203 @@
+package scale
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat: 100
+// on every Linux architecture Go supports.
+const clockTicks = 100
+
+// findPID finds the process whose command line holds arg (a service's
+// unique --grpc-addr value), since test/system keeps its PIDs to itself.
+func findPID(arg string) (int, error) {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range bytes.Split(b, []byte{0}) {
+			if string(a) == arg {
+				return strconv.Atoi(filepath.Base(d))
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process has %q on its command line", arg)
+}
+
+// cpuTime is a process's user plus system CPU time so far.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after it follow
+	// the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	// utime and stime are fields 14 and 15 of the whole line, 12 and 13
+	// after the name.
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// rssBytes is a process's resident set size.
+func rssBytes(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// metricValues returns the sum of each metric of name in Prometheus text,
+// grouped by the value of label (all in "" when label is empty).
+func metricValues(text []byte, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		sp := strings.LastIndexByte(rest, ' ')
+		if sp < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(rest[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		key := ""
+		if label != "" {
+			key = labelValue(rest[:sp], label)
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// labelValue is label's value in a {a="x",b="y"} label set.
+func labelValue(set, label string) string {
+	i := strings.Index(set, label+`="`)
+	if i < 0 || (i > 0 && set[i-1] != '{' && set[i-1] != ',') {
+		return ""
+	}
+	v := set[i+len(label)+2:]
+	if j := strings.IndexByte(v, '"'); j >= 0 {
+		return v[:j]
+	}
+	return ""
+}
+
+// goroutines reads go_goroutines from a service's /metrics.
+func goroutines(ctx context.Context, httpAddr string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := metricValues(b, "go_goroutines", "")[""]
+	if !ok {
+		return 0, fmt.Errorf("%s/metrics: no go_goroutines", httpAddr)
+	}
+	return int(v), nil
+}
+
+// apiRequests reads the API server's apiserver_request_total, summed by
+// verb and by resource[/subresource] verb, through the admin client.
+func apiRequests(ctx context.Context, client kubernetes.Interface) (byVerb, byResource map[string]float64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("API server metrics: %w", err)
+	}
+	byVerb = metricValues(b, "apiserver_request_total", "verb")
+	byResource = map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		sp := strings.LastIndexByte(rest, ' ')
+		v, err := strconv.ParseFloat(rest[sp+1:], 64)
+		if sp < 0 || err != nil {
+			continue
+		}
+		set := "{" + rest[:sp]
+		res := labelValue(set, "resource")
+		if sub := labelValue(set, "subresource"); sub != "" {
+			res += "/" + sub
+		}
+		byResource[res+" "+labelValue(set, "verb")] += v
+	}
+	return byVerb, byResource, nil
+}
+
+// logLevels counts a JSON log's lines at level warn and error (or above).
+func logLevels(path string) (warn, errs int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case bytes.Contains(line, []byte(`"level":"warn"`)):
+			warn++
+		case bytes.Contains(line, []byte(`"level":"error"`)), bytes.Contains(line, []byte(`"level":"dpanic"`)),
+			bytes.Contains(line, []byte(`"level":"panic"`)), bytes.Contains(line, []byte(`"level":"fatal"`)):
+			errs++
+		}
+	}
+	return warn, errs, sc.Err()
+}

@@ -1,0 +1,181 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// procWatch measures the service processes over the steady phase: CPU from
+// /proc/PID/stat, RSS from /proc/PID/status, goroutines from each one's
+// /metrics, and the API server's requests from its /metrics.
+type procWatch struct {
+	procs []watched
+
+	t0, t1     time.Time
+	api0, api1 map[string]float64 // by verb
+	res0, res1 map[string]float64 // by "resource[/subresource] verb"
+
+	// mu guards the samples in procs.
+	mu sync.Mutex
+}
+
+type watched struct {
+	p                    serviceProc
+	pid                  int
+	cpu0, cpu1           time.Duration
+	rss, maxRSS          int64
+	goroutines, maxGorou int
+}
+
+func newProcWatch(s *services) (*procWatch, error) {
+	w := &procWatch{}
+	for _, p := range s.Procs {
+		pid, err := findPID(p.GRPCAddr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		w.procs = append(w.procs, watched{p: p, pid: pid})
+	}
+	return w, nil
+}
+
+func (w *procWatch) begin(ctx context.Context, client kubernetes.Interface) error {
+	var err error
+	if w.api0, w.res0, err = apiRequests(ctx, client); err != nil {
+		return err
+	}
+	w.t0 = time.Now()
+	for i := range w.procs {
+		if w.procs[i].cpu0, err = cpuTime(w.procs[i].pid); err != nil {
+			return fmt.Errorf("%s: %w", w.procs[i].p.Name, err)
+		}
+	}
+	return nil
+}
+
+func (w *procWatch) end(ctx context.Context, client kubernetes.Interface) error {
+	var err error
+	w.t1 = time.Now()
+	for i := range w.procs {
+		if w.procs[i].cpu1, err = cpuTime(w.procs[i].pid); err != nil {
+			return fmt.Errorf("%s: %w", w.procs[i].p.Name, err)
+		}
+	}
+	w.look(ctx)
+	w.api1, w.res1, err = apiRequests(ctx, client)
+	return err
+}
+
+// look samples RSS and goroutines once.
+func (w *procWatch) look(ctx context.Context) {
+	for i := range w.procs {
+		p := &w.procs[i]
+		rss, err1 := rssBytes(p.pid)
+		g, err2 := goroutines(ctx, p.p.HTTPAddr)
+		w.mu.Lock()
+		if err1 == nil {
+			p.rss, p.maxRSS = rss, max(p.maxRSS, rss)
+		}
+		if err2 == nil {
+			p.goroutines, p.maxGorou = g, max(p.maxGorou, g)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// sample looks every interval until ctx ends, logging progress every 30 s.
+func (w *procWatch) sample(ctx context.Context, every time.Duration, logf func(string, ...any), rec *recorder, farm *podFarm) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastLog := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.look(ctx)
+		if time.Since(lastLog) >= 30*time.Second {
+			lastLog = time.Now()
+			kpa, _ := rec.undecided()
+			res := rec.results(time.Now())
+			n, lost := 0, 0
+			for _, r := range res {
+				if !r.already {
+					n++
+					if r.firstMove.IsZero() {
+						lost++
+					}
+				}
+			}
+			logf("%d pods served, %d load changes so far (%d not applied yet), %d KPA targets still without a decision", farm.Pods(), n, lost, kpa)
+		}
+	}
+}
+
+// ProcReport is one service process's cost over the steady phase.
+type ProcReport struct {
+	Name, Service string
+	// CPUCores is the mean CPU use over the steady phase.
+	CPUCores float64
+	// RSSMB and MaxRSSMB are the resident set at the end and the most seen.
+	RSSMB, MaxRSSMB float64
+	// Goroutines and MaxGoroutines are go_goroutines at the end and the most
+	// seen.
+	Goroutines, MaxGoroutines int
+	// Warnings and Errors count its log lines at those levels over the whole
+	// run.
+	Warnings, Errors int
+}
+
+func (w *procWatch) report(s *services) []ProcReport {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []ProcReport
+	secs := w.t1.Sub(w.t0).Seconds()
+	for _, p := range w.procs {
+		r := ProcReport{
+			Name: p.p.Name, Service: p.p.Service,
+			CPUCores: (p.cpu1 - p.cpu0).Seconds() / secs,
+			RSSMB:    float64(p.rss) / (1 << 20), MaxRSSMB: float64(p.maxRSS) / (1 << 20),
+			Goroutines: p.goroutines, MaxGoroutines: p.maxGorou,
+		}
+		r.Warnings, r.Errors, _ = logLevels(s.logPath(p.p))
+		out = append(out, r)
+	}
+	order := map[string]int{"collector": 0, "decider": 1, "actuator": 2}
+	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Service] < order[out[j].Service] })
+	return out
+}
+
+// Rate is a count per second over the steady phase.
+type Rate struct {
+	Key    string
+	PerSec float64
+}
+
+// requests are the API server's requests per second by verb and the ten
+// busiest resource and verb pairs, over the steady phase.
+func (w *procWatch) requests() (byVerb, byResource []Rate) {
+	secs := w.t1.Sub(w.t0).Seconds()
+	rates := func(a, b map[string]float64) []Rate {
+		var out []Rate
+		for k, v := range b {
+			if d := v - a[k]; d > 0 {
+				out = append(out, Rate{k, d / secs})
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].PerSec > out[j].PerSec })
+		return out
+	}
+	byVerb, byResource = rates(w.api0, w.api1), rates(w.res0, w.res1)
+	if len(byResource) > 10 {
+		byResource = byResource[:10]
+	}
+	return byVerb, byResource
+}

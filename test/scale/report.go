@@ -1,0 +1,243 @@
+package scale
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a run measured. Durations are zero where nothing was
+// measured.
+type Report struct {
+	Config Config
+	// Creation is how long creating every target took.
+	Creation time.Duration
+	// FirstDecisionAll is from the start of creation until the last KPA
+	// target's first decision was recorded (zero when some never were);
+	// FirstDecisionP50 and P99 are per target, from its own creation.
+	// Undecided KPA targets had none when the steady phase began.
+	FirstDecisionAll, FirstDecisionP50, FirstDecisionP99 time.Duration
+	Undecided                                            int
+	// LagScaledP50 and P99 are from a lag target's creation until its
+	// Deployment first had replicas; LagUnscaled never had.
+	LagScaledP50, LagScaledP99 time.Duration
+	LagUnscaled                int
+
+	// Steady is the length of the steady phase, Pods the simulated pods
+	// served at its end, ListenErrors the pod IPs that could not be served.
+	Steady       time.Duration
+	Pods         int
+	ListenErrors int64
+
+	// Changes are the load changes measured; Already those made when
+	// spec.replicas already had the new level's count (not measured); Lost
+	// those with no move of spec.replicas towards it before the next.
+	Changes, Already, Lost int
+	// MoveP50, MoveP99 and MoveMax: load change → first move of
+	// spec.replicas towards the new count, over the changes not lost.
+	MoveP50, MoveP99, MoveMax time.Duration
+	// ReachP50 and ReachP99: load change → spec.replicas equal to the new
+	// count; NotReached never got there before the next change.
+	ReachP50, ReachP99 time.Duration
+	NotReached         int
+	// LostExamples name a few lost changes.
+	LostExamples []string
+
+	// DecisionAgeP50 and Max: how old decisions were (from the decider's
+	// sequence) when a PodAutoscaler's status.lastDecision showed them,
+	// over the last 30 s of the steady phase; DecisionsLast30s counts them.
+	DecisionAgeP50, DecisionAgeMax time.Duration
+	DecisionsLast30s               int
+
+	Procs []ProcReport
+	// Requests are the API server's requests per second by verb over the
+	// steady phase, from every client (the control plane's own too);
+	// RequestsByResource the ten busiest resource and verb pairs.
+	Requests, RequestsByResource []Rate
+}
+
+// percentile is the q-quantile (nearest rank) of sorted ds.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	return ds[max(0, min(i, len(ds)-1))]
+}
+
+func sortDurations(ds []time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+}
+
+func (r *Report) firstDecisions(rec *recorder, createStart time.Time) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var per, lag []time.Duration
+	var last time.Time
+	for _, k := range rec.kpa {
+		if k.firstDecision.IsZero() {
+			r.Undecided++
+			continue
+		}
+		per = append(per, k.firstDecision.Sub(k.created))
+		if k.firstDecision.After(last) {
+			last = k.firstDecision
+		}
+	}
+	for _, l := range rec.lag {
+		if l.firstScaled.IsZero() {
+			r.LagUnscaled++
+			continue
+		}
+		lag = append(lag, l.firstScaled.Sub(l.created))
+	}
+	sortDurations(per)
+	sortDurations(lag)
+	if r.Undecided == 0 {
+		r.FirstDecisionAll = last.Sub(createStart)
+	}
+	r.FirstDecisionP50, r.FirstDecisionP99 = percentile(per, 0.5), percentile(per, 0.99)
+	r.LagScaledP50, r.LagScaledP99 = percentile(lag, 0.5), percentile(lag, 0.99)
+}
+
+func (r *Report) changes(res []changeResult) {
+	var moves, reach []time.Duration
+	for _, c := range res {
+		if c.already {
+			r.Already++
+			continue
+		}
+		r.Changes++
+		if c.firstMove.IsZero() {
+			r.Lost++
+			if len(r.LostExamples) < 5 {
+				r.LostExamples = append(r.LostExamples, fmt.Sprintf("%s at %s: %d → %d pods (spec.replicas %d)",
+					c.target, c.change.at.Format("15:04:05.000"), c.change.from, c.change.to, c.change.replicasAt))
+			}
+			continue
+		}
+		moves = append(moves, c.firstMove.Sub(c.change.at))
+		if c.reached.IsZero() {
+			r.NotReached++
+		} else {
+			reach = append(reach, c.reached.Sub(c.change.at))
+		}
+	}
+	sortDurations(moves)
+	sortDurations(reach)
+	r.MoveP50, r.MoveP99 = percentile(moves, 0.5), percentile(moves, 0.99)
+	if len(moves) > 0 {
+		r.MoveMax = moves[len(moves)-1]
+	}
+	r.ReachP50, r.ReachP99 = percentile(reach, 0.5), percentile(reach, 0.99)
+}
+
+func (r *Report) decisionAges(rec *recorder, from, to time.Time) {
+	rec.mu.Lock()
+	var ages []time.Duration
+	for _, d := range rec.decisions {
+		if !d.at.Before(from) && !d.at.After(to) {
+			ages = append(ages, d.age)
+		}
+	}
+	rec.mu.Unlock()
+	sortDurations(ages)
+	r.DecisionsLast30s = len(ages)
+	r.DecisionAgeP50 = percentile(ages, 0.5)
+	if len(ages) > 0 {
+		r.DecisionAgeMax = ages[len(ages)-1]
+	}
+}
+
+// secs formats a duration in seconds with one decimal.
+func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+
+// FirstDecisionLine is the report's line on first decisions.
+func (r *Report) FirstDecisionLine() string {
+	all := "not all"
+	if r.Undecided == 0 {
+		all = secs(r.FirstDecisionAll)
+	}
+	return fmt.Sprintf("%s (per target p50 %s / p99 %s); %d of %d without one",
+		all, secs(r.FirstDecisionP50), secs(r.FirstDecisionP99), r.Undecided, r.Config.KPATargets)
+}
+
+// Write prints the report as a table.
+func (r *Report) Write(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "tidal scale: %d KPA targets (%d–%d pods each) + %d lag targets; %.0f %% of the KPA targets switch load every %s; %d replica(s) of each service; stable window %s\n\n",
+		c.KPATargets, c.MinPods, c.MaxPods, c.LagTargets, c.SwitchFraction*100, c.SwitchPeriod, c.Replicas, c.StableWindow)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("creation (Deployments, PodAutoscalers, Topics, Functions)", fmt.Sprintf("%s (%.0f targets/s)", secs(r.Creation),
+		float64(c.KPATargets+c.LagTargets)/r.Creation.Seconds()))
+	row("all KPA targets' first decision recorded", r.FirstDecisionLine())
+	if c.LagTargets > 0 {
+		row("lag targets scaled from zero, per target p50 / p99", fmt.Sprintf("%s / %s; %d of %d never", secs(r.LagScaledP50), secs(r.LagScaledP99), r.LagUnscaled, c.LagTargets))
+	}
+	row("steady phase", fmt.Sprintf("%s, %d simulated pods served at the end (%d pod IPs not served)", secs(r.Steady), r.Pods, r.ListenErrors))
+	row("load change → spec.replicas first moves, p50 / p99 / max", fmt.Sprintf("%s / %s / %s", secs(r.MoveP50), secs(r.MoveP99), secs(r.MoveMax)))
+	row("load change → spec.replicas at the new count, p50 / p99", fmt.Sprintf("%s / %s (%d not there before the next change)", secs(r.ReachP50), secs(r.ReachP99), r.NotReached))
+	row("load changes never applied before the next one", fmt.Sprintf("%d / %d (and %d made when spec.replicas already matched)", r.Lost, r.Changes, r.Already))
+	row("decision → recorded by the actuator, last 30 s, p50 / max", fmt.Sprintf("%s / %s (%d decisions)", secs(r.DecisionAgeP50), secs(r.DecisionAgeMax), r.DecisionsLast30s))
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	names := []string{""}
+	for _, p := range r.Procs {
+		names = append(names, p.Name)
+	}
+	names = append(names, "all")
+	fmt.Fprintln(tw, strings.Join(names, "\t")+"\t")
+	var cpu, rss float64
+	var g, warn, errs int
+	line := func(label string, f func(p ProcReport) string, total string) {
+		cells := []string{label}
+		for _, p := range r.Procs {
+			cells = append(cells, f(p))
+		}
+		fmt.Fprintln(tw, strings.Join(append(cells, total), "\t")+"\t")
+	}
+	for _, p := range r.Procs {
+		cpu += p.CPUCores
+		rss += p.RSSMB
+		g += p.Goroutines
+		warn += p.Warnings
+		errs += p.Errors
+	}
+	line("CPU cores (steady mean)", func(p ProcReport) string { return fmt.Sprintf("%.3f", p.CPUCores) }, fmt.Sprintf("%.3f", cpu))
+	line("RSS MB (end)", func(p ProcReport) string { return fmt.Sprintf("%.0f", p.RSSMB) }, fmt.Sprintf("%.0f", rss))
+	line("RSS MB (max)", func(p ProcReport) string { return fmt.Sprintf("%.0f", p.MaxRSSMB) }, "")
+	line("goroutines (end)", func(p ProcReport) string { return fmt.Sprint(p.Goroutines) }, fmt.Sprint(g))
+	line("goroutines (max)", func(p ProcReport) string { return fmt.Sprint(p.MaxGoroutines) }, "")
+	line("warn log lines", func(p ProcReport) string { return fmt.Sprint(p.Warnings) }, fmt.Sprint(warn))
+	line("error log lines", func(p ProcReport) string { return fmt.Sprint(p.Errors) }, fmt.Sprint(errs))
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	var parts []string
+	total := 0.0
+	for _, q := range r.Requests {
+		parts = append(parts, fmt.Sprintf("%s %.1f", q.Key, q.PerSec))
+		total += q.PerSec
+	}
+	fmt.Fprintf(w, "Kubernetes requests/s, all clients, steady phase: %.1f (%s)\n", total, strings.Join(parts, ", "))
+	parts = parts[:0]
+	for _, q := range r.RequestsByResource {
+		parts = append(parts, fmt.Sprintf("%s %.1f", q.Key, q.PerSec))
+	}
+	fmt.Fprintf(w, "busiest: %s\n", strings.Join(parts, ", "))
+	if len(r.LostExamples) > 0 {
+		fmt.Fprintf(w, "lost changes, first %d: %s\n", len(r.LostExamples), strings.Join(r.LostExamples, "; "))
+	}
+	fmt.Fprintln(w, `
+"first moves": the first change of spec.replicas after a load change in its direction (towards the new level's
+replicas from where spec.replicas was), as a Deployment informer saw it; "lost": none before the target's next
+load change (every change has at least one switch period). "decision → recorded": informer time of a
+PodAutoscaler status.lastDecision minus the decision's sequence (the decider's time in Unix ms).`)
+}

@@ -1,0 +1,84 @@
+package scale_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/scale"
+	"github.com/tidalscale/tidal/test/system"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+// Guard bounds. They catch regressions (a decision path that stalls, drops
+// changes or falls behind), not slowness: on an idle 2-core machine a load
+// change reaches spec.replicas in about 3 to 6 s (a scrape a second, half
+// the 6 s stable window for the average to cross the boundary, the next
+// 2 s tick, then the decider, the actuator and the API server), and `make
+// test` may run other packages' clusters beside this one, which has been
+// seen to double that. 20 s is three times the idle figure and still two
+// thirds of the switch period, so a change that takes longer is on its way
+// to being lost.
+const (
+	guardTargets  = 300
+	guardLag      = 30
+	guardDuration = 2 * time.Minute
+	maxChangeLag  = 20 * time.Second
+	// guardTimeout bounds the whole run: creation (seconds), the first
+	// decisions (settle, 3 min at most), the steady phase and shutdown. It
+	// is this test's own deadline, well inside `make unit`'s 60 min.
+	guardTimeout = 15 * time.Minute
+)
+
+// TestScaleGuard runs the scale test at 300 KPA targets (1–5 pods each, a
+// fifth of them switching load every 30 s) and 30 lag targets for two
+// minutes, and fails when a load change is never applied before the next
+// one, or is applied later than maxChangeLag.
+func TestScaleGuard(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), guardTimeout)
+	defer cancel()
+	var buildLog bytes.Buffer
+	binDir, err := system.BuildTemp(ctx, &buildLog)
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, buildLog.String())
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(binDir) })
+
+	cfg := scale.DefaultConfig()
+	cfg.KPATargets, cfg.LagTargets, cfg.Duration = guardTargets, guardLag, guardDuration
+	cfg.Settle = 3 * time.Minute
+	rep, err := scale.Run(ctx, cfg, scale.Env{Cluster: c, Namespace: ns, BinDir: binDir, Log: testWriter{t}})
+	if err != nil {
+		t.Fatalf("scale run: %v", err)
+	}
+	var out bytes.Buffer
+	rep.Write(&out)
+	t.Logf("report:\n%s", out.String())
+
+	// Without changes or pods the run measured nothing.
+	if want := guardTargets / 10; rep.Changes < want {
+		t.Errorf("load changes measured = %d, want at least %d", rep.Changes, want)
+	}
+	if rep.ListenErrors > 0 {
+		t.Errorf("pod IPs not served = %d, want 0", rep.ListenErrors)
+	}
+	if rep.Lost > 0 {
+		t.Errorf("load changes never applied before the next one = %d of %d, want 0; first: %v", rep.Lost, rep.Changes, rep.LostExamples)
+	}
+	if rep.MoveMax > maxChangeLag {
+		t.Errorf("load change → spec.replicas max = %v (p99 %v), want at most %v", rep.MoveMax, rep.MoveP99, maxChangeLag)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}

@@ -1,0 +1,124 @@
+package scale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/system"
+)
+
+// services are the run's processes and the broker: Replicas actuators,
+// deciders (decider i sends to actuator i) and collectors (each streaming to
+// every decider, split by rendezvous hashing, and sharing targets through
+// bucket Leases), all started with test/system's Proc.
+type services struct {
+	Kafka   *kfake.Cluster
+	Brokers []string
+	// Procs are every service process, each with its service's name.
+	Procs   []serviceProc
+	logDir  string
+	cfgDir  string
+	ownLogs bool
+}
+
+type serviceProc struct {
+	Service string // collector, decider or actuator
+	*system.Proc
+}
+
+// startServices brings the services up, actuators first, each waited for
+// until it is SERVING. On error it stops what it started.
+func startServices(ctx context.Context, binDir string, c *cluster.Cluster, replicas int, autoscaler map[string]string, logDir string, log io.Writer) (_ *services, err error) {
+	s := &services{logDir: logDir}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	if s.logDir == "" {
+		if s.logDir, err = os.MkdirTemp("", "tidal-scale-logs-"); err != nil {
+			return nil, fmt.Errorf("log directory: %w", err)
+		}
+		s.ownLogs = true
+	}
+	if s.cfgDir, err = os.MkdirTemp("", "tidal-scale-config-"); err != nil {
+		return nil, fmt.Errorf("config directory: %w", err)
+	}
+	for k, v := range autoscaler {
+		if err := os.WriteFile(filepath.Join(s.cfgDir, k), []byte(v), 0o644); err != nil {
+			return nil, fmt.Errorf("config-autoscaler %s: %w", k, err)
+		}
+	}
+	if s.Kafka, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	s.Brokers = s.Kafka.ListenAddrs()
+	brokers := strings.Join(s.Brokers, ",")
+
+	start := func(svc, name string, args ...string) (*system.Proc, error) {
+		p, err := system.NewProc(name, binDir, svc, s.logDir, args...)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.Start(ctx, time.Minute); err != nil {
+			return nil, err
+		}
+		s.Procs = append(s.Procs, serviceProc{Service: svc, Proc: p})
+		fmt.Fprintf(log, "scale: %s serving on %s (metrics %s)\n", name, p.GRPCAddr, p.HTTPAddr)
+		return p, nil
+	}
+	var deciders []string
+	for i := range replicas {
+		a, err := start("actuator", fmt.Sprintf("actuator-%d", i), "--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig,
+			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers)
+		if err != nil {
+			return nil, err
+		}
+		d, err := start("decider", fmt.Sprintf("decider-%d", i), "--actuator-addr", a.GRPCAddr, "--config-autoscaler", s.cfgDir)
+		if err != nil {
+			return nil, err
+		}
+		deciders = append(deciders, d.GRPCAddr)
+	}
+	for i := range replicas {
+		name := fmt.Sprintf("collector-%d", i)
+		if _, err := start("collector", name, "--decider-addr", strings.Join(deciders, ","), "--collector-id", name,
+			"--kubeconfig", c.Kubeconfig, "--kafka-brokers", brokers); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// logPath is where a process's log is (test/system names it so).
+func (s *services) logPath(p serviceProc) string { return filepath.Join(s.logDir, p.Name+".log") }
+
+// Stop stops the collectors first, then the deciders and the actuators, so
+// no decision is in flight when the actuators go, then the broker.
+func (s *services) Stop() error {
+	var errs []error
+	for _, svc := range []string{"collector", "decider", "actuator"} {
+		for _, p := range s.Procs {
+			if p.Service == svc {
+				errs = append(errs, p.Stop(15*time.Second))
+			}
+		}
+	}
+	if s.Kafka != nil {
+		s.Kafka.Close()
+	}
+	_ = os.RemoveAll(s.cfgDir)
+	if s.ownLogs {
+		_ = os.RemoveAll(s.logDir)
+	}
+	return errors.Join(errs...)
+}
