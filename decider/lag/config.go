@@ -122,6 +122,10 @@ type Config struct {
 	ExcludePersistentLag bool
 	// LimitToPartitionsWithLag caps at the number of partitions with lag.
 	LimitToPartitionsWithLag bool
+	// EnsureEvenDistributionOfPartitions rounds the lag-implied replica
+	// count up to the next factor of the partition count, so every
+	// consumer gets as many partitions as every other.
+	EnsureEvenDistributionOfPartitions bool
 	// PartitionLimitation lists the partition ids to consider; nil means all.
 	PartitionLimitation []int32
 	// Tolerance is the HPA's tolerance (0.1): no change while the usage ratio
@@ -216,6 +220,9 @@ func (c *Config) Validate() error {
 	if c.AllowIdleConsumers && c.LimitToPartitionsWithLag {
 		return configErr("limitToPartitionsWithLag", true, "false when allowIdleConsumers is true")
 	}
+	if c.EnsureEvenDistributionOfPartitions && c.LimitToPartitionsWithLag {
+		return configErr("ensureEvenDistributionOfPartitions", true, "false when limitToPartitionsWithLag is true")
+	}
 	for _, p := range c.PartitionLimitation {
 		if p < 0 || p >= maxPartitionID {
 			return configErr("partitionLimitation", p, fmt.Sprintf("partition ids in [0, %d)", maxPartitionID))
@@ -236,7 +243,8 @@ func (c *Config) Validate() error {
 // pollingInterval, cooldownPeriod (seconds), minReplicaCount, maxReplicaCount,
 // lagThreshold, activationLagThreshold, offsetResetPolicy,
 // allowIdleConsumers, scaleToZeroOnInvalidOffset, excludePersistentLag,
-// limitToPartitionsWithLag, partitionLimitation (KEDA); and tidal's
+// limitToPartitionsWithLag, ensureEvenDistributionOfPartitions,
+// partitionLimitation (KEDA); and tidal's
 // faithful, topic, tickInterval, idleTimeout, lagForOne, lagForMax,
 // tolerance, scaleDownStabilization (Go durations). An unknown key is an
 // error.
@@ -307,6 +315,8 @@ func (c *Config) set(key, v string) error {
 		c.ExcludePersistentLag, err = parseBool(key, v)
 	case "limitToPartitionsWithLag":
 		c.LimitToPartitionsWithLag, err = parseBool(key, v)
+	case "ensureEvenDistributionOfPartitions":
+		c.EnsureEvenDistributionOfPartitions, err = parseBool(key, v)
 	case "partitionLimitation":
 		c.PartitionLimitation, err = ParsePartitionLimitation(v)
 	case "tolerance":

@@ -97,7 +97,15 @@ func (s *Scaler) keda(d *Decision, in *Input, now time.Time) {
 	}
 
 	thr := s.cfg.LagThreshold
-	if !s.cfg.AllowIdleConsumers || s.cfg.LimitToPartitionsWithLag {
+	if s.cfg.EnsureEvenDistributionOfPartitions {
+		// The total stands for the smallest factor of the partition count
+		// that covers it, so the consumers share the partitions evenly;
+		// beyond the largest factor (the count itself) the cap below holds.
+		if f, ok := nextFactor(k.TotalLag, int64(d.PartitionCount), thr); ok {
+			k.TotalLag = f * thr
+		}
+	}
+	if !s.cfg.AllowIdleConsumers || s.cfg.LimitToPartitionsWithLag || s.cfg.EnsureEvenDistributionOfPartitions {
 		k.CapApplies = true
 		k.UpperBound = int64(d.PartitionCount)
 		d.CapReason = CapPartitions
@@ -219,3 +227,19 @@ func (s *Scaler) stabilize(now time.Time, rec int32) int32 {
 }
 
 func (s *Scaler) resetRecs() { s.recHead, s.recLen = 0, 0 }
+
+// nextFactor returns the smallest factor f of partitions with
+// f × threshold ≥ total; ok is false when there is none (no partitions, or
+// a total above partitions × threshold).
+func nextFactor(total, partitions, threshold int64) (int64, bool) {
+	for f := int64(1); f <= partitions; f++ {
+		if partitions%f != 0 {
+			continue
+		}
+		// f*threshold >= total without the product, which could overflow.
+		if total <= 0 || (total-1)/threshold < f {
+			return f, true
+		}
+	}
+	return 0, false
+}

@@ -3,6 +3,7 @@ package system
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"time"
 )
@@ -24,7 +25,7 @@ func WriteRow(w io.Writer, start time.Time, target string, s Sample) {
 		if s.Lag != nil {
 			observed = fmt.Sprintf("lag %d", s.Lag.GetTotalLag())
 		} else {
-			observed = fmt.Sprintf("%.1f", s.Observed())
+			observed = oneDecimal(s.Observed())
 		}
 	}
 	num := func(v int32) string {
@@ -33,8 +34,18 @@ func WriteRow(w io.Writer, start time.Time, target string, s Sample) {
 		}
 		return strconv.Itoa(int(v))
 	}
-	fmt.Fprintf(w, "  %7.1fs  %-16s %7.1f  %9s  %8s  %8s  %5s  %s\n",
-		s.Time.Sub(start).Seconds(), clip(target, 16), s.Load, observed, desired, num(s.Replicas), num(s.Ready), s.State())
+	fmt.Fprintf(w, "  %7.1fs  %-16s %7s  %9s  %8s  %8s  %5s  %s\n",
+		s.Time.Sub(start).Seconds(), clip(target, 16), oneDecimal(s.Load), observed, desired, num(s.Replicas), num(s.Ready), s.State())
+}
+
+// oneDecimal formats v with one decimal; a value that rounds to zero is
+// "0.0", never "-0.0".
+func oneDecimal(v float64) string {
+	r := math.Round(v*10) / 10
+	if r == 0 {
+		r = 0 // drops the sign of -0
+	}
+	return strconv.FormatFloat(r, 'f', 1, 64)
 }
 
 func clip(s string, n int) string {
