@@ -79,7 +79,8 @@ func parse(r io.Reader) ([]result, error) {
 }
 
 // write prints one row per pair, side and metric that both the side and
-// Knative report as non-zero, and returns the number of rows.
+// Knative report as more than zero (a ratio to or of zero says nothing), and
+// returns the number of rows.
 func write(w io.Writer, results []result) int {
 	base := map[string]result{}
 	for _, r := range results {
@@ -97,7 +98,7 @@ func write(w io.Writer, results []result) int {
 		}
 		for _, m := range r.metrics {
 			kv, found := lookup(k.metrics, m.unit)
-			if !found || kv == 0 || m.value == 0 {
+			if !found || kv <= 0 || m.value <= 0 {
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.3f\t\n", r.pair, r.side, m.unit, num(kv), num(m.value), m.value/kv)
