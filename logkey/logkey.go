@@ -1,4 +1,4 @@
-// Package logkey spells the collector's structured log fields once, so
+// Package logkey spells tidal's structured log fields once, so
 // target, pod and reason read the same in every line, and limits how often
 // one key may log.
 package logkey

@@ -12,6 +12,7 @@ package autoscaler
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -19,13 +20,11 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -33,9 +32,11 @@ import (
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/queue"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/pods"
 )
 
 // Config configures the controller.
@@ -70,7 +71,6 @@ type Controller struct {
 	paInformer cache.SharedIndexInformer
 	pas        crdclient.PodAutoscalerLister
 	metrics    crdclient.MetricLister
-	pods       corelisters.PodLister
 	synced     []cache.InformerSynced
 
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
@@ -79,14 +79,43 @@ type Controller struct {
 	plain *scale.Applier
 
 	// locks serialises reconciles of one PodAutoscaler between the workers
-	// and Scale calls.
-	locks sync.Map // cache.ObjectName → *sync.Mutex
+	// and Scale calls; a PodAutoscaler takes the stripe its name hashes to,
+	// so the set is bounded and no lock is ever freed while held.
+	locks [lockStripes]sync.Mutex
+	seed  maphash.Seed
 
-	// selMu guards selectors, each PodAutoscaler's target pod selector, used
-	// to map pod events to PodAutoscalers.
-	selMu     sync.RWMutex
-	selectors map[cache.ObjectName]labels.Selector
+	// written holds the PodAutoscalers this process wrote that the
+	// informer has not delivered yet: reads see them at once, and their
+	// watch events are known as echoes of our own writes.
+	written *overlay.Overlay[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler]
+	// podIndexer is the pod cache, indexed by label.
+	podIndexer cache.Indexer
+	// selectors maps pods to the PodAutoscalers whose targets select them.
+	selectors *pods.Selectors[cache.ObjectName]
+
+	// ownership says which PodAutoscalers this replica reconciles when
+	// actuator replicas share them.
+	ownership queue.Ownership
 }
+
+// SetOwnership shares the PodAutoscalers among actuator replicas: owner
+// names the replica that reconciles each one. Call Resync when this replica
+// gains or loses PodAutoscalers.
+func (c *Controller) SetOwnership(owner queue.OwnerFunc) { c.ownership.Set(owner) }
+
+// owns reports whether this replica reconciles name, and who does if not.
+func (c *Controller) owns(name cache.ObjectName) (string, bool) { return c.ownership.Owns(name) }
+
+// Resync queues every PodAutoscaler this replica owns, after a change of
+// ownership.
+func (c *Controller) Resync() { c.ownership.Owned(c.paInformer.GetStore(), c.queue.Add) }
+
+// lockStripes is the number of reconcile locks PodAutoscalers share.
+const lockStripes = 1024
+
+// podEventDelay gathers the readiness changes of a scale-up or scale-down
+// (pods turn ready one by one) into one reconcile and one status write.
+const podEventDelay = 500 * time.Millisecond
 
 // New returns a Controller. It registers its event handlers on the
 // informers; the caller starts the informers (and factory) and then Run.
@@ -127,6 +156,12 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		return nil, fmt.Errorf("podautoscaler target index: %w", err)
 	}
 	podInformer := kubeInformers.Core().V1().Pods()
+	if err := podInformer.Informer().SetTransform(pods.Trim); err != nil {
+		return nil, fmt.Errorf("pod informer: %w", err)
+	}
+	if err := pods.AddLabelIndex(podInformer.Informer()); err != nil {
+		return nil, fmt.Errorf("pod label index: %w", err)
+	}
 	c := &Controller{
 		cfg:        cfg,
 		log:        log,
@@ -136,7 +171,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		paInformer: tidalInformers.PodAutoscalers,
 		pas:        crdclient.NewPodAutoscalerLister(tidalInformers.PodAutoscalers),
 		metrics:    crdclient.NewMetricLister(tidalInformers.Metrics),
-		pods:       podInformer.Lister(),
+		podIndexer: podInformer.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{
 			tidalInformers.PodAutoscalers.HasSynced, tidalInformers.Metrics.HasSynced, podInformer.Informer().HasSynced,
 		},
@@ -148,7 +183,9 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 			),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "podautoscalers"}),
 		recorder:  recorder,
-		selectors: map[cache.ObjectName]labels.Selector{},
+		seed:      maphash.MakeSeed(),
+		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
+		selectors: pods.NewSelectors[cache.ObjectName](),
 	}
 	if fs, ok := scaler.(scale.Scaler); ok {
 		c.plain = scale.New(fs, clk.Now)
@@ -157,7 +194,12 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 	_, err := tidalInformers.PodAutoscalers.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() == cur.(metav1.Object).GetResourceVersion() {
+			o, n := old.(metav1.Object), cur.(metav1.Object)
+			if o.GetResourceVersion() == n.GetResourceVersion() {
+				return
+			}
+			if c.written.Own(cache.ObjectName{Namespace: n.GetNamespace(), Name: n.GetName()}, n.GetResourceVersion()) {
+				// The echo of our own write: it holds what we just reconciled.
 				return
 			}
 			c.enqueue(cur)
@@ -186,7 +228,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		AddFunc: c.enqueuePod,
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Pod), cur.(*corev1.Pod)
-			if o.ResourceVersion != n.ResourceVersion && podReady(o) != podReady(n) {
+			if o.ResourceVersion != n.ResourceVersion && pods.Ready(o) != pods.Ready(n) {
 				c.enqueuePod(cur)
 			}
 		},
@@ -249,14 +291,7 @@ func (c *Controller) enqueuePod(obj any) {
 	if !ok {
 		return
 	}
-	set := labels.Set(pod.Labels)
-	c.selMu.RLock()
-	defer c.selMu.RUnlock()
-	for name, sel := range c.selectors {
-		if name.Namespace == pod.Namespace && sel.Matches(set) {
-			c.queue.Add(name)
-		}
-	}
+	c.selectors.Matching(pod.Namespace, pod.Labels, func(name cache.ObjectName) { c.queue.AddAfter(name, podEventDelay) })
 }
 
 // Run waits for the caches, runs the workers until ctx ends, then shuts the
@@ -312,8 +347,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 }
 
 func (c *Controller) lock(name cache.ObjectName) func() {
-	m, _ := c.locks.LoadOrStore(name, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
+	mu := &c.locks[maphash.String(c.seed, name.Namespace+"/"+name.Name)%lockStripes]
 	mu.Lock()
 	return mu.Unlock
 }

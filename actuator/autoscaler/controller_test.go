@@ -42,17 +42,19 @@ type harness struct {
 func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	c := cluster.Shared(t)
-	return startHarness(t, c, c.Namespace(t), mutate)
+	return startHarness(t, c, c.Namespace(t), mutate, nil)
 }
 
 // replica starts a second, independent Controller (its own informers and
 // caches) on the same namespace, as a second actuator replica would run.
 func (h *harness) replica() *harness {
 	h.t.Helper()
-	return startHarness(h.t, h.c, h.ns, nil)
+	return startHarness(h.t, h.c, h.ns, nil, nil)
 }
 
-func startHarness(t *testing.T, c *cluster.Cluster, ns string, mutate func(*Config)) *harness {
+// startHarness starts a Controller; owner, when set, shares PodAutoscalers
+// with other replicas (SetOwnership).
+func startHarness(t *testing.T, c *cluster.Cluster, ns string, mutate func(*Config), owner func(string) (string, bool)) *harness {
 	t.Helper()
 	tidal, err := crdclient.NewForConfig(c.Config())
 	if err != nil {
@@ -73,6 +75,9 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, mutate func(*Conf
 	ctrl, err := newController(cfg, zap.NewNop(), clk, tidal, tidalInf, kubeInf, scaler, recorder)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if owner != nil {
+		ctrl.SetOwnership(owner)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -148,7 +153,7 @@ func (h *harness) reconcile(name string) outcome {
 	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: name})
 	defer unlock()
 	pa := h.get(name)
-	out, err := h.ctrl.reconcile(context.Background(), pa, nil, false, true)
+	out, err := h.ctrl.reconcile(context.Background(), pa, nil, false)
 	if err != nil {
 		h.t.Fatalf("reconcile %s: %v", name, err)
 	}
@@ -521,12 +526,12 @@ func TestStaleCacheNeverUndoesNewerDecision(t *testing.T) {
 		t.Fatalf("replicas = %d, want 2", got)
 	}
 	// A worker holding the old copy (an informer that lags) must not
-	// re-apply decision 100.
+	// re-apply decision 100: its status write, made first, conflicts.
 	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: "web"})
-	_, err := h.ctrl.reconcile(context.Background(), old, nil, false, false)
+	out, err := h.ctrl.reconcile(context.Background(), old, nil, false)
 	unlock()
-	if !errors.Is(err, errStaleCache) {
-		t.Errorf("reconcile of a stale copy: err = %v, want errStaleCache", err)
+	if out.Patched || !apierrors.IsConflict(err) {
+		t.Errorf("reconcile of a stale copy: patched %v, err = %v; want no patch and a conflict", out.Patched, err)
 	}
 	if got := h.replicas("web"); got != 2 {
 		t.Errorf("replicas = %d after a stale reconcile, want 2", got)
@@ -554,7 +559,7 @@ func TestStaleStatusWriteNeverUndoesNewerDecision(t *testing.T) {
 	// it writes.
 	old.Status.ActualScale = nil
 	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: "web"})
-	out, err := h.ctrl.reconcile(context.Background(), old, nil, false, false)
+	out, err := h.ctrl.reconcile(context.Background(), old, nil, false)
 	unlock()
 	if out.Patched || !apierrors.IsConflict(err) {
 		t.Errorf("reconcile of a stale copy: patched %v, err = %v; want no patch and a conflict", out.Patched, err)
@@ -589,5 +594,54 @@ func TestReplicasShareTheSequence(t *testing.T) {
 	}
 	if d := a.get("web").Status.LastDecision; d == nil || d.Sequence != 2500 || d.DesiredScale != 3 {
 		t.Errorf("status.lastDecision = %+v, want sequence 2500, desired 3", d)
+	}
+}
+
+// TestOwnershipSplitsPodAutoscalers: with replicas sharing PodAutoscalers,
+// each reconciles only its own, and a decision for another's names the owner.
+func TestOwnershipSplitsPodAutoscalers(t *testing.T) {
+	owner := func(self string) func(string) (string, bool) {
+		return func(key string) (string, bool) {
+			o := "actuator-a:9003"
+			if strings.HasSuffix(key, "-b") {
+				o = "actuator-b:9003"
+			}
+			return o, o == self
+		}
+	}
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	a := startHarness(t, c, ns, nil, owner("actuator-a:9003"))
+	b := startHarness(t, c, ns, nil, owner("actuator-b:9003"))
+	for _, name := range []string{"web-a", "web-b"} {
+		a.deployment(name, 1)
+		a.podAutoscaler(name, name, nil)
+		b.eventually("podautoscaler in b's cache", func() bool {
+			got, _ := b.ctrl.podAutoscalerFor(scale.Target{Namespace: ns, Name: name, APIVersion: "apps/v1", Kind: "Deployment"})
+			return got != nil
+		})
+	}
+	// Each owner reconciles its own: the Metric exists and status is written.
+	for _, name := range []string{"web-a", "web-b"} {
+		a.eventually("metric of "+name, func() bool {
+			_, err := a.tidal.Metrics(ns).Get(context.Background(), name, metav1.GetOptions{})
+			return err == nil
+		})
+	}
+	if res := a.scale("web-a", 100, 3, "panic: a"); res.Applied != 3 || a.replicas("web-a") != 3 {
+		t.Errorf("owner's Scale = %+v, replicas %d; want 3", res, a.replicas("web-a"))
+	}
+	_, err := b.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{
+		Target: scale.Target{Namespace: ns, Name: "web-a"}, Desired: 5, Sequence: 200, Reason: "panic: wrong replica",
+	}})
+	var no *NotOwnerError
+	if !errors.As(err, &no) || no.Owner != "actuator-a:9003" {
+		t.Errorf("Scale at a non-owner: err = %v, want a NotOwnerError naming actuator-a:9003", err)
+	}
+	if got := a.replicas("web-a"); got != 3 {
+		t.Errorf("replicas = %d after a non-owner's Scale, want 3 (untouched)", got)
+	}
+	if res := b.scale("web-b", 100, 2, "panic: b"); res.Applied != 2 {
+		t.Errorf("b's own Scale = %+v, want 2", res)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,13 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kpa"
 	"github.com/tidalscale/tidal/actuator/scale"
 	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/pods"
 )
 
 // Annotations on a PodAutoscaler that the actuator reads. The last
@@ -82,10 +83,6 @@ func annotationTrue(pa *autoscalingv1alpha1.PodAutoscaler, key string) bool {
 // do not parse; the error says which and why.
 var ErrInvalidPodAutoscaler = errors.New("invalid podautoscaler")
 
-// errStaleCache stops a reconcile whose cached PodAutoscaler is older than
-// the API server's.
-var errStaleCache = errors.New("podautoscaler cache is behind the API server")
-
 // outcome is what one reconcile did to the target.
 type outcome struct {
 	// Before and After are the target's spec.replicas before and after.
@@ -102,39 +99,99 @@ type outcome struct {
 	// one without /scale, an invalid PodAutoscaler), already reported in
 	// status and Events; a worker absorbs it, Scale returns it.
 	Refused error
+	// PA is the PodAutoscaler as written (or as read, when nothing was).
+	PA *autoscalingv1alpha1.PodAutoscaler
+}
+
+// current returns the PodAutoscaler name as this process last saw it: the
+// cache's copy, or our own newer write the cache has not delivered yet.
+// Callers treat it as read-only. nil means it does not exist.
+func (c *Controller) current(name cache.ObjectName) (*autoscalingv1alpha1.PodAutoscaler, error) {
+	pa, err := listers.NewNamespaced(c.pas, name.Namespace).Get(name.Name)
+	if apierrors.IsNotFound(err) {
+		c.written.Delete(name)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if w, ok := c.written.Newer(name, pa.ResourceVersion); ok {
+		return w, nil
+	}
+	return pa, nil
+}
+
+// refresh reads name from the API server, after a write conflicted: the
+// cache is behind someone else's write.
+func (c *Controller) refresh(ctx context.Context, name cache.ObjectName) error {
+	pa, err := c.tidal.PodAutoscalers(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get podautoscaler %s: %w", name, err)
+	}
+	c.written.Put(name, pa.ResourceVersion, pa)
+	return nil
+}
+
+// conflictRetries bounds the re-reads after write conflicts in one call.
+const conflictRetries = 5
+
+// reconcileLatest reconciles name from the newest copy this process knows,
+// reading it again from the API server after a conflict. apply, when set,
+// prepares each attempt's copy (a Scale call records its decision there)
+// and may end the call with a result of its own. The caller holds name's lock.
+func (c *Controller) reconcileLatest(ctx context.Context, name cache.ObjectName,
+	apply func(pa *autoscalingv1alpha1.PodAutoscaler) (decision *autoscalingv1alpha1.PodAutoscalerDecision, done bool),
+	dryRun bool,
+) (outcome, *autoscalingv1alpha1.PodAutoscaler, error) {
+	for attempt := 0; ; attempt++ {
+		pa, err := c.current(name)
+		if err != nil || pa == nil {
+			return outcome{}, nil, err
+		}
+		var dec *autoscalingv1alpha1.PodAutoscalerDecision
+		if apply != nil {
+			var done bool
+			if dec, done = apply(pa); done {
+				return outcome{PA: pa}, pa, nil
+			}
+		}
+		out, err := c.reconcile(ctx, pa.DeepCopy(), dec, dryRun)
+		if !apierrors.IsConflict(err) || attempt == conflictRetries {
+			return out, pa, err
+		}
+		if err := c.refresh(ctx, name); err != nil {
+			return out, pa, err
+		}
+	}
 }
 
 // sync reconciles the PodAutoscaler name from the cache.
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) (time.Duration, error) {
 	unlock := c.lock(name)
 	defer unlock()
-	pa, err := listers.NewNamespaced(c.pas, name.Namespace).Get(name.Name)
-	if apierrors.IsNotFound(err) {
-		c.forget(name)
-		return 0, c.deleteOrphanMetric(ctx, name)
-	}
+	pa, err := c.current(name)
 	if err != nil {
 		return 0, err
+	}
+	if pa == nil {
+		c.selectors.Delete(name)
+		if _, mine := c.owns(name); !mine {
+			return 0, nil
+		}
+		return 0, c.deleteOrphanMetric(ctx, name)
+	}
+	if _, mine := c.owns(name); !mine {
+		// Another replica reconciles it; its pods need not wake us.
+		c.selectors.Delete(name)
+		return 0, nil
 	}
 	if pa.DeletionTimestamp != nil {
 		// Being deleted: leave the target as it is, and do not recreate the
 		// Metric the garbage collector is removing.
 		return 0, nil
 	}
-	out, err := c.reconcile(ctx, pa.DeepCopy(), nil, false, false)
-	if errors.Is(err, errStaleCache) {
-		// A newer copy is on its way through the informer, which will
-		// enqueue it again.
-		return 0, nil
-	}
+	out, _, err := c.reconcileLatest(ctx, name, nil, false)
 	return out.Requeue, err
-}
-
-func (c *Controller) forget(name cache.ObjectName) {
-	c.selMu.Lock()
-	delete(c.selectors, name)
-	c.selMu.Unlock()
-	c.locks.Delete(name)
 }
 
 // revision resolves the PodAutoscaler's KPA settings.
@@ -154,92 +211,178 @@ func (c *Controller) revision(pa *autoscalingv1alpha1.PodAutoscaler) (kpaconfig.
 	return rev, nil
 }
 
-// reconcile converges pa's target, Metric and status. decision, when set,
-// replaces the recorded one (a dry-run Scale call); dryRun changes nothing
-// and only reports. The caller holds pa's lock.
+// observed is what one reconcile reads of the world, all from caches.
+type observed struct {
+	rev    kpaconfig.Revision
+	target scale.Target
+	scale  scale.Scale
+	ready  int32
+	// decision is the one the rules follow: the new one being recorded, or
+	// the one recorded in status; nil before the first.
+	decision *autoscalingv1alpha1.PodAutoscalerDecision
+}
+
+// reconcile converges pa's target, status and Metric in four steps:
+// observe (caches only), the §6 rules, status, then the target and the
+// Metric. decision, when set, is a new decision to record in
+// status.lastDecision and follow; dryRun computes everything and writes
+// nothing. pa is the caller's copy; the caller holds its lock.
 //
-// fresh says pa was just read from the API server. A cached copy may lag a
-// decision another caller has recorded since, so before writing the target
-// from a cached copy, reconcile checks that the copy is current and gives up
-// with errStaleCache otherwise: a late cache never undoes a newer decision.
-func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *autoscalingv1alpha1.PodAutoscalerDecision, dryRun, fresh bool) (outcome, error) {
+// Status is written first, once, with the resourceVersion pa was read at,
+// and carries the decision the target is about to be scaled to: if another
+// writer recorded a newer decision meanwhile, the write conflicts and the
+// target is left alone, so a late copy never undoes a newer decision.
+func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *autoscalingv1alpha1.PodAutoscalerDecision, dryRun bool) (outcome, error) {
 	now := c.clock.Now()
 	name := cache.MetaObjectToName(pa)
-	log := c.log.With(zap.String("podautoscaler", name.String()))
+	out := outcome{Want: deciderkpa.ScaleUnknown, PA: pa}
 	st := pa.Status.DeepCopy()
 	st.ObservedGeneration = pa.Generation
 	st.MetricName = pa.Name
-	out := outcome{Want: deciderkpa.ScaleUnknown}
+	if decision != nil && !dryRun {
+		st.LastDecision = decision.DeepCopy()
+	}
 
-	fail := func(reason, eventReason string, cause error, requeue time.Duration) (outcome, error) {
-		msg := cause.Error()
-		out.Requeue, out.Refused = requeue, cause
+	// Observe.
+	obs, reason, eventReason, err := c.observe(ctx, pa, decision)
+	if reason != "" {
+		out.Refused = err
+		if errors.Is(err, scale.ErrNotFound) {
+			out.Requeue = c.cfg.TargetRetry
+		}
 		if dryRun {
 			return out, nil
 		}
+		msg := err.Error()
 		prev := findCondition(pa.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionReady)
 		setCondition(&st.Conditions, metav1.Condition{Type: autoscalingv1alpha1.PodAutoscalerConditionReady,
 			Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: pa.Generation}, now)
+		if err := c.writeStatus(ctx, pa, st); err != nil {
+			return out, err
+		}
 		if prev == nil || prev.Reason != reason || prev.Message != msg {
 			c.recorder.Event(pa, corev1.EventTypeWarning, eventReason, msg)
 		}
-		return out, c.writeStatus(ctx, pa, st)
+		return out, nil
 	}
-
-	rev, err := c.revision(pa)
 	if err != nil {
-		// Retrying cannot help until the user fixes the object, which
-		// triggers a reconcile.
-		return fail(ReasonInvalidSpec, EventInvalidSpec, fmt.Errorf("%w: %w", ErrInvalidPodAutoscaler, err), 0)
-	}
-	var rec autoscalingv1alpha1.PodAutoscalerDecision
-	hasRec := false
-	switch {
-	case decision != nil:
-		rec, hasRec = *decision, true
-	case pa.Status.LastDecision != nil:
-		rec, hasRec = *pa.Status.LastDecision, true
-	}
-
-	target := targetOf(pa)
-	sc, err := c.scaler.GetScale(ctx, target)
-	switch {
-	case errors.Is(err, scale.ErrNotFound):
-		return fail(ReasonTargetNotFound, EventTargetNotFound, err, c.cfg.TargetRetry)
-	case errors.Is(err, scale.ErrNoScaleSubresource):
-		return fail(ReasonNoScale, EventNoScale, err, 0)
-	case err != nil:
 		return out, err
 	}
-	out.Before, out.After = sc.Replicas, sc.Replicas
+	out.Before, out.After = obs.scale.Replicas, obs.scale.Replicas
+	if !dryRun {
+		c.selectors.Set(name, pa.Namespace, selectorOf(obs.scale))
+	}
 
-	sel := labels.Nothing()
-	if sc.Selector != "" {
-		if sel, err = labels.Parse(sc.Selector); err != nil {
-			return fail(ReasonNoScale, EventNoScale, fmt.Errorf("target %s: selector %q: %w: %w", target, sc.Selector, scale.ErrNoScaleSubresource, err), 0)
+	// Rules.
+	res := c.rules(pa, &obs, now)
+	out.Want = res.Want
+	if len(res.Requeue) > 0 {
+		out.Requeue = slices.Min(res.Requeue)
+	}
+	paused, dry := annotationTrue(pa, AnnotationPaused), annotationTrue(pa, AnnotationDryRun)
+	var patch *int32
+	if res.Patch != nil {
+		to := *res.Patch
+		if dryRun || dry || paused {
+			out.Suppressed = &to
+		} else {
+			patch = &to
 		}
 	}
-	if !dryRun {
-		c.selMu.Lock()
-		c.selectors[name] = sel
-		c.selMu.Unlock()
+	if dryRun {
+		return out, nil
 	}
-	ready, err := c.readyPods(pa.Namespace, sel)
-	if err != nil {
+
+	// Status.
+	c.setStatus(st, pa, &obs, &res, out.Suppressed, paused, dry, now)
+	if patch != nil {
+		st.LastScaleTime = &metav1.Time{Time: now}
+	}
+	if err := c.writeStatus(ctx, pa, st); err != nil {
 		return out, err
 	}
 
-	dec := deciderkpa.Status{DesiredScale: deciderkpa.ScaleUnknown}
+	// Target and Metric.
+	rec, hasRec := autoscalingv1alpha1.PodAutoscalerDecision{}, obs.decision != nil
 	if hasRec {
-		dec.DesiredScale = rec.DesiredScale
-		if rec.ExcessBurstCapacity != nil {
-			dec.ExcessBurstCapacity = *rec.ExcessBurstCapacity
+		rec = *obs.decision
+	}
+	if res.Patch != nil {
+		msg := scaleMessage(rec.Reason, rec.DesiredScale, hasRec, obs.scale.Replicas, *res.Patch, &obs.rev)
+		switch {
+		case dry:
+			c.recorder.Eventf(pa, corev1.EventTypeNormal, EventDryRun, "dry run, not applied: %s", msg)
+		case paused:
+			c.recorder.Eventf(pa, corev1.EventTypeNormal, EventPaused, "paused at %d, not applied: %s", obs.scale.Replicas, msg)
+		default:
+			if err := c.scaler.SetReplicas(ctx, obs.target, *patch); err != nil {
+				return out, fmt.Errorf("scale %s: %w", obs.target, err)
+			}
+			out.After, out.Patched = *patch, true
+			c.recorder.Event(pa, corev1.EventTypeNormal, EventScaled, msg)
+			c.log.Info("scaled", zap.String("podautoscaler", name.String()), zap.Int32("from", obs.scale.Replicas),
+				zap.Int32("to", *patch), zap.Int64("sequence", rec.Sequence), zap.String("reason", rec.Reason))
+		}
+	}
+	return out, c.reconcileMetric(ctx, pa, &obs.rev, res.Metric, obs.target, obs.scale.Selector)
+}
+
+// observe reads what the rules need, from caches. A target that cannot be
+// reconciled until something changes comes back as a Ready condition reason,
+// an Event reason and the error saying why.
+func (c *Controller) observe(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *autoscalingv1alpha1.PodAutoscalerDecision) (obs observed, reason, eventReason string, err error) {
+	obs.decision = pa.Status.LastDecision
+	if decision != nil {
+		obs.decision = decision
+	}
+	if obs.rev, err = c.revision(pa); err != nil {
+		// Retrying cannot help until the user fixes the object, which
+		// triggers a reconcile.
+		return obs, ReasonInvalidSpec, EventInvalidSpec, fmt.Errorf("%w: %w", ErrInvalidPodAutoscaler, err)
+	}
+	obs.target = targetOf(pa)
+	obs.scale, err = c.scaler.GetScale(ctx, obs.target)
+	switch {
+	case errors.Is(err, scale.ErrNotFound):
+		return obs, ReasonTargetNotFound, EventTargetNotFound, err
+	case errors.Is(err, scale.ErrNoScaleSubresource):
+		return obs, ReasonNoScale, EventNoScale, err
+	case err != nil:
+		return obs, "", "", err
+	}
+	sel := labels.Nothing()
+	if obs.scale.Selector != "" {
+		if sel, err = labels.Parse(obs.scale.Selector); err != nil {
+			return obs, ReasonNoScale, EventNoScale, fmt.Errorf("target %s: selector %q: %w: %w", obs.target, obs.scale.Selector, scale.ErrNoScaleSubresource, err)
+		}
+	}
+	obs.ready, err = pods.CountReady(c.podIndexer, pa.Namespace, sel)
+	return obs, "", "", err
+}
+
+// selectorOf parses a scale's selector, already checked by observe.
+func selectorOf(s scale.Scale) labels.Selector {
+	sel, err := labels.Parse(s.Selector)
+	if err != nil || s.Selector == "" {
+		return labels.Nothing()
+	}
+	return sel
+}
+
+// rules applies the §6 reconciler rules (or the lag strategy's) to what
+// was observed.
+func (c *Controller) rules(pa *autoscalingv1alpha1.PodAutoscaler, obs *observed, now time.Time) kpa.Result {
+	dec := deciderkpa.Status{DesiredScale: deciderkpa.ScaleUnknown}
+	if d := obs.decision; d != nil {
+		dec.DesiredScale = d.DesiredScale
+		if d.ExcessBurstCapacity != nil {
+			dec.ExcessBurstCapacity = *d.ExcessBurstCapacity
 		}
 	}
 	active, activeAge := activeCondition(pa, now)
-	replicas := sc.Replicas
+	replicas := obs.scale.Replicas
 	in := kpa.Input{
-		Revision:               rev,
+		Revision:               obs.rev,
 		Reachability:           reachability(pa.Spec.Reachability),
 		Active:                 active,
 		ActiveAge:              activeAge,
@@ -248,67 +391,21 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 		PriorDesiredScale:      pa.Status.DesiredScale,
 		SKS:                    syntheticSKS(pa, dec),
 		Replicas:               &replicas,
-		ReadyPods:              ready,
+		ReadyPods:              obs.ready,
 		Decider:                dec,
 	}
-	var res kpa.Result
 	if pa.Spec.Strategy == autoscalingv1alpha1.StrategyLag {
-		res = lagRules(in)
-	} else {
-		// tidal has no activator: nothing has to be in the path before the
-		// last pod goes, so the probe always succeeds.
-		res = kpa.Reconcile(in, func() bool { return true })
+		return lagRules(in)
 	}
-	out.Want = res.Want
-	if len(res.Requeue) > 0 {
-		out.Requeue = res.Requeue[0]
-		for _, d := range res.Requeue[1:] {
-			out.Requeue = min(out.Requeue, d)
-		}
-	}
+	// tidal has no activator: nothing has to be in the path before the
+	// last pod goes, so the probe always succeeds.
+	return kpa.Reconcile(in, func() bool { return true })
+}
 
-	paused, dry := annotationTrue(pa, AnnotationPaused), annotationTrue(pa, AnnotationDryRun)
-	if res.Patch != nil {
-		to := *res.Patch
-		msg := scaleMessage(rec.Reason, rec.DesiredScale, hasRec, sc.Replicas, to, &rev)
-		switch {
-		case dryRun:
-			out.Suppressed = &to
-		case dry:
-			out.Suppressed = &to
-			c.recorder.Eventf(pa, corev1.EventTypeNormal, EventDryRun, "dry run, not applied: %s", msg)
-		case paused:
-			out.Suppressed = &to
-			c.recorder.Eventf(pa, corev1.EventTypeNormal, EventPaused, "paused at %d, not applied: %s", sc.Replicas, msg)
-		default:
-			if !fresh {
-				cur, err := c.tidal.PodAutoscalers(pa.Namespace).Get(ctx, pa.Name, metav1.GetOptions{})
-				if err != nil {
-					return out, fmt.Errorf("get podautoscaler %s: %w", name, err)
-				}
-				if cur.ResourceVersion != pa.ResourceVersion {
-					return out, errStaleCache
-				}
-			}
-			if err := c.scaler.SetReplicas(ctx, target, to); err != nil {
-				return out, fmt.Errorf("scale %s: %w", target, err)
-			}
-			out.After, out.Patched = to, true
-			st.LastScaleTime = &metav1.Time{Time: now}
-			c.recorder.Event(pa, corev1.EventTypeNormal, EventScaled, msg)
-			log.Info("scaled", zap.Int32("from", sc.Replicas), zap.Int32("to", to),
-				zap.Int64("sequence", rec.Sequence), zap.String("reason", rec.Reason))
-		}
-	}
-	if dryRun {
-		return out, nil
-	}
-
-	if err := c.reconcileMetric(ctx, pa, &rev, res.Metric, target, sc.Selector); err != nil {
-		return out, err
-	}
-
-	// Status (spec §6.2 step 9).
+// setStatus fills st from the rules' result (spec §6.2 step 9).
+func (c *Controller) setStatus(st *autoscalingv1alpha1.PodAutoscalerStatus, pa *autoscalingv1alpha1.PodAutoscaler, obs *observed,
+	res *kpa.Result, suppressed *int32, paused, dry bool, now time.Time,
+) {
 	if res.DesiredScale >= 0 {
 		ds := res.DesiredScale
 		st.DesiredScale = &ds
@@ -335,26 +432,17 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 		Reason: ReasonReady, ObservedGeneration: pa.Generation}
 	switch {
 	case paused:
-		readyCond.Reason, readyCond.Message = ReasonPaused, fmt.Sprintf("%s is true: the target is held at %d replicas", AnnotationPaused, sc.Replicas)
+		readyCond.Reason, readyCond.Message = ReasonPaused, fmt.Sprintf("%s is true: the target is held at %d replicas", AnnotationPaused, obs.scale.Replicas)
 	case dry:
 		readyCond.Reason, readyCond.Message = ReasonDryRun, fmt.Sprintf("%s is true: decisions are recorded, not applied", AnnotationDryRun)
 	case !res.ScaleTargetInitialized:
 		readyCond.Status, readyCond.Reason = metav1.ConditionUnknown, ReasonInitializing
 		readyCond.Message = "waiting for the target to reach its initial scale"
 	}
-	if out.Suppressed != nil {
-		readyCond.Message += fmt.Sprintf("; would scale %d → %d", sc.Replicas, *out.Suppressed)
+	if suppressed != nil {
+		readyCond.Message += fmt.Sprintf("; would scale %d → %d", obs.scale.Replicas, *suppressed)
 	}
 	setCondition(&st.Conditions, readyCond, now)
-	err = c.writeStatus(ctx, pa, st)
-	if err != nil && out.Patched && apierrors.IsConflict(err) {
-		// The target changed, but the status lost a race: keep at least
-		// the time of the change, which the next reconcile would not see.
-		if serr := c.stampScaleTime(ctx, pa.Namespace, pa.Name, now); serr != nil {
-			log.Info("record lastScaleTime", zap.Error(serr))
-		}
-	}
-	return out, err
 }
 
 func initReason(ok bool) string {
@@ -365,10 +453,8 @@ func initReason(ok bool) string {
 }
 
 // writeStatus writes st if it differs from pa's status, with the
-// resourceVersion pa was read at. st carries pa's status.lastDecision, which
-// may be older than the API server's if another replica recorded a decision
-// since pa was read: the write then fails with a conflict instead of putting
-// the older decision back, and the caller reconciles again from a new read.
+// resourceVersion pa was read at, and remembers the write so the next read
+// sees it before the cache does. A write that conflicts leaves pa as it was.
 func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, st *autoscalingv1alpha1.PodAutoscalerStatus) error {
 	if equality.Semantic.DeepEqual(&pa.Status, st) {
 		return nil
@@ -377,53 +463,20 @@ func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.Po
 		// An unconditional write could undo a newer decision.
 		return fmt.Errorf("update status of podautoscaler %s/%s: no resourceVersion to write at", pa.Namespace, pa.Name)
 	}
-	pa.Status = *st
-	updated, err := c.tidal.PodAutoscalers(pa.Namespace).UpdateStatus(context.WithoutCancel(ctx), pa, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+	upd := pa.DeepCopy()
+	upd.Status = *st
+	updated, err := c.tidal.PodAutoscalers(pa.Namespace).UpdateStatus(context.WithoutCancel(ctx), upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
 	if err != nil {
 		return fmt.Errorf("update status of podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
 	}
+	c.written.Put(cache.MetaObjectToName(updated), updated.ResourceVersion, updated)
 	*pa = *updated
 	return nil
 }
 
-// stampScaleTime sets status.lastScaleTime on the API server's copy, read
-// afresh on every attempt so the rest of the status (the last decision
-// above all) is written back as the server has it.
-func (c *Controller) stampScaleTime(ctx context.Context, namespace, name string, now time.Time) error {
-	client := c.tidal.PodAutoscalers(namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pa, err := client.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		pa.Status.LastScaleTime = &metav1.Time{Time: now}
-		_, err = client.UpdateStatus(ctx, pa, metav1.UpdateOptions{FieldManager: scale.FieldManager})
-		return err
-	})
-}
-
-// readyPods counts the target's pods that are Ready and not terminating.
+// readyPods counts the target's ready pods in namespace.
 func (c *Controller) readyPods(namespace string, sel labels.Selector) (int32, error) {
-	pods, err := c.pods.Pods(namespace).List(sel)
-	if err != nil {
-		return 0, err
-	}
-	var n int32
-	for _, p := range pods {
-		if p.DeletionTimestamp == nil && podReady(p) {
-			n++
-		}
-	}
-	return n, nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return pods.CountReady(c.podIndexer, namespace, sel)
 }
 
 func reachability(r autoscalingv1alpha1.Reachability) kpa.Reachability {

@@ -1,19 +1,24 @@
 package autoscaler
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kpa"
 	"github.com/tidalscale/tidal/actuator/scale"
 	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/pods"
 )
 
 func revision(t *testing.T, ann map[string]string) kpaconfig.Revision {
@@ -137,19 +142,34 @@ func TestTargetKey(t *testing.T) {
 }
 
 func TestEventHandlersEnqueue(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
 	c := &Controller{
-		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]()),
-		selectors: map[cache.ObjectName]labels.Selector{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Clock: clk}),
+		selectors: pods.NewSelectors[cache.ObjectName](),
 	}
 	defer c.queue.ShutDown()
 	web := cache.ObjectName{Namespace: "a", Name: "web"}
 	other := cache.ObjectName{Namespace: "b", Name: "web"}
-	c.selectors[web] = labels.SelectorFromSet(labels.Set{"app": "web"})
-	c.selectors[other] = labels.SelectorFromSet(labels.Set{"app": "web"})
+	c.selectors.Set(web, "a", labels.SelectorFromSet(labels.Set{"app": "web"}))
+	c.selectors.Set(other, "b", labels.SelectorFromSet(labels.Set{"app": "web"}))
 
-	// A pod maps to the PodAutoscalers in its namespace whose target selects it.
-	c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p", Labels: map[string]string{"app": "web", "x": "y"}}})
+	// A pod maps to the PodAutoscalers in its namespace whose target
+	// selects it, after podEventDelay, which gathers a burst of readiness
+	// changes into one reconcile.
+	for _, name := range []string{"p", "p2"} {
+		c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, Labels: map[string]string{"app": "web", "x": "y"}}})
+	}
 	c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "q", Labels: map[string]string{"app": "db"}}})
+	if got := c.queue.Len(); got != 0 {
+		t.Fatalf("queue length = %d before podEventDelay, want 0", got)
+	}
+	clk.Step(podEventDelay)
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return c.queue.Len() > 0, nil })
+	if err != nil {
+		t.Fatal("nothing enqueued after podEventDelay")
+	}
 	if got := c.queue.Len(); got != 1 {
 		t.Fatalf("queue length = %d, want 1", got)
 	}

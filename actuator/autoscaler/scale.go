@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/scale"
@@ -21,6 +20,22 @@ var ErrOutOfRange = errors.New("desired scale out of range")
 
 // ErrNotSynced is returned before the controller's caches have synced.
 var ErrNotSynced = errors.New("podautoscaler caches not synced yet")
+
+// NotOwnerError is returned by Scale for a PodAutoscaler another actuator
+// replica reconciles; the caller sends the decision there.
+type NotOwnerError struct {
+	PodAutoscaler cache.ObjectName
+	// Owner is the owner's gRPC address; empty while no live replica holds
+	// the PodAutoscaler's bucket.
+	Owner string
+}
+
+func (e *NotOwnerError) Error() string {
+	if e.Owner == "" {
+		return fmt.Sprintf("podautoscaler %s: no actuator replica holds its bucket yet", e.PodAutoscaler)
+	}
+	return fmt.Sprintf("podautoscaler %s is reconciled by actuator %s", e.PodAutoscaler, e.Owner)
+}
 
 // Request is one decision to apply, as the deciders send it.
 type Request struct {
@@ -88,93 +103,58 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 	}
 
 	name := cache.MetaObjectToName(pa)
+	if owner, mine := c.owns(name); !mine {
+		return scale.Result{}, &NotOwnerError{PodAutoscaler: name, Owner: owner}
+	}
 	unlock := c.lock(name)
 	defer unlock()
 
 	dec := autoscalingv1alpha1.PodAutoscalerDecision{Sequence: int64(req.Sequence), DesiredScale: req.Desired,
 		ExcessBurstCapacity: req.ExcessBurstCapacity, Reason: req.Reason, Time: metav1.NewTime(c.clock.Now())}
-	client := c.tidal.PodAutoscalers(pa.Namespace)
 	var (
-		fresh *autoscalingv1alpha1.PodAutoscaler
 		last  uint64
 		stale bool
 	)
-	// Record the decision in status.lastDecision with the resourceVersion
-	// it was compared at: if another replica recorded one in between, the
-	// write conflicts, and the new read is compared again.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var err error
-		fresh, err = client.Get(ctx, pa.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	// Each attempt compares with the newest copy this process knows; the
+	// status write that records the decision is made at that copy's
+	// resourceVersion, so a newer decision recorded elsewhere meanwhile
+	// makes it conflict, and the next attempt, from a fresh read, finds
+	// this one stale.
+	out, cur, err := c.reconcileLatest(ctx, name, func(pa *autoscalingv1alpha1.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscalerDecision, bool) {
+		last = lastSequence(pa)
+		if stale = req.Sequence < last; stale {
+			return nil, true
 		}
-		last = lastSequence(fresh)
-		if req.Sequence < last {
-			stale = true
-			return nil
+		if rec := pa.Status.LastDecision; !req.DryRun && rec != nil && req.Sequence == last && req.Desired == rec.DesiredScale {
+			return nil, false // already recorded: converge only
 		}
-		if rec := fresh.Status.LastDecision; req.DryRun || (rec != nil && req.Sequence == last && req.Desired == rec.DesiredScale) {
-			return nil
-		}
-		fresh.Status.LastDecision = dec.DeepCopy()
-		fresh, err = client.UpdateStatus(ctx, fresh, metav1.UpdateOptions{FieldManager: scale.FieldManager})
-		return err
-	})
+		return &dec, false
+	}, req.DryRun)
 	if err != nil {
-		return scale.Result{}, fmt.Errorf("record decision on podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
+		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
+	}
+	if cur == nil {
+		return scale.Result{}, fmt.Errorf("target %s: podautoscaler %s/%s was deleted: %w", req.Target, pa.Namespace, pa.Name, scale.ErrNotFound)
 	}
 	if stale {
-		cur, err := c.scaler.GetScale(ctx, req.Target)
+		sc, err := c.scaler.GetScale(ctx, req.Target)
 		if err != nil {
 			return scale.Result{}, err
 		}
-		c.recorder.Eventf(fresh, corev1.EventTypeWarning, EventStaleDecision,
+		c.recorder.Eventf(cur, corev1.EventTypeWarning, EventStaleDecision,
 			"refused decision %d (%d replicas): older than decision %d already applied", req.Sequence, req.Desired, last)
-		return scale.Result{Applied: cur.Replicas, Previous: cur.Replicas, Stale: true, LastSequence: last}, nil
+		return scale.Result{Applied: sc.Replicas, Previous: sc.Replicas, Stale: true, LastSequence: last}, nil
 	}
-	var override *autoscalingv1alpha1.PodAutoscalerDecision
-	if req.DryRun {
-		override = &dec
-	}
-	// Another replica's worker may write the status between our record and
-	// our status write; reconcile again from a fresh read (the target is
-	// then already patched, so nothing is written twice).
-	var (
-		out            outcome
-		before         int32
-		patched, first = false, true
-	)
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if !first {
-			var err error
-			if fresh, err = client.Get(ctx, pa.Name, metav1.GetOptions{}); err != nil {
-				return err
-			}
-		}
-		var err error
-		out, err = c.reconcile(ctx, fresh, override, req.DryRun, true)
-		if first {
-			before, first = out.Before, false
-		}
-		patched = patched || out.Patched
-		return err
-	})
-	if err != nil {
-		return scale.Result{}, err
-	}
-	out.Before, out.Patched = before, patched
 	if out.Refused != nil {
 		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, out.Refused)
 	}
-	// A newer decision another replica recorded meanwhile is the one the
-	// last reconcile applied: report its sequence.
-	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: max(req.Sequence, lastSequence(fresh))}
+	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: max(req.Sequence, last)}
 	if req.DryRun {
 		res.LastSequence = last
 	}
 	// A dry run (the request's or the PodAutoscaler's) reports what the
 	// target would have; a paused target keeps what it has.
-	if out.Suppressed != nil && (req.DryRun || !annotationTrue(fresh, AnnotationPaused)) {
+	if out.Suppressed != nil && (req.DryRun || !annotationTrue(cur, AnnotationPaused)) {
 		res.Applied = *out.Suppressed
 	}
 	return res, nil

@@ -51,7 +51,18 @@ type Controller struct {
 	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	recorder    record.EventRecorder
 	workers     int
+	fnStore     cache.Store
+	// ownership says which Functions this replica deploys when actuator
+	// replicas share them (a Function's bucket is its PodAutoscaler's).
+	ownership queue.Ownership
 }
+
+// SetOwnership shares the Functions among actuator replicas. Call Resync
+// when this replica gains or loses Functions.
+func (c *Controller) SetOwnership(owner queue.OwnerFunc) { c.ownership.Set(owner) }
+
+// Resync queues every Function this replica owns.
+func (c *Controller) Resync() { c.ownership.Owned(c.fnStore, c.queue.Add) }
 
 // NewController returns a Function controller; the caller starts the
 // informers and then Run.
@@ -64,6 +75,7 @@ func NewController(d *Deployer, log *zap.Logger, tidal *crdclient.Clientset, tid
 		log:         log,
 		tidal:       tidal,
 		functions:   crdclient.NewFunctionLister(tidalInformers.Functions),
+		fnStore:     tidalInformers.Functions.GetStore(),
 		topics:      crdclient.NewTopicLister(tidalInformers.Topics),
 		deployments: deps.Lister(),
 		synced:      []cache.InformerSynced{tidalInformers.Functions.HasSynced, tidalInformers.Topics.HasSynced, deps.Informer().HasSynced},
@@ -163,6 +175,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 }
 
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
+	if _, mine := c.ownership.Owns(name); !mine {
+		return nil
+	}
 	fn, err := listers.NewNamespaced(c.functions, name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
 		return c.undeployOrphans(ctx, name)

@@ -14,7 +14,7 @@
 //	functions.tidal.dev    functions/finalizers           update                        Deployment and PodAutoscaler owner references with blockOwnerDeletion (*)
 //	functions.tidal.dev    topics                         get list watch                the partition cap
 //	apps                   deployments                    get list watch create patch delete   Deployer (server-side apply is patch)
-//	apps                   deployments/scale              get update                    scale targets
+//	apps                   deployments/scale              get update patch              scale targets (a cached Deployment is patched in one request)
 //	apps                   statefulsets/scale             get update                    scale targets
 //	apps                   replicasets/scale              get update                    scale targets
 //	""                     pods                           list watch                    ready pods of each target
@@ -44,7 +44,8 @@ func Rules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"functions.tidal.dev"}, Resources: []string{"functions/finalizers"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"functions.tidal.dev"}, Resources: []string{"topics"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale", "statefulsets/scale", "replicasets/scale"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale"}, Verbs: []string{"get", "update", "patch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets/scale", "replicasets/scale"}, Verbs: []string{"get", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -141,6 +142,31 @@ func (k *Kube) get(ctx context.Context, t Target, gr schema.GroupResource) (*aut
 func (k *Kube) GetReplicas(ctx context.Context, t Target) (int32, error) {
 	s, err := k.GetScale(ctx, t)
 	return s.Replicas, err
+}
+
+// PatchReplicas sets t's spec.replicas with one merge patch of its scale
+// subresource, without reading it first, and returns the resourceVersion
+// the target has after the write. It is for callers that already know the
+// current value (from a cache) and order their own writes.
+func (k *Kube) PatchReplicas(ctx context.Context, t Target, replicas int32) (string, error) {
+	gvk, err := t.GroupVersionKind()
+	if err != nil {
+		return "", err
+	}
+	gr, err := k.resource(t)
+	if err != nil {
+		return "", err
+	}
+	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+	s, err := k.scales.Scales(t.Namespace).Patch(ctx, gr.WithVersion(gvk.Version), t.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: FieldManager})
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("%s %s: %w", gr, t, ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("scale %s %s to %d: %w", gr, t, replicas, err)
+	}
+	return s.ResourceVersion, nil
 }
 
 // SetReplicas implements Scaler. It reads the scale and writes it back with

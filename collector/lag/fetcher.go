@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidalscale/tidal/collector/logkey"
+	"github.com/tidalscale/tidal/logkey"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
 

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tidalscale/tidal/collector/history"
-	"github.com/tidalscale/tidal/collector/route"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/shard/route"
 )
 
 // tkey is a target's key without building the namespace/name string: the

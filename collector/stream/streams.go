@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tidalscale/tidal/collector/logkey"
+	"github.com/tidalscale/tidal/logkey"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
 

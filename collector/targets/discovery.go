@@ -26,8 +26,8 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/collector/lag"
-	"github.com/tidalscale/tidal/collector/logkey"
 	"github.com/tidalscale/tidal/collector/scrape"
+	"github.com/tidalscale/tidal/logkey"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )

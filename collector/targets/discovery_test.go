@@ -22,12 +22,12 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
-	"github.com/tidalscale/tidal/collector/bucket"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/stream"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/shard/bucket"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 

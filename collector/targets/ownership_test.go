@@ -12,10 +12,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidalscale/tidal/actuator/crdclient"
-	"github.com/tidalscale/tidal/collector/bucket"
 	"github.com/tidalscale/tidal/collector/queuestat"
-	"github.com/tidalscale/tidal/collector/route"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/shard/bucket"
+	"github.com/tidalscale/tidal/shard/route"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -110,7 +113,10 @@ type handler struct {
 	actuatorv1.UnimplementedActuatorServiceServer
 	engine    engine
 	functions *functionService // nil without a cluster
-	log       *zap.Logger
+	// forward sends a decision for a PodAutoscaler another replica owns to
+	// that replica; nil when replicas do not share PodAutoscalers.
+	forward *forwarder
+	log     *zap.Logger
 }
 
 var _ actuatorv1.ActuatorServiceServer = (*handler)(nil)
@@ -136,6 +142,13 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 		r.ExcessBurstCapacity = &e
 	}
 	res, err := h.engine.Scale(ctx, r)
+	var notOwner *autoscaler.NotOwnerError
+	if errors.As(err, &notOwner) {
+		if h.forward == nil || notOwner.Owner == "" {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return h.forward.scale(ctx, notOwner.Owner, req)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}

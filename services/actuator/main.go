@@ -26,6 +26,7 @@ import (
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
+	"github.com/tidalscale/tidal/shard/bucket"
 )
 
 // Scaler kinds.
@@ -54,13 +55,17 @@ type kubeConfig struct {
 	targetRetry   time.Duration
 	brokers       string
 	sidecarImage  string
+	// bucket shares the PodAutoscalers among actuator replicas.
+	bucket bucket.Config
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9003", "127.0.0.1:9013")
 	fs.StringVar(&c.scaler, "scaler", scalerMemory, "Where replicas are written: memory (no cluster; counts live in this process) or kubernetes.")
 	k := &c.kube
-	k.client.RegisterFlags(fs)
+	// Sized for 10,000 targets: a status write, a scale patch and an Event
+	// per change, a fifth of the targets changing every 30 s.
+	k.client.RegisterFlags(fs, 400, 800)
 	fs.IntVar(&k.workers, "workers", 4, "Reconcile workers per controller (PodAutoscaler, Function).")
 	fs.DurationVar(&k.resync, "resync", 10*time.Hour, "Informer resync period; 0 means none.")
 	fs.StringVar(&k.autoscalerDir, "config-autoscaler", "", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap, the deciders' too); empty means Knative's defaults.")
@@ -68,6 +73,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&k.targetRetry, "target-retry", 10*time.Second, "How long to wait before looking again for a PodAutoscaler's missing scale target.")
 	fs.StringVar(&k.brokers, "kafka-brokers", "", "Kafka bootstrap servers (host:port, comma-separated) that deployed functions use.")
 	fs.StringVar(&k.sidecarImage, "function-sidecar-image", "projectriff/function-sidecar:0.0.7", "Image of the sidecar container of deployed functions.")
+	k.bucket.RegisterFlagsWithPrefix("", fs, "actuator")
 }
 
 func (c *config) Validate() error {
@@ -108,7 +114,8 @@ func (c *config) Validate() error {
 	if k.sidecarImage == "" {
 		return errors.New("--function-sidecar-image: want an image reference")
 	}
-	return nil
+	k.bucket.Identity = c.server.Advertise()
+	return k.bucket.Validate("")
 }
 
 func (c *config) brokers() []string {
@@ -156,7 +163,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 	log.Info("scaler", zap.String("kind", cfg.scaler))
 
-	srv := server.New(cfg.server, log, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	srv := server.New(cfg.server, log, reg)
 	if cfg.scaler == scalerMemory {
 		applier := scale.New(scale.NewMemory(), time.Now)
 		actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), newHandler(memoryEngine{applier}, nil, log))
@@ -166,10 +174,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		srv.SetReady(true)
 		return srv.Run(ctx)
 	}
-	return runKube(ctx, &cfg, srv, log)
+	return runKube(ctx, &cfg, srv, reg, log)
 }
 
-func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logger) error {
+func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheus.Registerer, log *zap.Logger) error {
 	rc, err := cfg.kube.client.RestConfig("tidal-actuator")
 	if err != nil {
 		return err
@@ -182,7 +190,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logg
 	if err != nil {
 		return err
 	}
-	scaler, err := scale.NewKube(rc)
+	live, err := scale.NewKube(rc)
 	if err != nil {
 		return err
 	}
@@ -196,6 +204,10 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logg
 	}
 	tidalInf := crdclient.NewInformers(tidal, cfg.kube.resync)
 	kubeInf := informers.NewSharedInformerFactory(kube, cfg.kube.resync)
+	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
+	if err != nil {
+		return err
+	}
 	recorder, broadcaster := autoscaler.NewEventRecorder(kube)
 	defer broadcaster.Shutdown()
 
@@ -214,7 +226,20 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logg
 		return err
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
-	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), newHandler(eng, &functionService{deployer: dep, tidal: tidal}, log))
+	h := newHandler(eng, &functionService{deployer: dep, tidal: tidal}, log)
+	var buckets *bucket.Set
+	if cfg.kube.bucket.Buckets > 0 {
+		buckets = bucket.New(cfg.kube.bucket, kube, func() { pas.Resync(); fns.Resync() }, reg, log)
+		pas.SetOwnership(buckets.Owner)
+		fns.SetOwnership(buckets.Owner)
+		dial, err := cfg.server.TLS.DialOption()
+		if err != nil {
+			return err
+		}
+		h.forward = newForwarder(dial)
+		defer h.forward.close()
+	}
+	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), h)
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}
@@ -225,6 +250,9 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, log *zap.Logg
 	}
 	kubeInf.Start(gctx.Done())
 	defer kubeInf.Shutdown()
+	if buckets != nil {
+		g.Go(func() error { return buckets.Run(gctx) })
+	}
 	g.Go(func() error { return pas.Run(gctx) })
 	g.Go(func() error { return fns.Run(gctx) })
 	g.Go(func() error {

@@ -90,9 +90,14 @@ func restrictedKubeconfig(t *testing.T, c *cluster.Cluster, ns string) string {
 
 // startActuator runs the binary's run in Kubernetes mode and returns a
 // client once it reports ready.
-func startActuator(t *testing.T, kubeconfig string) actuatorv1.ActuatorServiceClient {
+func startActuator(t *testing.T, kubeconfig string, extra ...string) actuatorv1.ActuatorServiceClient {
 	t.Helper()
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	return startActuatorAt(t, kubeconfig, grpcAddr, httpAddr, extra...)
+}
+
+func startActuatorAt(t *testing.T, kubeconfig, grpcAddr, httpAddr string, extra ...string) actuatorv1.ActuatorServiceClient {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "actuator-flags.log"))
@@ -100,12 +105,12 @@ func startActuator(t *testing.T, kubeconfig string) actuatorv1.ActuatorServiceCl
 		t.Fatal(err)
 	}
 	go func() {
-		done <- run(ctx, []string{
+		done <- run(ctx, append([]string{
 			"--scaler=kubernetes", "--kubeconfig=" + kubeconfig,
 			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
 			"--kafka-brokers=127.0.0.1:9092", "--function-sidecar-image=tidal.test/sidecar:1",
 			"--target-retry=1s", "--log-level=debug",
-		}, logs)
+		}, extra...), logs)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -292,5 +297,81 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	})
 	if err != nil || replicas("square") != 2 {
 		t.Errorf("function Scale within the cap: %v, replicas %d", err, replicas("square"))
+	}
+}
+
+// TestActuatorsShareAndForward: two actuators split the PodAutoscalers by
+// bucket Leases; a decision sent to either reaches the owner, which alone
+// writes the target.
+func TestActuatorsShareAndForward(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	tidal, err := crdclient.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients []actuatorv1.ActuatorServiceClient
+	for range 2 {
+		addr := freeAddr(t)
+		clients = append(clients, startActuatorAt(t, c.Kubeconfig, addr, freeAddr(t),
+			"--buckets=32", "--lease-namespace="+ns, "--advertise-addr="+addr,
+			"--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms"))
+	}
+	const n = 6
+	for i := range n {
+		name := fmt.Sprintf("web-%d", i)
+		if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment(name, nil, 1), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tidal.PodAutoscalers(ns).Create(ctx, &autoscalingv1alpha1.PodAutoscaler{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: autoscalingv1alpha1.PodAutoscalerSpec{
+				ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every decision goes through both replicas in turn: whichever does not
+	// own the PodAutoscaler forwards it.
+	for round, seq := range []uint64{1_700_000_000_000, 1_700_000_002_000} {
+		for i := range n {
+			name := fmt.Sprintf("web-%d", i)
+			want := int32(2 + round + i%2)
+			client := clients[(i+round)%2]
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				resp, err := client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: name},
+					DesiredReplicas: want, DecisionSequence: seq, Reason: "stable: test"})
+				// UNAVAILABLE while the replicas are still sharing the buckets out.
+				return err == nil && resp.GetAppliedReplicas() == want, nil
+			})
+			if err != nil {
+				t.Fatalf("Scale %s to %d through replica %d: %v", name, want, (i+round)%2, err)
+			}
+			d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || *d.Spec.Replicas != want {
+				t.Errorf("%s: replicas %v, %v; want %d", name, d.Spec.Replicas, err, want)
+			}
+		}
+	}
+	// Both replicas hold some of the buckets (with 32 buckets, the chance
+	// that one replica is preferred for all is 2^-31).
+	holders := map[string]int{}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		leases, err := c.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		clear(holders)
+		for _, l := range leases.Items {
+			if h := l.Spec.HolderIdentity; h != nil && *h != "" && !strings.Contains(l.Name, "member") {
+				holders[*h]++
+			}
+		}
+		return len(holders) == 2, nil
+	})
+	if err != nil {
+		t.Errorf("bucket holders = %v, want both replicas: %v", holders, err)
 	}
 }

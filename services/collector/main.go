@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tidalscale/tidal/actuator/crdclient"
-	"github.com/tidalscale/tidal/collector/bucket"
 	"github.com/tidalscale/tidal/collector/deciders"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -30,6 +29,7 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
+	"github.com/tidalscale/tidal/shard/bucket"
 )
 
 // defaultDecider is the decider address when none is configured.
@@ -46,7 +46,6 @@ type config struct {
 	server    server.Config
 	discovery string
 	kube      kube.Config
-	advertise string
 	retention time.Duration
 
 	deciderAddrs   []string
@@ -66,8 +65,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.stream.CollectorID, "collector-id", host, "Name of this collector in its streams to deciders; defaults to the host name.")
 	fs.StringVar(&c.discovery, "discovery", discoveryAuto, "Where targets come from: kubernetes (Metric, PodAutoscaler and Function objects), push (any target PushStats names becomes a KPA target), or auto (kubernetes when --kubeconfig is set or in a cluster, else push).")
-	c.kube.RegisterFlags(fs)
-	fs.StringVar(&c.advertise, "advertise-addr", "", "gRPC address other components reach this replica at, named in bucket Leases; empty means $POD_IP with the --grpc-addr port, else --grpc-addr.")
+	c.kube.RegisterFlags(fs, 50, 100)
 	fs.DurationVar(&c.retention, "history", 2*time.Minute, "Least history kept per target and replayed to a decider that reconnects or takes the target over; a target keeps at least its stable window plus scale-down delay.")
 	fs.Func("decider-addr", "Comma-separated static decider addresses, host:port each; targets are split among them by rendezvous hashing (default "+defaultDecider+" when no other decider flag is set).", func(v string) error {
 		c.deciderAddrs = nil
@@ -88,7 +86,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.scrape.RegisterFlagsWithPrefix("scrape-", fs)
 	c.lag.RegisterFlagsWithPrefix("lag-", fs)
 	c.targets.RegisterFlagsWithPrefix("", fs)
-	c.bucket.RegisterFlagsWithPrefix("", fs)
+	c.bucket.RegisterFlagsWithPrefix("", fs, "collector")
 }
 
 func (c *config) Validate() error {
@@ -139,14 +137,7 @@ func (c *config) Validate() error {
 	if c.retention < 10*time.Second {
 		return fmt.Errorf("--history %s: want at least 10s", c.retention)
 	}
-	if c.advertise == "" {
-		_, port, _ := net.SplitHostPort(c.server.GRPCAddr)
-		c.advertise = c.server.GRPCAddr
-		if ip := os.Getenv("POD_IP"); ip != "" {
-			c.advertise = net.JoinHostPort(ip, port)
-		}
-	}
-	c.bucket.Identity = c.advertise
+	c.bucket.Identity = c.server.Advertise()
 	if c.bucket.Buckets > 0 && c.discovery != discoveryKubernetes {
 		return errors.New("--buckets: needs Kubernetes (--discovery=kubernetes)")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // Config is the Kubernetes client configuration of a binary.
@@ -23,11 +24,12 @@ type Config struct {
 	Burst int
 }
 
-// RegisterFlags registers --kubeconfig, --kube-qps and --kube-burst.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+// RegisterFlags registers --kubeconfig, --kube-qps and --kube-burst, with
+// the binary's defaults for the last two.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, qps float64, burst int) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "Path of a kubeconfig; empty means the in-cluster config, or $KUBECONFIG / ~/.kube/config outside a pod.")
-	fs.Float64Var(&c.QPS, "kube-qps", 50, "Sustained requests per second to the Kubernetes API.")
-	fs.IntVar(&c.Burst, "kube-burst", 100, "Burst of requests to the Kubernetes API.")
+	fs.Float64Var(&c.QPS, "kube-qps", qps, "Sustained requests per second to the Kubernetes API, shared by all of the binary's clients.")
+	fs.IntVar(&c.Burst, "kube-burst", burst, "Burst of requests to the Kubernetes API, shared by all of the binary's clients.")
 }
 
 // Validate refuses limits the client cannot use.
@@ -59,6 +61,10 @@ func (c *Config) RestConfig(userAgent string) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	rc.QPS, rc.Burst = float32(c.QPS), c.Burst
+	// One limiter for every client built from this config (copies share
+	// it): otherwise each clientset, the scale client and the event sink
+	// would each get the whole budget.
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst)
 	rc.UserAgent = userAgent
 	return rc, nil
 }

@@ -23,6 +23,23 @@ type Config struct {
 	// TLS is the optional mutual TLS for the gRPC port and for calls to
 	// other tidal services.
 	TLS TLSConfig
+	// AdvertiseAddr is the gRPC address other replicas reach this one at
+	// (named in bucket Leases); empty means Advertise's default.
+	AdvertiseAddr string
+}
+
+// Advertise is the gRPC address other replicas reach this one at:
+// --advertise-addr, else $POD_IP with the --grpc-addr port, else --grpc-addr.
+func (c *Config) Advertise() string {
+	if c.AdvertiseAddr != "" {
+		return c.AdvertiseAddr
+	}
+	if ip := os.Getenv("POD_IP"); ip != "" {
+		if _, port, err := net.SplitHostPort(c.GRPCAddr); err == nil {
+			return net.JoinHostPort(ip, port)
+		}
+	}
+	return c.GRPCAddr
 }
 
 // RegisterFlags registers the shared flags on fs with the binary's default ports.
@@ -31,6 +48,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultGRPC, defaultHTTP string
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTP, "Address /metrics, /healthz and /readyz listen on, host:port.")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "How long in-flight calls may run after SIGTERM; 0 stops them at once.")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "gRPC address other replicas reach this one at, named in bucket Leases; empty means $POD_IP with the --grpc-addr port, else --grpc-addr.")
 	c.TLS.RegisterFlags(fs)
 }
 

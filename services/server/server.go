@@ -64,8 +64,9 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 		logging.WithLevels(callLevel),
 	}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		// The panic's details are for the log only: a caller may be anyone.
 		log.Error("panic in gRPC handler", zap.Any("panic", p), zap.Stack("stack"))
-		return status.Errorf(codes.Internal, "internal error: %v", p)
+		return status.Error(codes.Internal, "internal error")
 	})
 	s := &Server{
 		cfg:     cfg,

@@ -1,4 +1,5 @@
-// Package bucket splits targets among collector replicas. Targets hash into
+// Package bucket splits targets among the replicas of one service (the
+// collectors' targets, the actuators' PodAutoscalers). Targets hash into
 // a fixed number of buckets (package route); each bucket is owned by the
 // replica holding its Kubernetes Lease, through client-go's leaderelection,
 // as Knative's autoscaler owns its buckets. A replica that dies loses its
@@ -43,8 +44,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"github.com/tidalscale/tidal/collector/logkey"
-	"github.com/tidalscale/tidal/collector/route"
+	"github.com/tidalscale/tidal/logkey"
+	"github.com/tidalscale/tidal/shard/route"
 )
 
 // Config tunes bucket ownership.
@@ -62,11 +63,13 @@ type Config struct {
 	Identity string
 }
 
-// RegisterFlagsWithPrefix registers the bucket flags with their defaults.
-func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
-	fs.IntVar(&c.Buckets, p+"buckets", 0, "Buckets the targets are split into, each owned by one collector replica through a Lease; 0 means no leases: this replica measures every target.")
+// RegisterFlagsWithPrefix registers the bucket flags with their defaults;
+// service names the replicas ("collector", "actuator") in the help and in
+// the default Lease prefix.
+func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet, service string) {
+	fs.IntVar(&c.Buckets, p+"buckets", 0, "Buckets the targets are split into, each owned by one "+service+" replica through a Lease; 0 means no leases: this replica owns every target.")
 	fs.StringVar(&c.Namespace, p+"lease-namespace", "tidal-system", "Namespace of the bucket Leases.")
-	fs.StringVar(&c.Prefix, p+"lease-prefix", "tidal-collector", "Name prefix of the bucket Leases.")
+	fs.StringVar(&c.Prefix, p+"lease-prefix", "tidal-"+service, "Name prefix of the bucket Leases.")
 	fs.DurationVar(&c.LeaseDuration, p+"lease-duration", 15*time.Second, "How long a dead replica keeps its buckets.")
 	fs.DurationVar(&c.RenewDeadline, p+"renew-deadline", 10*time.Second, "How long an owner keeps trying to renew before it gives a bucket up.")
 	fs.DurationVar(&c.RetryPeriod, p+"retry-period", 2*time.Second, "How often replicas try to take or renew a bucket.")
@@ -119,8 +122,9 @@ func New(cfg Config, client kubernetes.Interface, onChange func(), reg prometheu
 		factory: factory, leases: inf.Lister().Leases(cfg.Namespace), synced: inf.Informer().HasSynced,
 		mine: make([]bool, cfg.Buckets),
 		owned: promauto.With(reg).NewGauge(prometheus.GaugeOpts{
-			Name: "tidal_collector_buckets_owned",
-			Help: "Target buckets this collector replica holds the Lease of.",
+			Name:        "tidal_buckets_owned",
+			Help:        "Target buckets this replica holds the Lease of.",
+			ConstLabels: prometheus.Labels{"lease_prefix": cfg.Prefix},
 		}),
 	}
 }
@@ -404,10 +408,7 @@ func (s *Set) set(b int, mine bool) {
 	}
 	s.owned.Set(float64(s.Owned()))
 	if mine {
-		// The decider cannot hand history back, so this replica's history
-		// of the bucket's targets starts now; the decider keeps what the
-		// previous owner streamed and appends what this one sends.
-		s.log.Info("took bucket; its targets start with fresh history here", logkey.Bucket(b))
+		s.log.Info("took bucket", logkey.Bucket(b))
 	} else {
 		s.log.Info("lost bucket", logkey.Bucket(b))
 	}

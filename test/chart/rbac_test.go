@@ -299,7 +299,7 @@ func TestRBACSufficient(t *testing.T) {
 		a := f.collector
 		// collector/targets: targets and the pods to scrape, everywhere.
 		syncInformers(t, a, podsGVR, podAutoscalersGVR, metricsGVR, functionsGVR)
-		// Bucket ownership: collector/bucket's Lease informer and
+		// Bucket ownership: shard/bucket's Lease informer and
 		// client-go's LeaseLock (get, create, update) in the release
 		// namespace.
 		leases := a.kube.CoordinationV1().Leases(f.ns)
