@@ -30,7 +30,10 @@ import (
 )
 
 // The scrape pair: Knative's stats scraper and tidal's collector/scrape
-// against the same fake queue-proxies. Knative's scraper always dials
+// against the same fake queue-proxies. It runs last (go test runs the files
+// in name order): Knative's package-level client keeps its idle connections,
+// and their goroutines and buffers, for 90 s, which would move the fleet
+// benchmarks' goroutine and heap counts. Knative's scraper always dials
 // <pod IP>:9090, so every fake pod has its own loopback address. The fake
 // pods run in a child process (this test binary, re-executed), so the CPU
 // measured is the scrapers' alone.
