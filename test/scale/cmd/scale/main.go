@@ -6,14 +6,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,27 +74,26 @@ func run(ctx context.Context, cfg scale.Config, logDir string, out io.Writer) er
 	return nil
 }
 
-// revision is the checkout's commit as the Go build stamped it.
+// revision is the checkout's commit, and the paths with uncommitted
+// changes: the services are built from the working tree, so a report says
+// what it measured.
 func revision() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+	rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
 		return "commit unknown"
 	}
-	rev, dirty := "unknown", ""
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = " with uncommitted changes"
+	out := "commit " + strings.TrimSpace(string(rev))
+	st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
+	if err == nil && len(bytes.TrimSpace(st)) > 0 {
+		var paths []string
+		for _, l := range strings.Split(strings.TrimSpace(string(st)), "\n") {
+			if len(l) > 3 {
+				paths = append(paths, l[3:])
 			}
 		}
+		out += " with uncommitted changes to " + strings.Join(paths, ", ")
 	}
-	return "commit " + rev + dirty
+	return out
 }
 
 func numCPU() int { return runtime.NumCPU() }
