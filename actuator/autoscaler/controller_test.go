@@ -3,9 +3,12 @@ package autoscaler
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/actuator/queue"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -42,25 +46,37 @@ type harness struct {
 func newHarness(t *testing.T, mutate func(*Config)) *harness {
 	t.Helper()
 	c := cluster.Shared(t)
-	return startHarness(t, c, c.Namespace(t), mutate, nil)
+	return startHarness(t, c, c.Namespace(t), harnessOpts{mutate: mutate})
 }
 
 // replica starts a second, independent Controller (its own informers and
 // caches) on the same namespace, as a second actuator replica would run.
 func (h *harness) replica() *harness {
 	h.t.Helper()
-	return startHarness(h.t, h.c, h.ns, nil, nil)
+	return startHarness(h.t, h.c, h.ns, harnessOpts{})
 }
 
-// startHarness starts a Controller; owner, when set, shares PodAutoscalers
-// with other replicas (SetOwnership).
-func startHarness(t *testing.T, c *cluster.Cluster, ns string, mutate func(*Config), owner func(string) (string, bool)) *harness {
+// harnessOpts adjust a harness's Controller.
+type harnessOpts struct {
+	mutate func(*Config)
+	// owner, when set, shares PodAutoscalers with other replicas.
+	owner queue.OwnerFunc
+	// wrap, when set, wraps the transport of the Controller's clients.
+	wrap func(http.RoundTripper) http.RoundTripper
+}
+
+func startHarness(t *testing.T, c *cluster.Cluster, ns string, opts harnessOpts) *harness {
 	t.Helper()
-	tidal, err := crdclient.NewForConfig(c.Config())
+	rc := c.Config()
+	if opts.wrap != nil {
+		rc.Wrap(opts.wrap)
+	}
+	mutate, owner := opts.mutate, opts.owner
+	tidal, err := crdclient.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scaler, err := scale.NewKube(c.Config())
+	live, err := scale.NewKube(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +86,10 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, mutate func(*Conf
 	}
 	tidalInf := crdclient.NewInformers(tidal, 0)
 	kubeInf := informers.NewSharedInformerFactory(c.Client, 0)
+	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
+	if err != nil {
+		t.Fatal(err)
+	}
 	recorder, broadcaster := NewEventRecorder(c.Client)
 	clk := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	ctrl, err := newController(cfg, zap.NewNop(), clk, tidal, tidalInf, kubeInf, scaler, recorder)
@@ -600,7 +620,7 @@ func TestReplicasShareTheSequence(t *testing.T) {
 // TestOwnershipSplitsPodAutoscalers: with replicas sharing PodAutoscalers,
 // each reconciles only its own, and a decision for another's names the owner.
 func TestOwnershipSplitsPodAutoscalers(t *testing.T) {
-	owner := func(self string) func(string) (string, bool) {
+	owner := func(self string) queue.OwnerFunc {
 		return func(key string) (string, bool) {
 			o := "actuator-a:9003"
 			if strings.HasSuffix(key, "-b") {
@@ -611,8 +631,8 @@ func TestOwnershipSplitsPodAutoscalers(t *testing.T) {
 	}
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	a := startHarness(t, c, ns, nil, owner("actuator-a:9003"))
-	b := startHarness(t, c, ns, nil, owner("actuator-b:9003"))
+	a := startHarness(t, c, ns, harnessOpts{owner: owner("actuator-a:9003")})
+	b := startHarness(t, c, ns, harnessOpts{owner: owner("actuator-b:9003")})
 	for _, name := range []string{"web-a", "web-b"} {
 		a.deployment(name, 1)
 		a.podAutoscaler(name, name, nil)
@@ -643,5 +663,106 @@ func TestOwnershipSplitsPodAutoscalers(t *testing.T) {
 	}
 	if res := b.scale("web-b", 100, 2, "panic: b"); res.Applied != 2 {
 		t.Errorf("b's own Scale = %+v, want 2", res)
+	}
+}
+
+// callTag marks the context of the calls a test makes, so the requests
+// they send can be told from the controller's own.
+type callTag struct{}
+
+// requests counts the API requests made under a tagged context, by method
+// and the last path segments ("PUT podautoscalers/status").
+type requests struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *requests) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Context().Value(callTag{}) != nil {
+			parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+			// .../namespaces/NS/RESOURCE/NAME[/SUB]
+			what := ""
+			for i := range parts {
+				if parts[i] == "namespaces" && i+2 < len(parts) {
+					what = parts[i+2]
+					if i+4 < len(parts) {
+						what += "/" + parts[i+4]
+					}
+				}
+			}
+			r.mu.Lock()
+			r.n[req.Method+" "+what]++
+			r.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (r *requests) take() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.n
+	r.n = map[string]int{}
+	return out
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestScaleWritesOnceAndReadsCaches: a decision that changes the target
+// costs one status write and one scale patch and no read; the same
+// decision again costs nothing.
+func TestScaleWritesOnceAndReadsCaches(t *testing.T) {
+	reqs := &requests{n: map[string]int{}}
+	c := cluster.Shared(t)
+	h := startHarness(t, c, c.Namespace(t), harnessOpts{wrap: reqs.wrap})
+	h.deployment("web", 1)
+	h.podAutoscaler("web", "web", nil)
+	h.eventually("first reconcile", func() bool { return h.get("web").Status.ActualScale != nil })
+	h.eventually("deployment in cache", func() bool {
+		s, err := h.ctrl.scaler.GetScale(context.Background(), scale.Target{Namespace: h.ns, Name: "web"})
+		return err == nil && s.Selector != ""
+	})
+	ctx := context.WithValue(context.Background(), callTag{}, true)
+	call := func(seq uint64, desired int32) scale.Result {
+		t.Helper()
+		res, err := h.ctrl.Scale(ctx, Request{Decision: scale.Decision{
+			Target: scale.Target{Namespace: h.ns, Name: "web"}, Desired: desired, Sequence: seq, Reason: "stable: test"}})
+		if err != nil {
+			t.Fatalf("Scale(%d, %d): %v", seq, desired, err)
+		}
+		return res
+	}
+	reqs.take()
+	if res := call(1000, 4); !res.Changed || res.Applied != 4 {
+		t.Fatalf("Scale to 4 = %+v, want changed to 4", res)
+	}
+	want := map[string]int{"PUT podautoscalers/status": 1, "PATCH deployments/scale": 1}
+	if got := reqs.take(); !maps.Equal(got, want) {
+		t.Errorf("requests of a changing decision = %v, want %v", got, want)
+	}
+	// Let the new pods turn ready and the controller record them: that
+	// is a change of its own.
+	h.readyPods("web", 4)
+	h.eventually("actualScale 4", func() bool {
+		pa, err := h.ctrl.current(cache.ObjectName{Namespace: h.ns, Name: "web"})
+		return err == nil && pa.Status.ActualScale != nil && *pa.Status.ActualScale == 4
+	})
+	reqs.take()
+	if res := call(1000, 4); res.Changed || res.Applied != 4 {
+		t.Fatalf("the same decision again = %+v, want 4, unchanged", res)
+	}
+	if got := reqs.take(); len(got) != 0 {
+		t.Errorf("requests of a repeated decision = %v, want none", got)
+	}
+	// A newer decision with the same count records the decision only.
+	if res := call(2000, 4); res.Changed || res.LastSequence != 2000 {
+		t.Fatalf("a newer decision, same count = %+v, want unchanged, sequence 2000", res)
+	}
+	want = map[string]int{"PUT podautoscalers/status": 1}
+	if got := reqs.take(); !maps.Equal(got, want) {
+		t.Errorf("requests of a newer decision with the same count = %v, want %v", got, want)
 	}
 }
