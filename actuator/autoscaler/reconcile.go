@@ -257,7 +257,7 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 		prev := findCondition(pa.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionReady)
 		setCondition(&st.Conditions, metav1.Condition{Type: autoscalingv1alpha1.PodAutoscalerConditionReady,
 			Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: pa.Generation}, now)
-		if err := c.writeStatus(ctx, pa, st); err != nil {
+		if err := c.writeStatus(ctx, pa, st, false); err != nil {
 			return out, err
 		}
 		if prev == nil || prev.Reason != reason || prev.Message != msg {
@@ -298,7 +298,9 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 	if patch != nil {
 		st.LastScaleTime = &metav1.Time{Time: now}
 	}
-	if err := c.writeStatus(ctx, pa, st); err != nil {
+	// Before a patch the write is made even when status is unchanged: it
+	// is what proves pa current.
+	if err := c.writeStatus(ctx, pa, st, patch != nil); err != nil {
 		return out, err
 	}
 
@@ -452,11 +454,12 @@ func initReason(ok bool) string {
 	return "Initializing"
 }
 
-// writeStatus writes st if it differs from pa's status, with the
-// resourceVersion pa was read at, and remembers the write so the next read
-// sees it before the cache does. A write that conflicts leaves pa as it was.
-func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, st *autoscalingv1alpha1.PodAutoscalerStatus) error {
-	if equality.Semantic.DeepEqual(&pa.Status, st) {
+// writeStatus writes st if it differs from pa's status (or always, with
+// force), with the resourceVersion pa was read at, and remembers the write
+// so the next read sees it before the cache does. A write that conflicts
+// leaves pa as it was.
+func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, st *autoscalingv1alpha1.PodAutoscalerStatus, force bool) error {
+	if !force && equality.Semantic.DeepEqual(&pa.Status, st) {
 		return nil
 	}
 	if pa.ResourceVersion == "" {
