@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/tidalscale/tidal/actuator/autoscaler"
 	"github.com/tidalscale/tidal/actuator/deployer"
+	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 )
 
@@ -21,9 +21,9 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, scale.ErrNotFound), apierrors.IsNotFound(err):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, scale.ErrNoScaleSubresource), errors.Is(err, autoscaler.ErrInvalidPodAutoscaler):
+	case errors.Is(err, scale.ErrNoScaleSubresource), errors.Is(err, podautoscaler.ErrInvalidPodAutoscaler):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, autoscaler.ErrOutOfRange), errors.Is(err, deployer.ErrOverCap), errors.As(err, &fe),
+	case errors.Is(err, podautoscaler.ErrOutOfRange), errors.Is(err, deployer.ErrOverCap), errors.As(err, &fe),
 		apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
@@ -34,7 +34,7 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, autoscaler.ErrNotSynced):
+	case errors.Is(err, podautoscaler.ErrNotSynced):
 		return status.Error(codes.Unavailable, err.Error())
 	default:
 		return status.Error(codes.Unavailable, err.Error())

@@ -16,9 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tidalscale/tidal/actuator/autoscaler"
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/deployer"
+	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -27,14 +27,14 @@ import (
 // engine applies decisions: in memory, or through the PodAutoscaler
 // controller.
 type engine interface {
-	Scale(ctx context.Context, req autoscaler.Request) (scale.Result, error)
+	Scale(ctx context.Context, req podautoscaler.Request) (scale.Result, error)
 	Status(ctx context.Context, t scale.Target) (scale.Status, error)
 }
 
 // memoryEngine applies decisions to in-memory replica counts.
 type memoryEngine struct{ applier *scale.Applier }
 
-func (m memoryEngine) Scale(ctx context.Context, req autoscaler.Request) (scale.Result, error) {
+func (m memoryEngine) Scale(ctx context.Context, req podautoscaler.Request) (scale.Result, error) {
 	return m.applier.Apply(ctx, req.Decision)
 }
 
@@ -45,11 +45,11 @@ func (m memoryEngine) Status(ctx context.Context, t scale.Target) (scale.Status,
 // kubeEngine applies decisions through the PodAutoscaler controller, after
 // refusing counts above a function's cap.
 type kubeEngine struct {
-	pas       *autoscaler.Controller
+	pas       *podautoscaler.Controller
 	functions *deployer.Controller
 }
 
-func (k *kubeEngine) Scale(ctx context.Context, req autoscaler.Request) (scale.Result, error) {
+func (k *kubeEngine) Scale(ctx context.Context, req podautoscaler.Request) (scale.Result, error) {
 	t := req.Target
 	if (t.APIVersion == "" || t.APIVersion == "apps/v1") && (t.Kind == "" || t.Kind == "Deployment") {
 		if limit, ok := k.functions.Cap(t.Namespace, t.Name); ok && req.Desired > limit {
@@ -130,7 +130,7 @@ func targetOf(ref *commonv1.TargetRef) scale.Target {
 }
 
 func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
-	r := autoscaler.Request{Decision: scale.Decision{
+	r := podautoscaler.Request{Decision: scale.Decision{
 		Target:   targetOf(req.GetTarget()),
 		Desired:  req.GetDesiredReplicas(),
 		Sequence: req.GetDecisionSequence(),
@@ -142,7 +142,7 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 		r.ExcessBurstCapacity = &e
 	}
 	res, err := h.engine.Scale(ctx, r)
-	var notOwner *autoscaler.NotOwnerError
+	var notOwner *podautoscaler.NotOwnerError
 	if errors.As(err, &notOwner) {
 		if h.forward == nil || notOwner.Owner == "" {
 			return nil, status.Error(codes.Unavailable, err.Error())

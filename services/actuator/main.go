@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tidalscale/tidal/actuator/autoscaler"
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/deployer"
+	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
@@ -208,10 +208,10 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
-	recorder, broadcaster := autoscaler.NewEventRecorder(kube)
+	recorder, broadcaster := podautoscaler.NewEventRecorder(kube)
 	defer broadcaster.Shutdown()
 
-	pas, err := autoscaler.New(autoscaler.Config{
+	pas, err := podautoscaler.New(podautoscaler.Config{
 		Autoscaler:  ascfg,
 		Deployment:  depcfg,
 		Workers:     cfg.kube.workers,

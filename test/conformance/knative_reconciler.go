@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tidalscale/tidal/actuator/kpa"
-	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/actuator/kparules"
+	"github.com/tidalscale/tidal/decider/kpa"
 )
 
 type knReconcileInput struct {
@@ -52,14 +52,14 @@ type knReconcileOutput struct {
 	MetricPanicWindowMs      *int64  `json:"metric_panic_window_ms"`
 }
 
-func reachability(s string) (kpa.Reachability, error) {
+func reachability(s string) (kparules.Reachability, error) {
 	switch s {
 	case "Reachable":
-		return kpa.Reachable, nil
+		return kparules.Reachable, nil
 	case "Unreachable":
-		return kpa.Unreachable, nil
+		return kparules.Unreachable, nil
 	case "", "Unknown":
-		return kpa.ReachabilityUnknown, nil
+		return kparules.ReachabilityUnknown, nil
 	}
 	return "", fmt.Errorf("reachability %q: want Reachable, Unreachable or Unknown", s)
 }
@@ -71,54 +71,54 @@ type reconcileCase struct {
 
 // run builds the actuator input, checks the resolved decider spec and runs
 // one Reconcile.
-func (c *reconcileCase) run(at string) (kpa.Result, error) {
+func (c *reconcileCase) run(at string) (kparules.Result, error) {
 	in := &c.in
 	reach, err := reachability(in.Reachability)
 	if err != nil {
-		return kpa.Result{}, err
+		return kparules.Result{}, err
 	}
-	rev, err := knRevision(at, in.ConfigAutoscalerOverrides, in.ConfigDeploymentOverrides, in.PAAnnotations, in.ContainerConcurrency, reach != kpa.Unreachable)
+	rev, err := knRevision(at, in.ConfigAutoscalerOverrides, in.ConfigDeploymentOverrides, in.PAAnnotations, in.ContainerConcurrency, reach != kparules.Unreachable)
 	if err != nil {
-		return kpa.Result{}, err
+		return kparules.Result{}, err
 	}
 	got := rev.DeciderSpec()
 	want, err := vectorSpec(in.DeciderSpec, got.MetricStableWindow.Milliseconds(), got.MetricPanicWindow.Milliseconds(), algoName(got), got.Scraped)
 	if err != nil {
-		return kpa.Result{}, &mismatch{at: at, field: "decider_spec", want: "a valid spec", got: err}
+		return kparules.Result{}, &mismatch{at: at, field: "decider_spec", want: "a valid spec", got: err}
 	}
 	if err := compareSpecs(at, want, got); err != nil {
-		return kpa.Result{}, err
+		return kparules.Result{}, err
 	}
-	ain := kpa.Input{
+	ain := kparules.Input{
 		Revision:               rev,
 		Reachability:           reach,
-		Active:                 kpa.Condition{Status: kpa.ConditionStatus(in.PAActiveStatus), Reason: in.PAActiveReason},
+		Active:                 kparules.Condition{Status: kparules.ConditionStatus(in.PAActiveStatus), Reason: in.PAActiveReason},
 		ActiveAge:              ms(in.PAActiveConditionAgeMs),
 		ScaleTargetInitialized: in.ScaleTargetInitialized,
 		ServiceNameSet:         in.PAStatusServiceNameSet,
 		PriorDesiredScale:      in.PAPriorDesiredScale,
 		Replicas:               in.DeploymentReplicas,
 		ReadyPods:              in.ReadyPods,
-		Decider:                deciderkpa.Status{DesiredScale: in.DeciderDesiredScale, ExcessBurstCapacity: in.DeciderEBC},
+		Decider:                kpa.Status{DesiredScale: in.DeciderDesiredScale, ExcessBurstCapacity: in.DeciderEBC},
 	}
 	if in.SKSPresent {
-		s := &kpa.SKS{Mode: kpa.SKSMode(in.SKSMode), PrivateServiceNameSet: true}
+		s := &kparules.SKS{Mode: kparules.SKSMode(in.SKSMode), PrivateServiceNameSet: true}
 		if in.SKSProxyForMs != nil {
 			s.ProxyFor = ms(*in.SKSProxyForMs)
 		}
 		ain.SKS = s
 	}
-	return kpa.Reconcile(ain, func() bool { return in.ActivatorProbeResult }), nil
+	return kparules.Reconcile(ain, func() bool { return in.ActivatorProbeResult }), nil
 }
 
-func algoName(s deciderkpa.Spec) string { return s.Aggregation.String() }
+func algoName(s kpa.Spec) string { return s.Aggregation.String() }
 
 // roundMs rounds a requeue delay to 100 ms, as the vectors record it.
 func roundMs(d time.Duration) int64 { return d.Round(100 * time.Millisecond).Milliseconds() }
 
 // checkReconcile compares a Result with the expected output fields. The e2e
 // rows omit some fields; pass nil for those.
-func checkReconcile(at string, r *kpa.Result, o *knReconcileOutput, checkMetric bool) error {
+func checkReconcile(at string, r *kparules.Result, o *knReconcileOutput, checkMetric bool) error {
 	mm := func(field string, want, got any) error { return &mismatch{at: at, field: field, want: want, got: got} }
 	if o.Error != nil {
 		return mm("error", *o.Error, "none")

@@ -1,13 +1,13 @@
-// Package autoscaler is the actuator's PodAutoscaler controller: it keeps
+// Package podautoscaler is the actuator's PodAutoscaler controller: it keeps
 // each PodAutoscaler's Metric, applies Knative's KPA reconciler rules
-// (spec/knative-kpa.md §6, the pure functions of actuator/kpa) to the
+// (spec/knative-kpa.md §6, the pure functions of actuator/kparules) to the
 // deciders' latest desired scale, patches the target's scale subresource,
 // writes status and emits an Event for every scale change. Decisions arrive
 // through Scale (the deciders' RPC); the controller's informers and
 // workqueue re-run the same reconcile on every change and on the requeues
 // scale-to-zero timing needs, so nothing reaches a target without passing
 // the rules.
-package autoscaler
+package podautoscaler
 
 import (
 	"context"

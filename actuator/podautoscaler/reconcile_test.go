@@ -1,4 +1,4 @@
-package autoscaler
+package podautoscaler
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/kpa"
+	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
-	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/pods"
 )
@@ -64,7 +64,7 @@ func TestScaleMessage(t *testing.T) {
 
 func TestLagRules(t *testing.T) {
 	i32 := func(v int32) *int32 { return &v }
-	active := kpa.Condition{Status: kpa.ConditionTrue}
+	active := kparules.Condition{Status: kparules.ConditionTrue}
 	tests := []struct {
 		name        string
 		ann         map[string]string
@@ -74,21 +74,21 @@ func TestLagRules(t *testing.T) {
 		prior       *int32
 		wantPatch   *int32
 		wantDesired int32
-		wantActive  kpa.ConditionStatus
+		wantActive  kparules.ConditionStatus
 	}{
-		{"scale up", nil, 4, 1, 1, nil, i32(4), 4, kpa.ConditionTrue},
-		{"to zero", nil, 0, 2, 2, nil, i32(0), 0, kpa.ConditionFalse},
-		{"from zero, no pods yet", nil, 2, 0, 0, nil, i32(2), 2, kpa.ConditionUnknown},
-		{"unchanged", nil, 3, 3, 3, nil, nil, 3, kpa.ConditionTrue},
-		{"unknown keeps prior", nil, -1, 3, 3, i32(3), nil, 3, kpa.ConditionTrue},
-		{"max-scale", map[string]string{kpaconfig.AnnotationMaxScale: "5"}, 9, 1, 1, nil, i32(5), 5, kpa.ConditionTrue},
-		{"min-scale", map[string]string{kpaconfig.AnnotationMinScale: "1"}, 0, 2, 2, nil, i32(1), 1, kpa.ConditionTrue},
+		{"scale up", nil, 4, 1, 1, nil, i32(4), 4, kparules.ConditionTrue},
+		{"to zero", nil, 0, 2, 2, nil, i32(0), 0, kparules.ConditionFalse},
+		{"from zero, no pods yet", nil, 2, 0, 0, nil, i32(2), 2, kparules.ConditionUnknown},
+		{"unchanged", nil, 3, 3, 3, nil, nil, 3, kparules.ConditionTrue},
+		{"unknown keeps prior", nil, -1, 3, 3, i32(3), nil, 3, kparules.ConditionTrue},
+		{"max-scale", map[string]string{kpaconfig.AnnotationMaxScale: "5"}, 9, 1, 1, nil, i32(5), 5, kparules.ConditionTrue},
+		{"min-scale", map[string]string{kpaconfig.AnnotationMinScale: "1"}, 0, 2, 2, nil, i32(1), 1, kparules.ConditionTrue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := lagRules(kpa.Input{
+			r := lagRules(kparules.Input{
 				Revision: revision(t, tt.ann), Active: active, Replicas: &tt.replicas, ReadyPods: tt.ready,
-				PriorDesiredScale: tt.prior, Decider: deciderkpa.Status{DesiredScale: tt.desired},
+				PriorDesiredScale: tt.prior, Decider: kpa.Status{DesiredScale: tt.desired},
 			})
 			if (r.Patch == nil) != (tt.wantPatch == nil) || (r.Patch != nil && *r.Patch != *tt.wantPatch) {
 				t.Errorf("Patch = %v, want %v", r.Patch, tt.wantPatch)

@@ -1,4 +1,4 @@
-// Package kpa holds the Knative KPA reconciler's arithmetic as pure
+// Package kparules holds the Knative KPA reconciler's arithmetic as pure
 // functions: scale bounds and initial scale, the scale-to-zero decision with
 // its grace period, pod retention and activation timeout, the SKS mode and
 // activator count, and the PodAutoscaler's Active and ScaleTargetInitialized
@@ -8,4 +8,4 @@
 // Nothing here talks to Kubernetes or reads a clock: condition ages and the
 // activator probe are inputs, and the result says what to patch, what status
 // to write and when to come back. The actuator's controller applies it.
-package kpa
+package kparules

@@ -1,4 +1,4 @@
-package autoscaler
+package podautoscaler
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/kpa"
+	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
-	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/pods"
 )
@@ -202,9 +202,9 @@ func (c *Controller) revision(pa *autoscalingv1alpha1.PodAutoscaler) (kpaconfig.
 		return rev, err
 	}
 	if m := pa.Spec.Metric; m != "" {
-		metric := deciderkpa.Concurrency
+		metric := kpa.Concurrency
 		if m == autoscalingv1alpha1.MetricRPS {
-			metric = deciderkpa.RPS
+			metric = kpa.RPS
 		}
 		rev.Annotations.Metric = &metric
 	}
@@ -235,7 +235,7 @@ type observed struct {
 func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *autoscalingv1alpha1.PodAutoscalerDecision, dryRun bool) (outcome, error) {
 	now := c.clock.Now()
 	name := cache.MetaObjectToName(pa)
-	out := outcome{Want: deciderkpa.ScaleUnknown, PA: pa}
+	out := outcome{Want: kpa.ScaleUnknown, PA: pa}
 	st := pa.Status.DeepCopy()
 	st.ObservedGeneration = pa.Generation
 	st.MetricName = pa.Name
@@ -373,8 +373,8 @@ func selectorOf(s scale.Scale) labels.Selector {
 
 // rules applies the §6 reconciler rules (or the lag strategy's) to what
 // was observed.
-func (c *Controller) rules(pa *autoscalingv1alpha1.PodAutoscaler, obs *observed, now time.Time) kpa.Result {
-	dec := deciderkpa.Status{DesiredScale: deciderkpa.ScaleUnknown}
+func (c *Controller) rules(pa *autoscalingv1alpha1.PodAutoscaler, obs *observed, now time.Time) kparules.Result {
+	dec := kpa.Status{DesiredScale: kpa.ScaleUnknown}
 	if d := obs.decision; d != nil {
 		dec.DesiredScale = d.DesiredScale
 		if d.ExcessBurstCapacity != nil {
@@ -383,7 +383,7 @@ func (c *Controller) rules(pa *autoscalingv1alpha1.PodAutoscaler, obs *observed,
 	}
 	active, activeAge := activeCondition(pa, now)
 	replicas := obs.scale.Replicas
-	in := kpa.Input{
+	in := kparules.Input{
 		Revision:               obs.rev,
 		Reachability:           reachability(pa.Spec.Reachability),
 		Active:                 active,
@@ -401,12 +401,12 @@ func (c *Controller) rules(pa *autoscalingv1alpha1.PodAutoscaler, obs *observed,
 	}
 	// tidal has no activator: nothing has to be in the path before the
 	// last pod goes, so the probe always succeeds.
-	return kpa.Reconcile(in, func() bool { return true })
+	return kparules.Reconcile(in, func() bool { return true })
 }
 
 // setStatus fills st from the rules' result (spec §6.2 step 9).
 func (c *Controller) setStatus(st *autoscalingv1alpha1.PodAutoscalerStatus, pa *autoscalingv1alpha1.PodAutoscaler, obs *observed,
-	res *kpa.Result, suppressed *int32, paused, dry bool, now time.Time,
+	res *kparules.Result, suppressed *int32, paused, dry bool, now time.Time,
 ) {
 	if res.DesiredScale >= 0 {
 		ds := res.DesiredScale
@@ -482,14 +482,14 @@ func (c *Controller) readyPods(namespace string, sel labels.Selector) (int32, er
 	return pods.CountReady(c.podIndexer, namespace, sel)
 }
 
-func reachability(r autoscalingv1alpha1.Reachability) kpa.Reachability {
+func reachability(r autoscalingv1alpha1.Reachability) kparules.Reachability {
 	switch r {
 	case autoscalingv1alpha1.ReachabilityReachable:
-		return kpa.Reachable
+		return kparules.Reachable
 	case autoscalingv1alpha1.ReachabilityUnreachable:
-		return kpa.Unreachable
+		return kparules.Unreachable
 	}
-	return kpa.ReachabilityUnknown
+	return kparules.ReachabilityUnknown
 }
 
 // syntheticSKS stands in for Knative's ServerlessService, which tidal does
@@ -497,41 +497,41 @@ func reachability(r autoscalingv1alpha1.Reachability) kpa.Reachability {
 // activator endpoints are never populated, so the full scale-to-zero grace
 // period applies after the PodAutoscaler goes inactive (the TBC 0 timeline
 // of spec §6.4).
-func syntheticSKS(pa *autoscalingv1alpha1.PodAutoscaler, dec deciderkpa.Status) *kpa.SKS {
+func syntheticSKS(pa *autoscalingv1alpha1.PodAutoscaler, dec kpa.Status) *kparules.SKS {
 	want := dec.DesiredScale
 	if ds := pa.Status.DesiredScale; ds != nil {
 		want = *ds
 	}
-	return &kpa.SKS{Mode: kpa.SKSModeFor(want, dec.ExcessBurstCapacity), PrivateServiceNameSet: true}
+	return &kparules.SKS{Mode: kparules.SKSModeFor(want, dec.ExcessBurstCapacity), PrivateServiceNameSet: true}
 }
 
 // activeCondition reads the Active condition and its age; a new
 // PodAutoscaler is Activating (Unknown) since its creation, as Knative
 // initialises it.
-func activeCondition(pa *autoscalingv1alpha1.PodAutoscaler, now time.Time) (kpa.Condition, time.Duration) {
+func activeCondition(pa *autoscalingv1alpha1.PodAutoscaler, now time.Time) (kparules.Condition, time.Duration) {
 	cond := findCondition(pa.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionActive)
 	if cond == nil {
-		return kpa.Condition{Status: kpa.ConditionUnknown}, now.Sub(pa.CreationTimestamp.Time)
+		return kparules.Condition{Status: kparules.ConditionUnknown}, now.Sub(pa.CreationTimestamp.Time)
 	}
 	reason := cond.Reason
 	if cond.Status == metav1.ConditionTrue && reason == ReasonActive {
 		reason = ""
 	}
-	return kpa.Condition{Status: kpa.ConditionStatus(cond.Status), Reason: reason, Message: cond.Message}, now.Sub(cond.LastTransitionTime.Time)
+	return kparules.Condition{Status: kparules.ConditionStatus(cond.Status), Reason: reason, Message: cond.Message}, now.Sub(cond.LastTransitionTime.Time)
 }
 
 // lagRules applies what the lag strategy needs of the reconciler: the
 // decider already capped the scale at the partition count and applied the
 // idle timeout, so only min-scale and max-scale bound it here.
-func lagRules(in kpa.Input) kpa.Result {
-	r := kpa.Result{Want: in.Decider.DesiredScale, DesiredScale: in.Decider.DesiredScale, ActualScale: in.ReadyPods, Active: in.Active}
+func lagRules(in kparules.Input) kparules.Result {
+	r := kparules.Result{Want: in.Decider.DesiredScale, DesiredScale: in.Decider.DesiredScale, ActualScale: in.ReadyPods, Active: in.Active}
 	if r.DesiredScale < 0 && in.PriorDesiredScale != nil {
 		r.DesiredScale = *in.PriorDesiredScale
 	}
 	r.ScaleTargetInitialized = in.ScaleTargetInitialized || in.ReadyPods >= 1 || r.Want == 0
 	if r.Want >= 0 {
 		lo, hi := in.Revision.ScaleBounds()
-		r.Want = kpa.ApplyBounds(lo, hi, r.Want)
+		r.Want = kparules.ApplyBounds(lo, hi, r.Want)
 		r.DesiredScale = r.Want
 		if in.Replicas == nil || *in.Replicas != r.Want {
 			p := r.Want
@@ -541,11 +541,11 @@ func lagRules(in kpa.Input) kpa.Result {
 	next := in.Active
 	switch {
 	case r.Want == 0:
-		next = kpa.Condition{Status: kpa.ConditionFalse, Reason: kpa.ReasonNoTraffic, Message: kpa.MessageNoTraffic}
+		next = kparules.Condition{Status: kparules.ConditionFalse, Reason: kparules.ReasonNoTraffic, Message: kparules.MessageNoTraffic}
 	case r.Want > 0 && in.ReadyPods == 0:
-		next = kpa.Condition{Status: kpa.ConditionUnknown, Reason: kpa.ReasonQueued, Message: kpa.MessageQueued}
+		next = kparules.Condition{Status: kparules.ConditionUnknown, Reason: kparules.ReasonQueued, Message: kparules.MessageQueued}
 	case r.Want > 0:
-		next = kpa.Condition{Status: kpa.ConditionTrue}
+		next = kparules.Condition{Status: kparules.ConditionTrue}
 	}
 	r.Active = next
 	r.ActiveChanged = next.Status != in.Active.Status || next.Reason != in.Active.Reason

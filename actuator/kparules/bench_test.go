@@ -1,4 +1,4 @@
-package kpa
+package kparules
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package autoscaler
+package podautoscaler
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/kpa"
+	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 )
@@ -21,7 +21,7 @@ import (
 // with its labels and annotations, the stable and panic windows, and the
 // target's pods as scrape target unless TBC is -1. A lag PodAutoscaler's
 // Metric carries its lag source instead.
-func desiredMetric(pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revision, spec *kpa.MetricSpec, target scale.Target, selector string) (*autoscalingv1alpha1.Metric, error) {
+func desiredMetric(pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revision, spec *kparules.MetricSpec, target scale.Target, selector string) (*autoscalingv1alpha1.Metric, error) {
 	stable, panic, scraped := rev.StableWindow(), rev.PanicWindow(), rev.Scraped()
 	if spec != nil {
 		stable, panic, scraped = spec.StableWindow, spec.PanicWindow, spec.Scraped
@@ -58,7 +58,7 @@ func desiredMetric(pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revisio
 
 // reconcileMetric creates pa's Metric or brings it to the desired spec.
 func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revision,
-	spec *kpa.MetricSpec, target scale.Target, selector string,
+	spec *kparules.MetricSpec, target scale.Target, selector string,
 ) error {
 	want, err := desiredMetric(pa, rev, spec, target, selector)
 	if err != nil {
