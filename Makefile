@@ -12,7 +12,7 @@ TAG ?=
 PUSH ?= 0
 PLATFORMS ?=
 
-.PHONY: all generate build test unit lint bench bench-knative conformance conformance-shared run e2e scale image chart clean
+.PHONY: all generate build test prepare unit lint bench bench-knative conformance conformance-shared run e2e scale image chart clean
 
 all: build
 
@@ -29,7 +29,19 @@ build:
 	$(GO) build -o bin/tidal-actuator ./services/actuator
 
 ## test: unit and integration tests, the end-to-end tests, then conformance on every shared vector family.
-test: unit e2e conformance-shared
+test: prepare unit e2e conformance-shared
+
+## prepare: build what the tests run, up front and with progress, so nothing is compiled inside a test's
+## deadline: the pinned tools the tests call (Helm, grpcurl), the Kubernetes control plane (once per
+## version, then cached), and every test binary.
+prepare:
+	@echo "== prepare: pinned tools the tests run (Helm, grpcurl); minutes on a cold cache"
+	$(GO) build -modfile=tools/go.mod helm.sh/helm/v3/cmd/helm github.com/fullstorydev/grpcurl/cmd/grpcurl
+	@echo "== prepare: the Kubernetes control plane for the tests (built once per version, then cached)"
+	$(GO) run ./test/cluster/cmd/testcluster build
+	@echo "== prepare: compiling every test binary"
+	$(GO) test -count=1 -run '^$$' ./...
+	@echo "== prepare: done"
 
 ## unit: every package's tests but the end-to-end ones.
 unit:
