@@ -22,6 +22,12 @@ type Config struct {
 	Deployment kpaconfig.DeploymentConfig
 	// TickInterval is the KPA decision interval (Knative's 2 s).
 	TickInterval time.Duration
+	// Lateness is how long after a grid time the engine waits for samples
+	// stamped at or before it before deciding it. A sample reaches the
+	// decider some milliseconds after its time (the collector batches, the
+	// network carries); without the wait a live tick would miss a sample a
+	// decider rebuilt from history counts, and the two would decide apart.
+	Lateness time.Duration
 	// OnDrop, when set, is called for every refused sample with a short
 	// reason suitable for a metric label.
 	OnDrop func(reason string)
@@ -360,18 +366,20 @@ func gridAfter(t time.Time, interval time.Duration) time.Time {
 // actuator must hear about: KPA targets whose desired scale (or the sign of
 // their excess burst capacity) changed, and lag targets whose scale must be
 // applied. KPA ticks fall on the Unix-aligned TickInterval grid; a tick at
-// grid time g sees exactly the samples stamped at or before g. After a pause
+// grid time g is made once now reaches g + Lateness and sees exactly the
+// samples stamped at or before g. After a pause
 // of more than a few ticks the missed ticks are skipped, not replayed.
 func (e *Engine) Tick(now time.Time) []Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Decision
 	iv := e.cfg.TickInterval
+	due := now.Add(-e.cfg.Lateness) // grid times up to due have all their samples
 	next := gridAfter(e.lastKPA, iv)
-	if e.lastKPA.IsZero() || now.Sub(next) > 5*iv {
-		next = now.Truncate(iv)
+	if e.lastKPA.IsZero() || due.Sub(next) > 5*iv {
+		next = due.Truncate(iv)
 	}
-	for !next.After(now) {
+	for !next.After(due) {
 		for _, t := range e.targets {
 			if t.strategy == KPA {
 				e.flushLocked(t, next)
@@ -461,21 +469,26 @@ func (e *Engine) replayKPALocked(t *target, samples []Sample, now time.Time) err
 	if len(samples) > 0 {
 		start = samples[0].At
 	}
-	ready := int32(0)
+	// Created as a live target is, before its ready count is known (so
+	// never in Knative's restart panic, which would hold the first sample's
+	// pod count for a stable window); the samples bring the count.
+	if err := e.kpa.Create(key, s, start, 0); err != nil {
+		return err
+	}
+	t.ready = 0
 	for _, smp := range samples {
 		if smp.ReadyPods >= 0 {
-			ready = smp.ReadyPods
+			t.ready = smp.ReadyPods
+			if err := e.kpa.SetReady(key, t.ready); err != nil {
+				return err
+			}
 			break
 		}
-	}
-	t.ready = ready
-	if err := e.kpa.Create(key, s, start, ready); err != nil {
-		return err
 	}
 	t.inSet = true
 	last := e.lastKPA
 	if last.IsZero() {
-		last = now.Truncate(e.cfg.TickInterval)
+		last = now.Add(-e.cfg.Lateness).Truncate(e.cfg.TickInterval)
 	}
 	i := 0
 	for g := gridAfter(start, e.cfg.TickInterval); !g.After(last); g = g.Add(e.cfg.TickInterval) {

@@ -430,3 +430,136 @@ func TestLagTicksBetweenSamplesUseTheLatest(t *testing.T) {
 		t.Errorf("1 s after the last sample: %v, want no data", d.Lag)
 	}
 }
+
+// TestLateSampleWithinLatenessCountsAsInReplay: a sample stamped just
+// before a grid time that reaches the decider after it is counted by that
+// grid's decision, as a decider rebuilt from history counts it; without
+// the wait the two would decide apart.
+func TestLateSampleWithinLatenessCountsAsInReplay(t *testing.T) {
+	cfg := Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second}
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	samples := []Sample{
+		{At: at(1500), Stat: kpa.Stat{AverageConcurrentRequests: 7}, ReadyPods: 1},
+		{At: at(3990), Stat: kpa.Stat{AverageConcurrentRequests: 70}, ReadyPods: 1}, // arrives at 4.3 s
+	}
+	tests := []struct {
+		name     string
+		lateness time.Duration
+		// wantSame: the live decision at 4 s equals the replayed one.
+		wantSame bool
+	}{
+		{"no wait: the tick at 4 s misses the late sample", 0, false},
+		{"a 500 ms wait: it counts", 500 * time.Millisecond, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg.Lateness = tt.lateness
+			live := New(cfg)
+			if err := live.Upsert(kpaSpec(nil), at(0)); err != nil {
+				t.Fatal(err)
+			}
+			var got *Decision
+			for ms := 0; ms <= 5000; ms += 100 {
+				now := at(ms)
+				for _, s := range samples {
+					arrives := s.At
+					if s.At.Equal(at(3990)) {
+						arrives = at(4300)
+					}
+					if arrives.Equal(now) {
+						if _, err := live.Record(app, s, now); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				live.Tick(now)
+				if d, _ := live.Get(app); d.At.Equal(at(4000)) && got == nil {
+					got = &d
+				}
+			}
+			if got == nil {
+				t.Fatal("no decision at 4 s")
+			}
+
+			// A decider rebuilt at 5 s from the same history.
+			rebuilt := New(cfg)
+			if err := rebuilt.Upsert(kpaSpec(nil), at(5000)); err != nil {
+				t.Fatal(err)
+			}
+			if err := rebuilt.Replay(app, samples, at(5000)); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := rebuilt.Get(app)
+			if !want.At.Equal(at(4000)) {
+				t.Fatalf("rebuilt decision at %v, want 4 s", want.At)
+			}
+			if same := got.Desired == want.Desired && got.KPA.ObservedPanic == want.KPA.ObservedPanic; same != tt.wantSame {
+				t.Errorf("live decision at 4 s: desired %d, panic %v; rebuilt: desired %d, panic %v; same = %v, want %v",
+					got.Desired, got.KPA.ObservedPanic, want.Desired, want.KPA.ObservedPanic, same, tt.wantSame)
+			}
+		})
+	}
+}
+
+// TestReplayDoesNotStartInPanic: a live target is created before its ready
+// count is known, so it never starts in Knative's restart panic; a target
+// rebuilt from history whose first sample has several ready pods must not
+// either, or it would hold that count for a stable window.
+func TestReplayDoesNotStartInPanic(t *testing.T) {
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	var samples []Sample
+	for s := 0; s < 30; s++ {
+		samples = append(samples, Sample{At: at(s*1000 + 500), Stat: kpa.Stat{AverageConcurrentRequests: 7}, ReadyPods: 5})
+	}
+	live, _ := newEngine(t)
+	if err := live.Upsert(kpaSpec(nil), at(0)); err != nil {
+		t.Fatal(err)
+	}
+	liveAt := map[int64]int32{}
+	for ms := 0; ms <= 30000; ms += 100 {
+		now := at(ms)
+		for _, s := range samples {
+			if s.At.Equal(now) {
+				if _, err := live.Record(app, s, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, d := range live.Tick(now) {
+			liveAt[d.At.UnixMilli()] = d.Desired
+		}
+		if d, _ := live.Get(app); !d.At.IsZero() {
+			liveAt[d.At.UnixMilli()] = d.Desired
+		}
+	}
+	// Rebuilt at 12 s from all the history so far, then fed live.
+	rebuilt, _ := newEngine(t)
+	if err := rebuilt.Upsert(kpaSpec(nil), at(12000)); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt.Tick(at(11900))
+	if err := rebuilt.Replay(app, samples[:12], at(12000)); err != nil {
+		t.Fatal(err)
+	}
+	compared := 0
+	for ms := 12000; ms <= 30000; ms += 100 {
+		now := at(ms)
+		for _, s := range samples[12:] {
+			if s.At.Equal(now) {
+				if _, err := rebuilt.Record(app, s, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rebuilt.Tick(now)
+		if d, _ := rebuilt.Get(app); ms%2000 == 0 && d.At.Equal(now) {
+			compared++
+			if want := liveAt[now.UnixMilli()]; d.Desired != want {
+				t.Errorf("t=%.0fs: rebuilt desired %d (%s), live %d", now.Sub(epoch).Seconds(), d.Desired, d.Reason, want)
+			}
+		}
+	}
+	if compared == 0 {
+		t.Fatal("compared no ticks")
+	}
+}

@@ -31,6 +31,7 @@ type config struct {
 	deploymentDir  string
 	tickInterval   time.Duration
 	tickResolution time.Duration
+	tickLateness   time.Duration
 	send           sender.Config
 }
 
@@ -41,6 +42,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.deploymentDir, "config-deployment", "", "Directory holding Knative's config-deployment keys (progress-deadline); empty means the defaults.")
 	fs.DurationVar(&c.tickInterval, "tick-interval", 2*time.Second, "KPA decision interval, aligned to Unix time (Knative's is 2s).")
 	fs.DurationVar(&c.tickResolution, "tick-resolution", 100*time.Millisecond, "How often the tick loop runs; lag targets are decided at their own interval on it.")
+	fs.DurationVar(&c.tickLateness, "tick-lateness", 500*time.Millisecond, "How long after a KPA grid time its decision waits for samples stamped before it; a sample later than that counts from the next tick on, so a restarted decider may decide it apart.")
 	fs.BoolVar(&c.send.DryRun, "dry-run", false, "Send every Scale call as a dry run: the actuator reports and changes nothing.")
 	fs.IntVar(&c.send.Workers, "scale-workers", 64, "Scale calls to the actuator in flight at once, each for a different target.")
 	fs.DurationVar(&c.send.Timeout, "scale-timeout", 5*time.Second, "Timeout of one Scale call.")
@@ -60,6 +62,9 @@ func (c *config) Validate() error {
 	}
 	if c.tickResolution <= 0 || c.tickResolution > c.tickInterval {
 		return fmt.Errorf("--tick-resolution %s: want more than 0 and at most --tick-interval", c.tickResolution)
+	}
+	if c.tickLateness < 0 || c.tickLateness >= c.tickInterval {
+		return fmt.Errorf("--tick-lateness %s: want at least 0 and less than --tick-interval", c.tickLateness)
 	}
 	if err := c.send.Validate(); err != nil {
 		return fmt.Errorf("--scale-*: %w", err)
@@ -84,7 +89,7 @@ func loadEngineConfig(c *config) (engine.Config, error) {
 	if err != nil {
 		return engine.Config{}, fmt.Errorf("--config-deployment %s: %w", c.deploymentDir, err)
 	}
-	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval}, nil
+	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval, Lateness: c.tickLateness}, nil
 }
 
 func main() { server.Main("tidal-decider", run) }
