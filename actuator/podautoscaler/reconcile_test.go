@@ -2,6 +2,7 @@ package podautoscaler
 
 import (
 	"context"
+	"hash/maphash"
 	"testing"
 	"time"
 
@@ -9,12 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kparules"
+	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
@@ -207,4 +210,40 @@ func TestTargetIndex(t *testing.T) {
 	if k != keys[0] {
 		t.Errorf("targetKey = %q, index key %q", k, keys[0])
 	}
+}
+
+// TestLockHoldsAcrossDeletion: a reconcile of a PodAutoscaler that is gone
+// must not free its lock while another caller holds or waits for it (the
+// lock used to be deleted from a map while held, so a waiting Scale and a
+// new worker could both run).
+func TestLockHoldsAcrossDeletion(t *testing.T) {
+	empty := func() cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) }
+	c := &Controller{
+		pas:       listers.New[*autoscalingv1alpha1.PodAutoscaler](empty(), autoscalingv1alpha1.Resource("podautoscalers")),
+		metrics:   listers.New[*autoscalingv1alpha1.Metric](empty(), autoscalingv1alpha1.Resource("metrics")),
+		seed:      maphash.MakeSeed(),
+		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
+		selectors: pods.NewSelectors[cache.ObjectName](),
+	}
+	name := cache.ObjectName{Namespace: "a", Name: "gone"}
+	unlock := c.lock(name)
+	// A worker reconciles the deleted PodAutoscaler (it takes the lock
+	// itself, so it waits for ours).
+	synced := make(chan error, 1)
+	go func() { _, err := c.sync(context.Background(), name); synced <- err }()
+	unlock()
+	if err := <-synced; err != nil {
+		t.Fatalf("sync of a deleted PodAutoscaler: %v", err)
+	}
+	// After it, the lock still excludes: a holder blocks the next caller.
+	unlock = c.lock(name)
+	second := make(chan struct{})
+	go func() { u := c.lock(name); close(second); u() }()
+	select {
+	case <-second:
+		t.Fatal("a second caller took the lock while it was held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	unlock()
+	<-second
 }
