@@ -31,14 +31,23 @@ const kpaLabel = "tidal-scale-kpa"
 // share of its target's concurrency. It is cheap where test/workload is
 // thorough: no queueing model and no per-target informer or ticker, so ten
 // thousand targets cost one watch.
+//
+// A pod takes its share of the load from the first time the collector
+// scrapes it, not from when this process's informer sees it Ready: the
+// collector scales the pods' mean by its own count of Ready pods, so the
+// two counts must agree, as a load balancer and an autoscaler reading the
+// same endpoints do. Counting pods the collector does not know yet would
+// make it see (its count / ours) of the load for as long as its informer
+// lags ours, which on a loaded machine is long enough to move a 6 s stable
+// window and scale a target away from the level its load implies.
 type podFarm struct {
 	srv *http.Server
 
-	// mu guards pods, byIP and ready.
+	// mu guards pods, byIP, ready and each pod's joined.
 	mu    sync.Mutex
 	pods  map[string]*farmPod // by pod name
 	byIP  map[string]*farmPod
-	ready map[string]int // Ready pods by target
+	ready map[string]int // pods that joined, by target
 	// loads is each target's total concurrency (float64 bits), set by
 	// SetLoad; read without mu.
 	loads sync.Map // target → *atomic.Uint64
@@ -51,6 +60,9 @@ type farmPod struct {
 	name, target, ip string
 	start            time.Time
 	l                net.Listener
+	// joined is set on the pod's first scrape; from then on it counts in
+	// ready and takes its share of the load.
+	joined bool
 }
 
 func newPodFarm() *podFarm {
@@ -144,7 +156,6 @@ func (f *podFarm) add(p *corev1.Pod) {
 	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), l: l}
 	f.pods[p.Name] = fp
 	f.byIP[fp.ip] = fp
-	f.ready[fp.target]++
 	go func() { _ = f.srv.Serve(l) }()
 }
 
@@ -161,8 +172,10 @@ func (f *podFarm) removeLocked(p *farmPod) {
 	if f.byIP[p.ip] == p {
 		delete(f.byIP, p.ip)
 	}
-	if f.ready[p.target]--; f.ready[p.target] <= 0 {
-		delete(f.ready, p.target)
+	if p.joined {
+		if f.ready[p.target]--; f.ready[p.target] <= 0 {
+			delete(f.ready, p.target)
+		}
 	}
 	_ = p.l.Close()
 }
@@ -192,6 +205,10 @@ func (f *podFarm) serveStat(rw http.ResponseWriter, r *http.Request) {
 	p, ok := f.byIP[tcp.IP.String()]
 	var ready int
 	if ok {
+		if !p.joined {
+			p.joined = true
+			f.ready[p.target]++
+		}
 		ready = f.ready[p.target]
 	}
 	f.mu.Unlock()

@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -15,6 +16,12 @@ import (
 // /metrics, and the API server's requests from its /metrics.
 type procWatch struct {
 	procs []watched
+	// groups are other processes on the machine whose CPU the report gives
+	// for context: this process (the simulated pods and the informers) and
+	// the control plane.
+	groups []cpuGroup
+	// load is the 1-minute load average at the start and the end.
+	load0, load1 string
 
 	t0, t1     time.Time
 	api0, api1 map[string]float64 // by verb
@@ -22,6 +29,22 @@ type procWatch struct {
 
 	// mu guards the samples in procs.
 	mu sync.Mutex
+}
+
+type cpuGroup struct {
+	name       string
+	pids       []int
+	cpu0, cpu1 time.Duration
+}
+
+func (g *cpuGroup) cpu() time.Duration {
+	var sum time.Duration
+	for _, pid := range g.pids {
+		if d, err := cpuTime(pid); err == nil {
+			sum += d
+		}
+	}
+	return sum
 }
 
 type watched struct {
@@ -32,8 +55,11 @@ type watched struct {
 	goroutines, maxGorou int
 }
 
-func newProcWatch(s *services) (*procWatch, error) {
-	w := &procWatch{}
+func newProcWatch(s *services, clusterDir string) (*procWatch, error) {
+	w := &procWatch{groups: []cpuGroup{
+		{name: "harness (simulated pods, informers)", pids: []int{os.Getpid()}},
+		{name: "control plane (etcd, API server, controllers, kwok)", pids: findPIDs(clusterDir)},
+	}}
 	for _, p := range s.Procs {
 		pid, err := findPID(p.GRPCAddr)
 		if err != nil {
@@ -50,6 +76,10 @@ func (w *procWatch) begin(ctx context.Context, client kubernetes.Interface) erro
 		return err
 	}
 	w.t0 = time.Now()
+	w.load0 = loadAverage()
+	for i := range w.groups {
+		w.groups[i].cpu0 = w.groups[i].cpu()
+	}
 	for i := range w.procs {
 		if w.procs[i].cpu0, err = cpuTime(w.procs[i].pid); err != nil {
 			return fmt.Errorf("%s: %w", w.procs[i].p.Name, err)
@@ -61,6 +91,10 @@ func (w *procWatch) begin(ctx context.Context, client kubernetes.Interface) erro
 func (w *procWatch) end(ctx context.Context, client kubernetes.Interface) error {
 	var err error
 	w.t1 = time.Now()
+	w.load1 = loadAverage()
+	for i := range w.groups {
+		w.groups[i].cpu1 = w.groups[i].cpu()
+	}
 	for i := range w.procs {
 		if w.procs[i].cpu1, err = cpuTime(w.procs[i].pid); err != nil {
 			return fmt.Errorf("%s: %w", w.procs[i].p.Name, err)
@@ -150,6 +184,16 @@ func (w *procWatch) report(s *services) []ProcReport {
 	}
 	order := map[string]int{"collector": 0, "decider": 1, "actuator": 2}
 	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Service] < order[out[j].Service] })
+	return out
+}
+
+// others are the CPU cores of the other groups over the steady phase.
+func (w *procWatch) others() []Rate {
+	secs := w.t1.Sub(w.t0).Seconds()
+	var out []Rate
+	for _, g := range w.groups {
+		out = append(out, Rate{g.name, (g.cpu1 - g.cpu0).Seconds() / secs})
+	}
 	return out
 }
 

@@ -58,6 +58,11 @@ type Report struct {
 	// steady phase, from every client (the control plane's own too);
 	// RequestsByResource the ten busiest resource and verb pairs.
 	Requests, RequestsByResource []Rate
+	// OtherCPU is the CPU cores of other processes over the steady phase
+	// (PerSec is cores): the harness and the control plane. LoadAverage is
+	// the machine's, at the start and end of the steady phase.
+	OtherCPU    []Rate
+	LoadAverage string
 }
 
 // percentile is the q-quantile (nearest rank) of sorted ds.
@@ -218,6 +223,11 @@ func (r *Report) Write(w io.Writer) {
 	line("warn log lines", func(p ProcReport) string { return fmt.Sprint(p.Warnings) }, fmt.Sprint(warn))
 	line("error log lines", func(p ProcReport) string { return fmt.Sprint(p.Errors) }, fmt.Sprint(errs))
 	_ = tw.Flush()
+
+	for _, o := range r.OtherCPU {
+		fmt.Fprintf(w, "CPU cores, %s: %.3f\n", o.Key, o.PerSec)
+	}
+	fmt.Fprintf(w, "load average (1 min): %s\n", r.LoadAverage)
 
 	fmt.Fprintln(w)
 	var parts []string

@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 			logf("stopping the services: %v", err)
 		}
 	}()
-	procs, err := newProcWatch(svcs)
+	procs, err := newProcWatch(svcs, env.Cluster.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +198,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	rep.decisionAges(rec, steadyEnd.Add(-30*time.Second), steadyEnd)
 	rep.Procs = procs.report(svcs)
 	rep.Requests, rep.RequestsByResource = procs.requests()
+	rep.OtherCPU, rep.LoadAverage = procs.others(), procs.load0+" at the start, "+procs.load1+" at the end"
 	return rep, nil
 }
 
