@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/listers"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/logkey"
+	"github.com/tidalscale/tidal/pods"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
@@ -87,7 +86,6 @@ type Discovery struct {
 	log     *zap.Logger
 
 	podInformer cache.SharedIndexInformer
-	pods        corelisters.PodLister
 	crd         *crdclient.Informers
 	metrics     crdclient.MetricLister
 	pas         crdclient.PodAutoscalerLister
@@ -98,10 +96,18 @@ type Discovery struct {
 	// all. Set before Start.
 	owns func(key string) bool
 
-	// mu guards active and versions.
-	mu       sync.Mutex
-	active   map[string]*active // by source key: "m/ns/name" or "f/ns/name"
-	versions map[string]*atomic.Uint64
+	// selectors files the selector of every active source that follows
+	// pods, by source key, so a pod event finds the targets it concerns
+	// without walking them all. It is written under mu (mu, then its own
+	// lock); podChanged reads it before taking mu, never inside.
+	selectors *pods.Selectors[string]
+
+	// mu guards active and following.
+	mu     sync.Mutex
+	active map[string]*active // by source key: "m/ns/name" or "f/ns/name"
+	// following is the active source that follows the pods of each target
+	// key, for ReadyPodNames; its entries are a subset of active's.
+	following map[string]*active
 }
 
 // active is what one source object has set up.
@@ -117,7 +123,10 @@ type active struct {
 // New returns a Discovery; nothing is watched before Start.
 func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink Sink, scraper Scraper, fetcher LagFetcher, log *zap.Logger) *Discovery {
 	podFactory := informers.NewSharedInformerFactory(kube, cfg.Resync)
-	podInformer := podFactory.Core().V1().Pods()
+	podInformer := podFactory.Core().V1().Pods().Informer()
+	// Neither fails on an informer that has not started.
+	utilruntime.Must(podInformer.SetTransform(pods.Trim))
+	utilruntime.Must(pods.AddLabelIndex(podInformer))
 	crd := crdclient.NewInformers(tidal, cfg.Resync)
 	d := &Discovery{
 		cfg:         cfg,
@@ -126,16 +135,16 @@ func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink
 		scraper:     scraper,
 		fetcher:     fetcher,
 		log:         log,
-		podInformer: podInformer.Informer(),
-		pods:        podInformer.Lister(),
+		podInformer: podInformer,
 		crd:         crd,
 		metrics:     crdclient.NewMetricLister(crd.Metrics),
 		pas:         crdclient.NewPodAutoscalerLister(crd.PodAutoscalers),
 		functions:   crdclient.NewFunctionLister(crd.Functions),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "collector-targets"}),
-		active:   map[string]*active{},
-		versions: map[string]*atomic.Uint64{},
+		selectors: pods.NewSelectors[string](),
+		active:    map[string]*active{},
+		following: map[string]*active{},
 	}
 	enqueue := func(prefix string) cache.ResourceEventHandlerFuncs {
 		h := func(obj any) {
@@ -155,9 +164,9 @@ func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink
 	_, _ = crd.PodAutoscalers.AddEventHandler(enqueue("m/")) // a PA and its Metric share a name
 	_, _ = crd.Functions.AddEventHandler(enqueue("f/"))
 	_, _ = d.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    d.podChanged,
-		UpdateFunc: func(old, n any) { d.podChanged(n) },
-		DeleteFunc: d.podChanged,
+		AddFunc:    func(obj any) { d.podChanged(nil, obj) },
+		UpdateFunc: d.podChanged,
+		DeleteFunc: func(obj any) { d.podChanged(nil, obj) },
 	})
 	return d
 }
@@ -214,10 +223,8 @@ func (d *Discovery) Resync() {
 func (d *Discovery) ReadyPodNames(ref *commonv1.TargetRef) []string {
 	d.mu.Lock()
 	var src *podSource
-	for _, a := range d.active {
-		if a.ref.Key() == ref.Key() && a.pods != nil {
-			src = a.pods
-		}
+	if a := d.following[ref.Key()]; a != nil {
+		src = a.pods
 	}
 	d.mu.Unlock()
 	if src == nil {
@@ -241,34 +248,46 @@ func (d *Discovery) processNext(ctx context.Context) bool {
 	return true
 }
 
-func (d *Discovery) podChanged(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+// podChanged marks stale the pods of the targets whose selectors match pod
+// obj and enqueues those targets, whose ready counts may have changed. Only
+// the selectors anchored on one of the pod's labels are tried
+// (pods.Selectors), not every target of the namespace. old is the pod
+// before an update, nil for an add or a delete: when its labels differ, the
+// targets it matched lose the pod; when its ResourceVersion is the same,
+// the update is a resync and is dropped.
+func (d *Discovery) podChanged(old, obj any) {
+	p, o := podOf(obj), podOf(old)
+	if p == nil || o != nil && o.ResourceVersion == p.ResourceVersion {
+		return // not a pod, or a resync: nothing changed
 	}
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
+	var keys []string
+	add := func(k string) { keys = append(keys, k) }
+	d.selectors.Matching(p.Namespace, p.Labels, add)
+	if o != nil && !labels.Equals(o.Labels, p.Labels) {
+		d.selectors.Matching(o.Namespace, o.Labels, add)
+	}
+	if len(keys) == 0 {
 		return
 	}
-	d.versionOf(p.Namespace).Add(1)
-	set := labels.Set(p.Labels)
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for k, a := range d.active {
-		if a.ns == p.Namespace && a.sel != nil && a.sel.Matches(set) {
-			d.queue.Add(k) // its ready count may have changed
+	for _, k := range keys {
+		if a := d.active[k]; a != nil && a.pods != nil {
+			a.pods.changed()
 		}
+	}
+	d.mu.Unlock()
+	for _, k := range keys {
+		d.queue.Add(k) // the queue drops a key already queued
 	}
 }
 
-func (d *Discovery) versionOf(ns string) *atomic.Uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	v, ok := d.versions[ns]
-	if !ok {
-		v = &atomic.Uint64{}
-		d.versions[ns] = v
+// podOf unwraps a pod event's object; nil if it is no pod.
+func podOf(obj any) *corev1.Pod {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
 	}
-	return v
+	p, _ := obj.(*corev1.Pod)
+	return p
 }
 
 func (d *Discovery) sync(ctx context.Context, key string) error {
@@ -468,17 +487,11 @@ func (d *Discovery) setSelector(key, ns string, ls *metav1.LabelSelector, sel la
 	defer d.mu.Unlock()
 	a := d.active[key]
 	if sel == nil {
-		a.sel, a.pods = nil, nil
+		d.followLocked(key, a, nil, nil)
 		return nil
 	}
 	if a.pods == nil || a.sel.String() != sel.String() {
-		a.sel = sel
-		v, ok := d.versions[ns]
-		if !ok {
-			v = &atomic.Uint64{}
-			d.versions[ns] = v
-		}
-		a.pods = newPodSource(d.pods.Pods(ns), sel, 9090, v)
+		d.followLocked(key, a, sel, newPodSource(d.podInformer.GetIndexer(), ns, sel, 9090))
 	}
 	return a.pods
 }
@@ -487,8 +500,26 @@ func (d *Discovery) replacePods(key, ns string, sel labels.Selector, port int32)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.active[key]
-	a.pods = newPodSource(d.pods.Pods(ns), sel, port, d.versions[ns])
+	d.followLocked(key, a, sel, newPodSource(d.podInformer.GetIndexer(), ns, sel, port))
 	return a.pods
+}
+
+// followLocked sets the selector and pod source of a, the active entry of
+// source key, and files them where pod events and ReadyPodNames find them;
+// a nil src stops following pods. The selector is filed before the new
+// source first lists its pods, so no event between the two is missed.
+func (d *Discovery) followLocked(key string, a *active, sel labels.Selector, src *podSource) {
+	a.sel, a.pods = sel, src
+	target := a.ref.Key()
+	if src == nil {
+		d.selectors.Delete(key)
+		if d.following[target] == a {
+			delete(d.following, target)
+		}
+		return
+	}
+	d.selectors.Set(key, a.ns, sel)
+	d.following[target] = a
 }
 
 func (d *Discovery) setLagged(key string, on bool) {
@@ -504,7 +535,10 @@ func (d *Discovery) setLagged(key string, on bool) {
 func (d *Discovery) remove(key string, tell bool) {
 	d.mu.Lock()
 	a, ok := d.active[key]
-	delete(d.active, key)
+	if ok {
+		d.followLocked(key, a, nil, nil)
+		delete(d.active, key)
+	}
 	d.mu.Unlock()
 	if !ok {
 		return

@@ -6,5 +6,8 @@
 // input topic. Pods come from the Pods API, filtered by the target's
 // selector: Running, Ready, not deleting, with an IP. (EndpointSlices cannot
 // carry the loopback pod IPs of the test cluster, and the Pods API works the
-// same on real clusters.)
+// same on real clusters.) The pod cache keeps trimmed pods indexed by label
+// (package pods), so a pod event reaches only the targets whose selectors
+// match it, and a target lists only the pods that carry its selector's
+// label.
 package targets

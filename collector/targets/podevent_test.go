@@ -3,15 +3,17 @@ package targets
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/collector/lag"
@@ -21,8 +23,8 @@ import (
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
 
-// recorder is a Sink, Scraper and LagFetcher that keeps the last ready
-// count and pod source of each target.
+// recorder is a Sink and a Scraper that keeps the last ready count and pod
+// source of each target.
 type recorder struct {
 	// mu guards both maps.
 	mu      sync.Mutex
@@ -136,8 +138,252 @@ func drain(d *Discovery) {
 	}
 }
 
-// podEvent delivers a pod update to d's handler.
-func podEvent(d *Discovery, old, p *corev1.Pod) { d.podChanged(p) }
+// podEvent delivers a pod update to d's handler; a nil old is an add.
+func podEvent(d *Discovery, old, p *corev1.Pod) {
+	if old == nil {
+		d.podChanged(nil, p)
+		return
+	}
+	d.podChanged(old, p)
+}
+
+// versions is every followed target's pod source version, by source key.
+func versions(d *Discovery) map[string]uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]uint64{}
+	for k, a := range d.active {
+		if a.pods != nil {
+			out[k] = a.pods.version.Load()
+		}
+	}
+	return out
+}
+
+// bumped lists the source keys whose version moved from before.
+func bumped(d *Discovery, before map[string]uint64) []string {
+	var out []string
+	for k, v := range versions(d) {
+		if v != before[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// queued takes every queued key off d's queue, sorted, without syncing.
+func queued(d *Discovery) []string {
+	var out []string
+	for d.queue.Len() > 0 {
+		k, _ := d.queue.Get()
+		d.queue.Done(k)
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func targetOf(ns string, i int) *commonv1.TargetRef {
+	return &commonv1.TargetRef{Namespace: ns, Name: serviceName(i) + "-deployment"}
+}
+
+// TestPodEventTouchesOnlyItsTarget is issue 12's case: among 2,000 targets
+// of one namespace, a pod event enqueues and invalidates the one target
+// that selects the pod, and no other target re-lists its pods.
+func TestPodEventTouchesOnlyItsTarget(t *testing.T) {
+	t.Parallel()
+	const ns, n = "busy", 2000
+	d, rec := newUnstartedDiscovery(t)
+	seed(t, d, ns, n, 3)
+	if got, want := d.selectors.Len(), n; got != want {
+		t.Fatalf("selectors filed = %d, want %d", got, want)
+	}
+	before := versions(d)
+
+	old := seededPod(ns, serviceName(42), 42, 1)
+	old.ResourceVersion = "1"
+	notReady := old.DeepCopy()
+	notReady.ResourceVersion = "2"
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	setPod(t, d, notReady)
+	podEvent(d, old, notReady)
+
+	want := []string{"m/" + ns + "/" + serviceName(42)}
+	if got := bumped(d, before); !slices.Equal(got, want) {
+		t.Errorf("pod sources invalidated = %q, want %q", got, want)
+	}
+	if d.queue.Len() != 1 {
+		t.Fatalf("queue length = %d, want 1", d.queue.Len())
+	}
+	drain(d)
+	if got, want := rec.readyOf(targetOf(ns, 42)), int32(2); got != want {
+		t.Errorf("ready pods of the pod's target = %d, want %d", got, want)
+	}
+	if got, want := rec.readyOf(targetOf(ns, 43)), int32(3); got != want {
+		t.Errorf("ready pods of another target = %d, want %d", got, want)
+	}
+	if got, want := len(d.ReadyPodNames(targetOf(ns, 42))), 2; got != want {
+		t.Errorf("ReadyPodNames of the pod's target: %d names, want %d", got, want)
+	}
+}
+
+// TestPodEvents checks which targets each kind of pod event reaches.
+func TestPodEvents(t *testing.T) {
+	t.Parallel()
+	const ns = "events"
+	src := func(i int) string { return "m/" + ns + "/" + serviceName(i) }
+	tests := []struct {
+		name string
+		// event changes the cache and delivers the event.
+		event func(t *testing.T, d *Discovery)
+		// want are the source keys enqueued and invalidated.
+		want []string
+		// ready are the ready counts after the sync, by target.
+		ready map[int]int32
+	}{{
+		name: "added",
+		event: func(t *testing.T, d *Discovery) {
+			p := seededPod(ns, serviceName(1), 1, 7)
+			setPod(t, d, p)
+			podEvent(d, nil, p)
+		},
+		want:  []string{src(1)},
+		ready: map[int]int32{0: 3, 1: 4, 2: 3},
+	}, {
+		name: "relabelled to another target",
+		event: func(t *testing.T, d *Discovery) {
+			old := seededPod(ns, serviceName(1), 1, 0)
+			old.ResourceVersion = "1"
+			p := old.DeepCopy()
+			p.ResourceVersion = "2"
+			p.Labels["app"] = serviceName(2)
+			setPod(t, d, p)
+			podEvent(d, old, p)
+		},
+		want:  []string{src(1), src(2)},
+		ready: map[int]int32{0: 3, 1: 2, 2: 4},
+	}, {
+		name: "resync",
+		event: func(t *testing.T, d *Discovery) {
+			p := seededPod(ns, serviceName(1), 1, 0)
+			p.ResourceVersion = "1"
+			podEvent(d, p, p)
+		},
+		ready: map[int]int32{0: 3, 1: 3, 2: 3},
+	}, {
+		name: "deleted, final state unknown",
+		event: func(t *testing.T, d *Discovery) {
+			p := seededPod(ns, serviceName(0), 0, 2)
+			if err := d.podInformer.GetIndexer().Delete(p); err != nil {
+				t.Fatal(err)
+			}
+			d.podChanged(nil, cache.DeletedFinalStateUnknown{Key: ns + "/" + p.Name, Obj: p})
+		},
+		want:  []string{src(0)},
+		ready: map[int]int32{0: 2, 1: 3, 2: 3},
+	}, {
+		name: "unselected pod",
+		event: func(t *testing.T, d *Discovery) {
+			p := seededPod(ns, "other", 9, 0)
+			setPod(t, d, p)
+			podEvent(d, nil, p)
+		},
+		ready: map[int]int32{0: 3, 1: 3, 2: 3},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, rec := newUnstartedDiscovery(t)
+			seed(t, d, ns, 3, 3)
+			for i := range 3 { // prime every source, as a scrape does
+				d.ReadyPodNames(targetOf(ns, i))
+			}
+			before := versions(d)
+			tt.event(t, d)
+			if got, want := bumped(d, before), tt.want; !slices.Equal(got, want) {
+				t.Errorf("pod sources invalidated = %q, want %q", got, want)
+			}
+			keys := queued(d)
+			if !slices.Equal(keys, tt.want) {
+				t.Errorf("enqueued = %q, want %q", keys, tt.want)
+			}
+			for _, k := range keys {
+				if err := d.sync(context.Background(), k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, want := range tt.ready {
+				if got := rec.readyOf(targetOf(ns, i)); got != want {
+					t.Errorf("ready pods of %s = %d, want %d", serviceName(i), got, want)
+				}
+				if got := len(d.ReadyPodNames(targetOf(ns, i))); got != int(want) {
+					t.Errorf("ReadyPodNames of %s: %d names, want %d", serviceName(i), got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPodEventReachesUnanchoredSelector: a selector that requires no single
+// label value is tried on every pod event of its namespace.
+func TestPodEventReachesUnanchoredSelector(t *testing.T) {
+	t.Parallel()
+	const ns = "unanchored"
+	d, rec := newUnstartedDiscovery(t)
+	seed(t, d, ns, 2, 1)
+	pa, m := kpaObjects(ns, "web", nil)
+	m.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}},
+	}}
+	if err := d.crd.PodAutoscalers.GetStore().Add(pa); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.crd.Metrics.GetStore().Add(m); err != nil {
+		t.Fatal(err)
+	}
+	d.queue.Add("m/" + ns + "/web")
+	drain(d)
+	web := &commonv1.TargetRef{Namespace: ns, Name: "web-deployment"}
+	if got, want := rec.readyOf(web), int32(2); got != want {
+		t.Fatalf("ready pods of tier in (web, api) = %d, want %d", got, want)
+	}
+
+	p := seededPod(ns, serviceName(1), 1, 5)
+	setPod(t, d, p)
+	podEvent(d, nil, p)
+	if got, want := queued(d), []string{"m/" + ns + "/" + serviceName(1), "m/" + ns + "/web"}; !slices.Equal(got, want) {
+		t.Errorf("enqueued = %q, want %q", got, want)
+	}
+}
+
+// TestRemovedTargetForgotten: a removed target leaves neither its selector
+// nor its ReadyPodNames entry behind.
+func TestRemovedTargetForgotten(t *testing.T) {
+	t.Parallel()
+	const ns = "gone"
+	d, _ := newUnstartedDiscovery(t)
+	seed(t, d, ns, 2, 2)
+	ref := targetOf(ns, 0)
+	if got := d.ReadyPodNames(ref); len(got) != 2 {
+		t.Fatalf("ReadyPodNames = %v, want 2 names", got)
+	}
+	_, m := kpaObjects(ns, serviceName(0), nil)
+	if err := d.crd.Metrics.GetStore().Delete(m); err != nil {
+		t.Fatal(err)
+	}
+	d.queue.Add("m/" + ns + "/" + serviceName(0))
+	drain(d)
+	if got := d.ReadyPodNames(ref); got != nil {
+		t.Errorf("ReadyPodNames after removal = %v, want none", got)
+	}
+	d.mu.Lock()
+	following, active := len(d.following), len(d.active)
+	d.mu.Unlock()
+	if following != 1 || active != 1 || d.selectors.Len() != 1 {
+		t.Errorf("after removal: %d following, %d active, %d selectors; want 1 each", following, active, d.selectors.Len())
+	}
+}
 
 // BenchmarkPodEvent is the cost of one pod event among n targets of one
 // namespace with 3 pods each: the handler, the reconcile of what it
@@ -156,11 +402,14 @@ func BenchmarkPodEvent(b *testing.B) {
 			if len(srcs) != n {
 				b.Fatalf("%d scrape targets, want %d", len(srcs), n)
 			}
-			p := seededPod(ns, serviceName(n/2), n/2, 0)
+			old := seededPod(ns, serviceName(n/2), n/2, 0)
+			old.ResourceVersion = "1"
+			p := old.DeepCopy()
+			p.ResourceVersion = "2"
 			buf := make([]scrape.Pod, 0, podsPer)
 			b.ResetTimer()
 			for b.Loop() {
-				podEvent(d, p, p)
+				podEvent(d, old, p)
 				drain(d)
 				for _, s := range srcs {
 					buf = s.ReadyPods(buf[:0])

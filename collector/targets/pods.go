@@ -9,32 +9,27 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/collector/scrape"
+	"github.com/tidalscale/tidal/pods"
 )
 
-// Ready reports whether a pod counts for scraping and for the ready count:
-// Running, condition Ready=True, no deletion timestamp, and an IP (Knative's
-// rule, spec/knative-kpa.md §2.2).
-func Ready(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || p.Status.PodIP == "" {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+// Ready reports whether a pod counts for scraping and for the ready count.
+// It is pods.Ready (Knative's rule, spec/knative-kpa.md §2.2), kept for the
+// callers outside this package.
+func Ready(p *corev1.Pod) bool { return pods.Ready(p) }
 
-// podSource is one target's ready pods, rebuilt from the pod lister only
-// when a pod of its namespace changed since the last call.
+// podSource is one target's ready pods, rebuilt from the pod cache's label
+// index only when one of the target's pods changed since the last call.
 type podSource struct {
+	indexer cache.Indexer // the pod cache, with pods' label index
 	lister  corelisters.PodNamespaceLister
+	ns      string
 	sel     labels.Selector
 	port    string
-	version *atomic.Uint64 // bumped on every pod event in the namespace
+	// version is bumped by every event of a pod sel matches.
+	version atomic.Uint64
 
 	// mu guards the cache.
 	mu     sync.Mutex
@@ -45,9 +40,12 @@ type podSource struct {
 
 var _ scrape.PodSource = (*podSource)(nil)
 
-func newPodSource(lister corelisters.PodNamespaceLister, sel labels.Selector, port int32, version *atomic.Uint64) *podSource {
-	return &podSource{lister: lister, sel: sel, port: strconv.Itoa(int(port)), version: version}
+func newPodSource(indexer cache.Indexer, ns string, sel labels.Selector, port int32) *podSource {
+	return &podSource{indexer: indexer, lister: corelisters.NewPodLister(indexer).Pods(ns), ns: ns, sel: sel, port: strconv.Itoa(int(port))}
 }
+
+// changed marks the cached pods stale: one of the target's pods changed.
+func (s *podSource) changed() { s.version.Add(1) }
 
 // ReadyPods appends the target's ready pods to dst.
 func (s *podSource) ReadyPods(dst []scrape.Pod) []scrape.Pod {
@@ -56,9 +54,10 @@ func (s *podSource) ReadyPods(dst []scrape.Pod) []scrape.Pod {
 	if v := s.version.Load(); !s.primed || v != s.seen {
 		s.seen, s.primed = v, true
 		s.pods = s.pods[:0]
-		pods, _ := s.lister.List(s.sel) // a cache read: never fails
-		for _, p := range pods {
-			if !Ready(p) {
+		objs, _ := pods.List(s.indexer, s.ns, s.sel) // a cache read: fails only without the index
+		for _, o := range objs {
+			p, ok := o.(*corev1.Pod)
+			if !ok || !pods.Ready(p) {
 				continue
 			}
 			start := p.CreationTimestamp.Time
@@ -74,14 +73,14 @@ func (s *podSource) ReadyPods(dst []scrape.Pod) []scrape.Pod {
 // IsReady reports whether the pod is still ready now.
 func (s *podSource) IsReady(name string) bool {
 	p, err := s.lister.Get(name)
-	return err == nil && Ready(p) && s.sel.Matches(labels.Set(p.Labels))
+	return err == nil && pods.Ready(p) && s.sel.Matches(labels.Set(p.Labels))
 }
 
 // names returns the ready pods' names.
 func (s *podSource) names() []string {
-	pods := s.ReadyPods(nil)
-	out := make([]string, len(pods))
-	for i, p := range pods {
+	ready := s.ReadyPods(nil)
+	out := make([]string, len(ready))
+	for i, p := range ready {
 		out[i] = p.Name
 	}
 	return out
