@@ -19,8 +19,8 @@
 // that each implies a different replica count within Config.MinPods to
 // Config.MaxPods. A level of n pods offers a total concurrency of
 // (n − ½) × the per-pod target (Knative's default: 100 × 70 % = 70), spread
-// evenly over the target's Ready pods that the collector has scraped at
-// least once (podFarm says why), so the KPA's desired scale is exactly n
+// evenly over the target's pods that the collector scraped in the last two
+// seconds (podFarm says why), so the KPA's desired scale is exactly n
 // however many pods run. Targets start at their low level with that many
 // replicas; a fraction of them switch between the levels every
 // Config.SwitchPeriod, staggered over the period.

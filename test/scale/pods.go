@@ -21,6 +21,11 @@ import (
 	"github.com/tidalscale/tidal/test/workload"
 )
 
+// scrapeWindow is how recently a pod must have been scraped to count among
+// its target's pods: two of the collector's 1 s scrape rounds, so a round
+// that starts late does not drop the pods of the one before.
+const scrapeWindow = 2 * time.Second
+
 // kpaLabel marks the Deployments (and pods) of KPA targets; its value is the
 // target's name.
 const kpaLabel = "tidal-scale-kpa"
@@ -32,22 +37,24 @@ const kpaLabel = "tidal-scale-kpa"
 // thorough: no queueing model and no per-target informer or ticker, so ten
 // thousand targets cost one watch.
 //
-// A pod takes its share of the load from the first time the collector
-// scrapes it, not from when this process's informer sees it Ready: the
-// collector scales the pods' mean by its own count of Ready pods, so the
-// two counts must agree, as a load balancer and an autoscaler reading the
-// same endpoints do. Counting pods the collector does not know yet would
-// make it see (its count / ours) of the load for as long as its informer
-// lags ours, which on a loaded machine is long enough to move a 6 s stable
-// window and scale a target away from the level its load implies.
+// A pod's share is the target's concurrency divided by the target's pods
+// the collector scraped within the last scrapeWindow, not by the pods this
+// process's informer sees Ready: the collector scales the sampled pods' mean
+// by its own count of Ready pods, so the two counts must agree, as a load
+// balancer and an autoscaler reading the same endpoints do. The collector
+// scrapes every pod of a small target each round, so the pods it scraped
+// lately are the pods it counts. Dividing by this process's count instead
+// makes the collector see (its count / ours) of the load for as long as the
+// two informers disagree, which on a loaded machine was long enough to move
+// a 6 s stable window and scale targets away from their level for good.
 type podFarm struct {
 	srv *http.Server
 
-	// mu guards pods, byIP, ready and each pod's joined.
-	mu    sync.Mutex
-	pods  map[string]*farmPod // by pod name
-	byIP  map[string]*farmPod
-	ready map[string]int // pods that joined, by target
+	// mu guards pods, byIP, byTarget and each pod's lastScrape.
+	mu       sync.Mutex
+	pods     map[string]*farmPod // by pod name
+	byIP     map[string]*farmPod
+	byTarget map[string][]*farmPod
 	// loads is each target's total concurrency (float64 bits), set by
 	// SetLoad; read without mu.
 	loads sync.Map // target → *atomic.Uint64
@@ -60,13 +67,12 @@ type farmPod struct {
 	name, target, ip string
 	start            time.Time
 	l                net.Listener
-	// joined is set on the pod's first scrape; from then on it counts in
-	// ready and takes its share of the load.
-	joined bool
+	// lastScrape is when the collector last asked for the pod's stat.
+	lastScrape time.Time
 }
 
 func newPodFarm() *podFarm {
-	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, ready: map[string]int{}}
+	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, byTarget: map[string][]*farmPod{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+queuestat.Path, f.serveStat)
 	f.srv = &http.Server{
@@ -156,6 +162,7 @@ func (f *podFarm) add(p *corev1.Pod) {
 	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), l: l}
 	f.pods[p.Name] = fp
 	f.byIP[fp.ip] = fp
+	f.byTarget[fp.target] = append(f.byTarget[fp.target], fp)
 	go func() { _ = f.srv.Serve(l) }()
 }
 
@@ -172,10 +179,17 @@ func (f *podFarm) removeLocked(p *farmPod) {
 	if f.byIP[p.ip] == p {
 		delete(f.byIP, p.ip)
 	}
-	if p.joined {
-		if f.ready[p.target]--; f.ready[p.target] <= 0 {
-			delete(f.ready, p.target)
+	ps := f.byTarget[p.target]
+	for i, q := range ps {
+		if q == p {
+			ps = append(ps[:i], ps[i+1:]...)
+			break
 		}
+	}
+	if len(ps) == 0 {
+		delete(f.byTarget, p.target)
+	} else {
+		f.byTarget[p.target] = ps
 	}
 	_ = p.l.Close()
 }
@@ -201,22 +215,23 @@ func (f *podFarm) serveStat(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "no local address", http.StatusInternalServerError)
 		return
 	}
+	now := time.Now()
 	f.mu.Lock()
 	p, ok := f.byIP[tcp.IP.String()]
-	var ready int
+	ready := 0
 	if ok {
-		if !p.joined {
-			p.joined = true
-			f.ready[p.target]++
+		p.lastScrape = now
+		for _, q := range f.byTarget[p.target] {
+			if now.Sub(q.lastScrape) <= scrapeWindow {
+				ready++
+			}
 		}
-		ready = f.ready[p.target]
 	}
 	f.mu.Unlock()
-	if !ok || ready == 0 {
+	if !ok {
 		http.Error(rw, "pod not ready", http.StatusServiceUnavailable)
 		return
 	}
-	now := time.Now()
 	c := f.load(p.target) / float64(ready)
 	b := queuestat.Marshal(queuestat.Stat{
 		PodName:                   p.name,
