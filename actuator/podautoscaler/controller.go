@@ -37,6 +37,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/pods"
+	"github.com/tidalscale/tidal/targetkey"
 )
 
 // Config configures the controller.
@@ -255,12 +256,13 @@ func targetIndex(obj any) ([]string, error) {
 	return []string{k}, nil
 }
 
+// targetKey is t's identity as every service spells it (targetkey.Of),
+// for a well-formed apiVersion.
 func targetKey(t scale.Target) (string, error) {
-	gvk, err := t.GroupVersionKind()
-	if err != nil {
+	if _, err := t.GroupVersionKind(); err != nil {
 		return "", err
 	}
-	return t.Namespace + "/" + gvk.Kind + "." + gvk.Group + "/" + t.Name, nil
+	return targetkey.Of(t.Namespace, t.Name, t.APIVersion, t.Kind), nil
 }
 
 func targetOf(pa *autoscalingv1alpha1.PodAutoscaler) scale.Target {

@@ -129,8 +129,8 @@ func TestTargetKey(t *testing.T) {
 		t    scale.Target
 		want string
 	}{
-		{scale.Target{Namespace: "ns", Name: "web"}, "ns/Deployment.apps/web"},
-		{scale.Target{Namespace: "ns", Name: "web", APIVersion: "apps/v1", Kind: "Deployment"}, "ns/Deployment.apps/web"},
+		{scale.Target{Namespace: "ns", Name: "web"}, "ns/web"},
+		{scale.Target{Namespace: "ns", Name: "web", APIVersion: "apps/v1", Kind: "Deployment"}, "ns/web"},
 		{scale.Target{Namespace: "ns", Name: "db", APIVersion: "apps/v1", Kind: "StatefulSet"}, "ns/StatefulSet.apps/db"},
 		{scale.Target{Namespace: "ns", Name: "s", APIVersion: "test.tidal.dev/v1", Kind: "Scalable"}, "ns/Scalable.test.tidal.dev/s"},
 	}

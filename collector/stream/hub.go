@@ -16,21 +16,31 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/shard/route"
+	"github.com/tidalscale/tidal/targetkey"
 )
 
-// tkey is a target's key without building the namespace/name string: the
+// tkey is a target's identity (targetkey) without building its string: the
 // hub looks targets up once per pushed stat.
-type tkey struct{ ns, name string }
+type tkey struct{ ns, name, group, kind string }
 
-func keyOf(ref *commonv1.TargetRef) tkey { return tkey{ref.GetNamespace(), ref.GetName()} }
+func keyOf(ref *commonv1.TargetRef) tkey {
+	group, kind := targetkey.GroupKind(ref.GetApiVersion(), ref.GetKind())
+	return tkey{ref.GetNamespace(), ref.GetName(), group, kind}
+}
 
-func (k tkey) String() string { return k.ns + "/" + k.name }
+func (k tkey) String() string { return targetkey.OfGroupKind(k.ns, k.name, k.group, k.kind) }
 
 func (k tkey) compare(o tkey) int {
 	if c := strings.Compare(k.ns, o.ns); c != 0 {
 		return c
 	}
-	return strings.Compare(k.name, o.name)
+	if c := strings.Compare(k.name, o.name); c != 0 {
+		return c
+	}
+	if c := strings.Compare(k.group, o.group); c != 0 {
+		return c
+	}
+	return strings.Compare(k.kind, o.kind)
 }
 
 // maxFailures is how many recent failures a target keeps for GetWindow.

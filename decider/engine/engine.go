@@ -12,6 +12,7 @@ import (
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/targetkey"
 )
 
 // Config is the engine's cluster-wide configuration.
@@ -49,17 +50,23 @@ type Engine struct {
 	// lagTargets are the lag targets by their lag.Set key, for the 100 ms
 	// loop and the Set's results.
 	lagTargets map[string]*target
+	// kpaTargets are the KPA targets by their kpa.Set key, for the Set's
+	// changes.
+	kpaTargets map[kpa.Key]*target
 	// lastKPA is the last KPA grid tick decided; zero before the first.
 	lastKPA time.Time
 	changed []kpa.Change
 	results []lag.Result
 }
 
-// tkey is a target's identity as a map key; unlike Target.Key it costs no
-// allocation to build, which matters once per sample.
-type tkey struct{ ns, name string }
+// tkey is a target's identity (targetkey) as a map key; unlike Target.Key
+// it costs no allocation to build, which matters once per sample.
+type tkey struct{ ns, name, group, kind string }
 
-func keyOf(t Target) tkey { return tkey{t.Namespace, t.Name} }
+func keyOf(t Target) tkey {
+	group, kind := targetkey.GroupKind(t.APIVersion, t.Kind)
+	return tkey{t.Namespace, t.Name, group, kind}
+}
 
 type target struct {
 	ref Target
@@ -93,7 +100,7 @@ func New(cfg Config) *Engine {
 	if cfg.OnDrop == nil {
 		cfg.OnDrop = func(string) {}
 	}
-	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[tkey]*target{}, lagTargets: map[string]*target{}}
+	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[tkey]*target{}, lagTargets: map[string]*target{}, kpaTargets: map[kpa.Key]*target{}}
 }
 
 // Len returns the number of targets.
@@ -103,7 +110,9 @@ func (e *Engine) Len() int {
 	return len(e.targets)
 }
 
-func kpaKey(t Target) kpa.Key { return kpa.Key{Namespace: t.Namespace, Name: t.Name} }
+func kpaKey(t Target) kpa.Key {
+	return kpa.Key{Namespace: t.Namespace, Name: t.Name, Kind: targetkey.Qualifier(t.APIVersion, t.Kind)}
+}
 
 // Upsert adds a target or changes its spec. A spec that does not parse is
 // refused with an error naming the key and value; the target is kept with
@@ -143,6 +152,7 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 		if err := e.kpa.Create(kpaKey(t.ref), s, now, max(t.ready, 0)); err != nil {
 			return err
 		}
+		e.kpaTargets[kpaKey(t.ref)] = t
 	case Lag:
 		cfg, err := lagConfig(t.spec.Annotations)
 		if err != nil {
@@ -191,6 +201,7 @@ func (e *Engine) removeFromSetLocked(t *target) {
 	switch t.strategy {
 	case KPA:
 		e.kpa.Delete(kpaKey(t.ref))
+		delete(e.kpaTargets, kpaKey(t.ref))
 	case Lag:
 		e.lag.Remove(t.key)
 		delete(e.lagTargets, t.key)
@@ -387,7 +398,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		}
 		e.changed = e.kpa.Tick(next, e.changed[:0])
 		for _, c := range e.changed {
-			if t, ok := e.targets[tkey{c.Key.Namespace, c.Key.Name}]; ok {
+			if t, ok := e.kpaTargets[c.Key]; ok {
 				out = append(out, e.kpaDecisionLocked(t))
 			}
 		}
@@ -475,6 +486,7 @@ func (e *Engine) replayKPALocked(t *target, samples []Sample, now time.Time) err
 	if err := e.kpa.Create(key, s, start, 0); err != nil {
 		return err
 	}
+	e.kpaTargets[key] = t
 	t.ready = 0
 	for _, smp := range samples {
 		if smp.ReadyPods >= 0 {

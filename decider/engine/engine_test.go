@@ -563,3 +563,43 @@ func TestReplayDoesNotStartInPanic(t *testing.T) {
 		t.Fatal("compared no ticks")
 	}
 }
+
+// TestKindsAreSeparateTargets: a Deployment and a StatefulSet of one name
+// are two targets (they used to share the namespace/name key).
+func TestKindsAreSeparateTargets(t *testing.T) {
+	e, _ := newEngine(t)
+	dep := Target{Namespace: "default", Name: "app"}
+	sts := Target{Namespace: "default", Name: "app", APIVersion: "apps/v1", Kind: "StatefulSet"}
+	for _, tg := range []Target{dep, sts} {
+		if err := e.Upsert(Spec{Target: tg, Strategy: KPA, Reachable: true}, epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.Len(); got != 2 {
+		t.Fatalf("Len() = %d, want 2", got)
+	}
+	if dep.Key() == sts.Key() {
+		t.Fatalf("keys collide: %q", dep.Key())
+	}
+	for s := range 6 {
+		now := epoch.Add(time.Duration(s)*time.Second + 500*time.Millisecond)
+		if _, err := e.Record(dep, Sample{At: now, Stat: kpa.Stat{AverageConcurrentRequests: 700}, ReadyPods: 1}, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Record(sts, Sample{At: now, Stat: kpa.Stat{AverageConcurrentRequests: 7}, ReadyPods: 1}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Tick(epoch.Add(6 * time.Second))
+	dd, _ := e.Get(dep)
+	sd, _ := e.Get(sts)
+	if dd.Desired != 10 || sd.Desired != 1 {
+		t.Errorf("desired: Deployment %d (%s), StatefulSet %d (%s); want 10 and 1", dd.Desired, dd.Reason, sd.Desired, sd.Reason)
+	}
+	if !e.Remove(sts) || e.Len() != 1 {
+		t.Errorf("Remove(StatefulSet): want the Deployment kept")
+	}
+	if _, ok := e.Get(dep); !ok {
+		t.Error("the Deployment went with the StatefulSet")
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/targetkey"
 )
 
 // Target names a scalable object.
@@ -14,8 +15,9 @@ type Target struct {
 	APIVersion, Kind string
 }
 
-// Key is the target's identity: namespace/name.
-func (t Target) Key() string { return t.Namespace + "/" + t.Name }
+// Key is the target's identity, as in every service (targetkey.Of):
+// namespace/name for an apps Deployment, namespace/Kind.group/name else.
+func (t Target) Key() string { return targetkey.Of(t.Namespace, t.Name, t.APIVersion, t.Kind) }
 
 // Strategy is a target's scaling algorithm.
 type Strategy uint8

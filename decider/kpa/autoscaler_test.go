@@ -354,7 +354,7 @@ func TestNeverNegative(t *testing.T) {
 func TestSet(t *testing.T) {
 	t.Parallel()
 	s := NewSet()
-	k1, k2 := Key{"ns", "a"}, Key{"ns", "b"}
+	k1, k2 := Key{Namespace: "ns", Name: "a"}, Key{Namespace: "ns", Name: "b"}
 	for _, k := range []Key{k1, k2} {
 		if err := s.Create(k, testSpec(), at(0), 1); err != nil {
 			t.Fatal(err)
@@ -366,7 +366,7 @@ func TestSet(t *testing.T) {
 	if err := s.Create(k1, testSpec(), at(0), 1); !errors.Is(err, ErrTargetExists) {
 		t.Errorf("duplicate Create = %v, want ErrTargetExists", err)
 	}
-	if _, reason, err := s.Record(Key{"ns", "zz"}, at(1), at(1), Stat{}, SourceScraper); !errors.Is(err, ErrUnknownTarget) || reason != DropUnknownTarget {
+	if _, reason, err := s.Record(Key{Namespace: "ns", Name: "zz"}, at(1), at(1), Stat{}, SourceScraper); !errors.Is(err, ErrUnknownTarget) || reason != DropUnknownTarget {
 		t.Errorf("Record to an unknown target = %v %v", reason, err)
 	}
 	if _, _, err := s.Record(k1, at(1), at(1), Stat{AverageConcurrentRequests: 21}, SourceScraper); err != nil {
@@ -414,7 +414,7 @@ func TestSet(t *testing.T) {
 
 func TestZeroAllocations(t *testing.T) {
 	s := NewSet()
-	k := Key{"ns", "a"}
+	k := Key{Namespace: "ns", Name: "a"}
 	if err := s.Create(k, testSpec(), at(0), 5); err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,17 @@ import (
 type Key struct {
 	Namespace string
 	Name      string
+	// Kind is "" for an apps Deployment, else "Kind.group"
+	// (targetkey.Qualifier): targets of two kinds may share a name.
+	Kind string
 }
 
-func (k Key) String() string { return k.Namespace + "/" + k.Name }
+func (k Key) String() string {
+	if k.Kind != "" {
+		return k.Namespace + "/" + k.Kind + "/" + k.Name
+	}
+	return k.Namespace + "/" + k.Name
+}
 
 // Source says where a stat came from.
 type Source uint8

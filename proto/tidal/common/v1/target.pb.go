@@ -23,8 +23,10 @@ const (
 
 // TargetRef names one scalable workload: the object whose replica count tidal
 // sets through its scale subresource (a Deployment, a StatefulSet, or any
-// resource with /scale). The pair namespace/name is the target's key in every
-// service.
+// resource with /scale). Its key in every service is namespace/name for an
+// apps Deployment (the default) and namespace/Kind.group/name for any other
+// kind, so targets of two kinds may share a name; the version is not part
+// of it.
 type TargetRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kubernetes namespace of the target. Required. A DNS-1123 label: at most 63

@@ -6,6 +6,7 @@ package commonv1
 // the field path, the value, and what was wanted.
 
 import (
+	"github.com/tidalscale/tidal/targetkey"
 	"fmt"
 	"math"
 	"strings"
@@ -84,8 +85,12 @@ func (t *TargetRef) ValidateField(field string) error {
 	return nil
 }
 
-// Key is the target's identity in every service: namespace/name.
-func (t *TargetRef) Key() string { return t.GetNamespace() + "/" + t.GetName() }
+// Key is the target's identity in every service: namespace/name for an
+// apps Deployment (the default), namespace/Kind.group/name for other kinds
+// (targetkey.Of).
+func (t *TargetRef) Key() string {
+	return targetkey.Of(t.GetNamespace(), t.GetName(), t.GetApiVersion(), t.GetKind())
+}
 
 // maxSampleSkew bounds how far a sample's time may be from the receiver's
 // clock; further out it is a bug or a broken clock, not a measurement.
