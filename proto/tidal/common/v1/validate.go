@@ -6,11 +6,12 @@ package commonv1
 // the field path, the value, and what was wanted.
 
 import (
-	"github.com/tidalscale/tidal/targetkey"
 	"fmt"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/targetkey"
 )
 
 // FieldError is a refused field: its path in the request, its value, and why.
