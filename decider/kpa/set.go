@@ -306,24 +306,3 @@ func (s *Set) Get(key Key) (Decision, Status, bool) {
 	}
 	return e.last, e.a.status, true
 }
-
-// Range calls f with every target's key, last decision and status, under a
-// read lock, until f returns false. f must not call back into the Set.
-func (s *Set) Range(f func(Key, *Decision, Status) bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for _, e := range s.list {
-		if !f(e.key, &e.last, e.a.status) {
-			return
-		}
-	}
-}
-
-// Explain returns a target's last decision rendered for humans.
-func (s *Set) Explain(key Key) (string, error) {
-	d, st, ok := s.Get(key)
-	if !ok {
-		return "", fmt.Errorf("explain %s: %w", key, ErrUnknownTarget)
-	}
-	return fmt.Sprintf("%s: desired %d, excess burst capacity %d\n%s", key, st.DesiredScale, st.ExcessBurstCapacity, d.Explain()), nil
-}

@@ -36,7 +36,7 @@ func specOf(s *deciderv1.TargetSpec) engine.Spec {
 }
 
 // sampleOf converts a validated sample.
-func sampleOf(m *commonv1.MetricSample, measureErr string) engine.Sample {
+func sampleOf(m *commonv1.MetricSample) engine.Sample {
 	s := engine.Sample{
 		At:        m.GetTime().AsTime(),
 		Activator: m.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH,
@@ -48,7 +48,6 @@ func sampleOf(m *commonv1.MetricSample, measureErr string) engine.Sample {
 		},
 		ReadyPods:      -1,
 		PartitionCount: m.GetPartitionCount(),
-		MeasureError:   measureErr,
 	}
 	if m.ReadyPods != nil {
 		s.ReadyPods = m.GetReadyPods()

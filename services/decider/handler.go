@@ -79,7 +79,7 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 				log.Debug("sample dropped", zap.String("target", t.Key()), zap.Error(err))
 				continue
 			}
-			samples = append(samples, sampleOf(ms, ""))
+			samples = append(samples, sampleOf(ms))
 		}
 		if m.GetMeasureError() != "" {
 			// The error is the target's state now: lag strategies hold
