@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/sender"
+	"github.com/tidalscale/tidal/decider/watch"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
 
@@ -21,7 +22,7 @@ import (
 type handler struct {
 	deciderv1.UnimplementedDeciderServiceServer
 	engine *engine.Engine
-	hub    *hub
+	hub    *watch.Hub
 	sender *sender.Sender
 	now    func() time.Time
 	log    *zap.Logger
@@ -36,7 +37,7 @@ func (h *handler) decided(ds []engine.Decision) {
 		return
 	}
 	h.sender.Enqueue(ds)
-	h.hub.publish(ds)
+	h.hub.Publish(ds)
 }
 
 func (h *handler) Ingest(st deciderv1.DeciderService_IngestServer) error {
@@ -143,8 +144,8 @@ func (h *handler) ListDecisions(_ context.Context, req *deciderv1.ListDecisionsR
 }
 
 func (h *handler) WatchDecisions(req *deciderv1.WatchDecisionsRequest, st deciderv1.DeciderService_WatchDecisionsServer) error {
-	w := h.hub.subscribe(req.GetNamespace())
-	defer h.hub.unsubscribe(w)
+	w := h.hub.Subscribe(req.GetNamespace())
+	defer h.hub.Unsubscribe(w)
 	for _, d := range h.engine.List(req.GetNamespace()) {
 		if err := st.Send(&deciderv1.WatchDecisionsResponse{Decision: decisionOf(d)}); err != nil {
 			return err
@@ -154,9 +155,9 @@ func (h *handler) WatchDecisions(req *deciderv1.WatchDecisionsRequest, st decide
 		select {
 		case <-st.Context().Done():
 			return nil
-		case <-w.dropped:
+		case <-w.Dropped():
 			return errWatcherTooSlow
-		case d := <-w.ch:
+		case d := <-w.C():
 			if err := st.Send(&deciderv1.WatchDecisionsResponse{Decision: decisionOf(d)}); err != nil {
 				return err
 			}
@@ -170,20 +171,4 @@ func (h *handler) Explain(_ context.Context, req *deciderv1.ExplainRequest) (*de
 		return nil, errUnknownTarget(req.GetTarget())
 	}
 	return explainOf(d), nil
-}
-
-// tickLoop drives the engine: one loop for every target. It ticks at
-// resolution, fine enough for the lag strategies' 100 ms intervals; the
-// engine decides KPA targets only on their 2 s grid.
-func (h *handler) tickLoop(ctx context.Context, resolution time.Duration) error {
-	t := time.NewTicker(resolution)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			h.decided(h.engine.Tick(h.now()))
-		}
-	}
 }

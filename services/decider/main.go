@@ -18,7 +18,9 @@ import (
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/decider/loop"
 	"github.com/tidalscale/tidal/decider/sender"
+	"github.com/tidalscale/tidal/decider/watch"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/services/server"
@@ -132,7 +134,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = conn.Close() }()
 	snd := sender.New(cfg.send, actuatorv1.NewActuatorServiceClient(conn), log.With(zap.String("actuator", cfg.actuatorAddr)), reg)
-	h := &handler{engine: eng, hub: newHub(), sender: snd, now: time.Now, log: log, drops: drops}
+	h := &handler{engine: eng, hub: watch.NewHub(), sender: snd, now: time.Now, log: log, drops: drops}
 
 	srv := server.New(cfg.server, log, reg)
 	deciderv1.RegisterDeciderServiceServer(srv.GRPC(), h)
@@ -143,6 +145,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(gctx) })
 	g.Go(func() error { return snd.Run(gctx) })
-	g.Go(func() error { return h.tickLoop(gctx, cfg.tickResolution) })
+	g.Go(func() error { return loop.Run(gctx, eng, cfg.tickResolution, time.Now, h.decided) })
 	return g.Wait()
 }
