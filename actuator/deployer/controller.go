@@ -239,6 +239,20 @@ func deploymentReplicas(d *appsv1.Deployment) int32 {
 	return *d.Spec.Replicas
 }
 
+// CheckScale refuses a desired scale above the cap of the Function whose
+// Deployment t is (its maxReplicas and its input topic's partitions); a
+// target that is no Function's Deployment passes.
+func (c *Controller) CheckScale(t scale.Target, desired int32) error {
+	if t.APIVersion != "" && t.APIVersion != "apps/v1" || t.Kind != "" && t.Kind != "Deployment" {
+		return nil
+	}
+	if limit, ok := c.Cap(t.Namespace, t.Name); ok && desired > limit {
+		return fmt.Errorf("desired_replicas %d for function %s: want 0 to %d (maxReplicas and input topic partitions): %w",
+			desired, t, limit, ErrOverCap)
+	}
+	return nil
+}
+
 // Cap returns the replica cap of the Function namespace/name (Cap), and
 // false when no such Function exists.
 func (c *Controller) Cap(namespace, name string) (int32, bool) {

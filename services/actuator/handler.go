@@ -50,12 +50,8 @@ type kubeEngine struct {
 }
 
 func (k *kubeEngine) Scale(ctx context.Context, req podautoscaler.Request) (scale.Result, error) {
-	t := req.Target
-	if (t.APIVersion == "" || t.APIVersion == "apps/v1") && (t.Kind == "" || t.Kind == "Deployment") {
-		if limit, ok := k.functions.Cap(t.Namespace, t.Name); ok && req.Desired > limit {
-			return scale.Result{}, fmt.Errorf("desired_replicas %d for function %s: want 0 to %d (maxReplicas and input topic partitions): %w",
-				req.Desired, t, limit, deployer.ErrOverCap)
-		}
+	if err := k.functions.CheckScale(req.Target, req.Desired); err != nil {
+		return scale.Result{}, err
 	}
 	return k.pas.Scale(ctx, req)
 }
