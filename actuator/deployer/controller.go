@@ -4,29 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/listers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
-	"github.com/tidalscale/tidal/actuator/queue"
+	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
 )
 
@@ -47,22 +42,20 @@ type Controller struct {
 	functions   crdclient.FunctionLister
 	topics      crdclient.TopicLister
 	deployments appslisters.DeploymentLister
-	synced      []cache.InformerSynced
-	queue       workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	recorder    record.EventRecorder
-	workers     int
 	fnStore     cache.Store
-	// ownership says which Functions this replica deploys when actuator
-	// replicas share them (a Function's bucket is its PodAutoscaler's).
-	ownership queue.Ownership
+	// Controller is the workqueue and its workers (Run, HasSynced), and
+	// which Functions this replica deploys when actuator replicas share
+	// them (a Function's bucket is its PodAutoscaler's).
+	*controller.Controller
 }
 
 // SetOwnership shares the Functions among actuator replicas. Call Resync
 // when this replica gains or loses Functions.
-func (c *Controller) SetOwnership(owner queue.OwnerFunc) { c.ownership.Set(owner) }
+func (c *Controller) SetOwnership(owner controller.OwnerFunc) { c.Ownership.Set(owner) }
 
 // Resync queues every Function this replica owns.
-func (c *Controller) Resync() { c.ownership.Owned(c.fnStore, c.queue.Add) }
+func (c *Controller) Resync() { c.Controller.Resync(c.fnStore) }
 
 // NewController returns a Function controller; the caller starts the
 // informers and then Run.
@@ -78,104 +71,23 @@ func NewController(d *Deployer, log *zap.Logger, tidal *crdclient.Clientset, tid
 		fnStore:     tidalInformers.Functions.GetStore(),
 		topics:      crdclient.NewTopicLister(tidalInformers.Topics),
 		deployments: deps.Lister(),
-		synced:      []cache.InformerSynced{tidalInformers.Functions.HasSynced, tidalInformers.Topics.HasSynced, deps.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
-				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(20), 100)},
-			),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "functions"}),
-		recorder: recorder,
-		workers:  max(workers, 1),
+		recorder:    recorder,
 	}
-	if _, err := tidalInformers.Functions.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				c.enqueue(cur)
-			}
-		},
-		DeleteFunc: c.enqueue,
-	}); err != nil {
+	c.Controller = controller.New(controller.Config{Name: "function", Workers: workers, RetryQPS: 20, RetryBurst: 100}, log,
+		func(ctx context.Context, name cache.ObjectName) (time.Duration, error) { return 0, c.sync(ctx, name) },
+		tidalInformers.Functions.HasSynced, tidalInformers.Topics.HasSynced, deps.Informer().HasSynced)
+	if _, err := tidalInformers.Functions.AddEventHandler(controller.Handler(c.Enqueue, nil)); err != nil {
 		return nil, err
 	}
-	if _, err := deps.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueOwner,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				c.enqueueOwner(cur)
-			}
-		},
-		DeleteFunc: c.enqueueOwner,
-	}); err != nil {
+	if _, err := deps.Informer().AddEventHandler(controller.Handler(
+		c.EnqueueOwner(functionsv1alpha1.SchemeGroupVersion.WithKind("Function")), nil)); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Controller) enqueue(obj any) {
-	name, err := queue.Key(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(name)
-}
-
-func (c *Controller) enqueueOwner(obj any) {
-	if name, ok := queue.Owner(obj, functionsv1alpha1.SchemeGroupVersion.WithKind("Function")); ok {
-		c.queue.Add(name)
-	}
-}
-
-// HasSynced reports whether the informers have synced.
-func (c *Controller) HasSynced() bool {
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
-
-// Run waits for the caches and runs the workers until ctx ends.
-func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return fmt.Errorf("function controller: caches did not sync")
-	}
-	var wg sync.WaitGroup
-	for range c.workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
-			}, time.Second)
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		c.log.Info("function reconcile failed; retrying", zap.String("function", name.String()), zap.Error(err))
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
-}
-
 func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
-	if _, mine := c.ownership.Owns(name); !mine {
+	if _, mine := c.Owns(name); !mine {
 		return nil
 	}
 	fn, err := listers.NewNamespaced(c.functions, name.Namespace).Get(name.Name)

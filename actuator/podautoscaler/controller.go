@@ -17,23 +17,19 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/overlay"
-	"github.com/tidalscale/tidal/actuator/queue"
+	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/pods"
@@ -50,6 +46,9 @@ type Config struct {
 	// TargetRetry is how long to wait before looking again for a missing
 	// scale target.
 	TargetRetry time.Duration
+	// queueClock drives the workqueue's delays (tests step a fake one);
+	// nil means the real clock.
+	queueClock clock.WithTicker
 }
 
 // targetScaler reads and writes targets' scale subresources.
@@ -72,9 +71,10 @@ type Controller struct {
 	paInformer cache.SharedIndexInformer
 	pas        crdclient.PodAutoscalerLister
 	metrics    crdclient.MetricLister
-	synced     []cache.InformerSynced
 
-	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// Controller is the workqueue and its workers (Run, HasSynced), and
+	// which PodAutoscalers this replica reconciles.
+	*controller.Controller
 	recorder record.EventRecorder
 	// plain applies decisions for targets no PodAutoscaler names.
 	plain *scale.Applier
@@ -93,23 +93,19 @@ type Controller struct {
 	podIndexer cache.Indexer
 	// selectors maps pods to the PodAutoscalers whose targets select them.
 	selectors *pods.Selectors[cache.ObjectName]
-
-	// ownership says which PodAutoscalers this replica reconciles when
-	// actuator replicas share them.
-	ownership queue.Ownership
 }
 
 // SetOwnership shares the PodAutoscalers among actuator replicas: owner
 // names the replica that reconciles each one. Call Resync when this replica
 // gains or loses PodAutoscalers.
-func (c *Controller) SetOwnership(owner queue.OwnerFunc) { c.ownership.Set(owner) }
+func (c *Controller) SetOwnership(owner controller.OwnerFunc) { c.Ownership.Set(owner) }
 
 // owns reports whether this replica reconciles name, and who does if not.
-func (c *Controller) owns(name cache.ObjectName) (string, bool) { return c.ownership.Owns(name) }
+func (c *Controller) owns(name cache.ObjectName) (string, bool) { return c.Owns(name) }
 
 // Resync queues every PodAutoscaler this replica owns, after a change of
 // ownership.
-func (c *Controller) Resync() { c.ownership.Owned(c.paInformer.GetStore(), c.queue.Add) }
+func (c *Controller) Resync() { c.Controller.Resync(c.paInformer.GetStore()) }
 
 // lockStripes is the number of reconcile locks PodAutoscalers share.
 const lockStripes = 1024
@@ -173,53 +169,27 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		pas:        crdclient.NewPodAutoscalerLister(tidalInformers.PodAutoscalers),
 		metrics:    crdclient.NewMetricLister(tidalInformers.Metrics),
 		podIndexer: podInformer.Informer().GetIndexer(),
-		synced: []cache.InformerSynced{
-			tidalInformers.PodAutoscalers.HasSynced, tidalInformers.Metrics.HasSynced, podInformer.Informer().HasSynced,
-		},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
-				// Overall retry budget: 50 per second, bursts of 300.
-				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
-			),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "podautoscalers"}),
-		recorder:  recorder,
+		recorder:   recorder,
 		seed:      maphash.MakeSeed(),
 		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
 		selectors: pods.NewSelectors[cache.ObjectName](),
 	}
+	c.Controller = controller.New(controller.Config{Name: "podautoscaler", Workers: cfg.Workers, RetryQPS: 50, RetryBurst: 300, Clock: cfg.queueClock},
+		log, c.sync, tidalInformers.PodAutoscalers.HasSynced, tidalInformers.Metrics.HasSynced, podInformer.Informer().HasSynced)
 	if fs, ok := scaler.(scale.Scaler); ok {
 		c.plain = scale.New(fs, clk.Now)
 	}
 
-	_, err := tidalInformers.PodAutoscalers.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(old, cur any) {
-			o, n := old.(metav1.Object), cur.(metav1.Object)
-			if o.GetResourceVersion() == n.GetResourceVersion() {
-				return
-			}
-			if c.written.Own(cache.ObjectName{Namespace: n.GetNamespace(), Name: n.GetName()}, n.GetResourceVersion()) {
-				// The echo of our own write: it holds what we just reconciled.
-				return
-			}
-			c.enqueue(cur)
-		},
-		DeleteFunc: c.enqueue,
-	})
+	_, err := tidalInformers.PodAutoscalers.AddEventHandler(controller.Handler(c.Enqueue, func(_, cur metav1.Object) bool {
+		// The echo of our own write holds what we just reconciled.
+		return c.written.Own(cache.ObjectName{Namespace: cur.GetNamespace(), Name: cur.GetName()}, cur.GetResourceVersion())
+	}))
 	if err != nil {
 		return nil, err
 	}
 	// A Metric maps to the PodAutoscaler controlling it.
-	_, err = tidalInformers.Metrics.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueOwner,
-		UpdateFunc: func(old, cur any) {
-			if old.(metav1.Object).GetResourceVersion() != cur.(metav1.Object).GetResourceVersion() {
-				c.enqueueOwner(cur)
-			}
-		},
-		DeleteFunc: c.enqueueOwner,
-	})
+	_, err = tidalInformers.Metrics.AddEventHandler(controller.Handler(
+		c.EnqueueOwner(autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler")), nil))
 	if err != nil {
 		return nil, err
 	}
@@ -270,21 +240,6 @@ func targetOf(pa *autoscalingv1alpha1.PodAutoscaler) scale.Target {
 	return scale.Target{Namespace: pa.Namespace, Name: r.Name, APIVersion: r.APIVersion, Kind: r.Kind}
 }
 
-func (c *Controller) enqueue(obj any) {
-	name, err := queue.Key(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(name)
-}
-
-func (c *Controller) enqueueOwner(obj any) {
-	if name, ok := queue.Owner(obj, autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler")); ok {
-		c.queue.Add(name)
-	}
-}
-
 func (c *Controller) enqueuePod(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -293,59 +248,7 @@ func (c *Controller) enqueuePod(obj any) {
 	if !ok {
 		return
 	}
-	c.selectors.Matching(pod.Namespace, pod.Labels, func(name cache.ObjectName) { c.queue.AddAfter(name, podEventDelay) })
-}
-
-// Run waits for the caches, runs the workers until ctx ends, then shuts the
-// queue down and waits for them.
-func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return fmt.Errorf("podautoscaler controller: caches did not sync")
-	}
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-// HasSynced reports whether the informers have synced; the binary reports
-// ready only after.
-func (c *Controller) HasSynced() bool {
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	name, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(name)
-	requeue, err := c.sync(ctx, name)
-	if err != nil {
-		c.log.Info("reconcile failed; retrying", zap.String("podautoscaler", name.String()), zap.Error(err))
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	if requeue > 0 {
-		c.queue.AddAfter(name, requeue)
-	}
-	return true
+	c.selectors.Matching(pod.Namespace, pod.Labels, func(name cache.ObjectName) { c.AddAfter(name, podEventDelay) })
 }
 
 func (c *Controller) lock(name cache.ObjectName) func() {

@@ -24,7 +24,7 @@ import (
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/crdclient"
-	"github.com/tidalscale/tidal/actuator/queue"
+	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -60,7 +60,7 @@ func (h *harness) replica() *harness {
 type harnessOpts struct {
 	mutate func(*Config)
 	// owner, when set, shares PodAutoscalers with other replicas.
-	owner queue.OwnerFunc
+	owner controller.OwnerFunc
 	// wrap, when set, wraps the transport of the Controller's clients.
 	wrap func(http.RoundTripper) http.RoundTripper
 }
@@ -620,7 +620,7 @@ func TestReplicasShareTheSequence(t *testing.T) {
 // TestOwnershipSplitsPodAutoscalers: with replicas sharing PodAutoscalers,
 // each reconciles only its own, and a decision for another's names the owner.
 func TestOwnershipSplitsPodAutoscalers(t *testing.T) {
-	owner := func(self string) queue.OwnerFunc {
+	owner := func(self string) controller.OwnerFunc {
 		return func(key string) (string, bool) {
 			o := "actuator-a:9003"
 			if strings.HasSuffix(key, "-b") {

@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
@@ -146,12 +146,31 @@ func TestTargetKey(t *testing.T) {
 
 func TestEventHandlersEnqueue(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := &Controller{
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Clock: clk}),
-		selectors: pods.NewSelectors[cache.ObjectName](),
+	c := &Controller{selectors: pods.NewSelectors[cache.ObjectName]()}
+	reconciled := make(chan cache.ObjectName, 16)
+	c.Controller = controller.New(controller.Config{Name: "podautoscaler", RetryQPS: 10, RetryBurst: 10, Clock: clk}, zap.NewNop(),
+		func(_ context.Context, name cache.ObjectName) (time.Duration, error) {
+			reconciled <- name
+			return 0, nil
+		})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// next is the next name reconciled; a sentinel added behind a burst
+	// proves nothing else was queued by it.
+	next := func() cache.ObjectName {
+		t.Helper()
+		select {
+		case n := <-reconciled:
+			return n
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing reconciled")
+			return cache.ObjectName{}
+		}
 	}
-	defer c.queue.ShutDown()
+	sentinel := cache.ObjectName{Namespace: "z", Name: "sentinel"}
+
 	web := cache.ObjectName{Namespace: "a", Name: "web"}
 	other := cache.ObjectName{Namespace: "b", Name: "web"}
 	c.selectors.Set(web, "a", labels.SelectorFromSet(labels.Set{"app": "web"}))
@@ -164,34 +183,33 @@ func TestEventHandlersEnqueue(t *testing.T) {
 		c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, Labels: map[string]string{"app": "web", "x": "y"}}})
 	}
 	c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "q", Labels: map[string]string{"app": "db"}}})
-	if got := c.queue.Len(); got != 0 {
-		t.Fatalf("queue length = %d before podEventDelay, want 0", got)
+	c.Add(sentinel)
+	if got := next(); got != sentinel {
+		t.Fatalf("reconciled %v before podEventDelay, want nothing but the sentinel", got)
 	}
 	clk.Step(podEventDelay)
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return c.queue.Len() > 0, nil })
-	if err != nil {
-		t.Fatal("nothing enqueued after podEventDelay")
+	if got := next(); got != web {
+		t.Errorf("reconciled %v, want %v", got, web)
 	}
-	if got := c.queue.Len(); got != 1 {
-		t.Fatalf("queue length = %d, want 1", got)
-	}
-	if got, _ := c.queue.Get(); got != web {
-		t.Errorf("enqueued %v, want %v", got, web)
+	c.Add(sentinel)
+	if got := next(); got != sentinel {
+		t.Errorf("reconciled %v after the burst, want it merged into one", got)
 	}
 
 	// A Metric maps to its controlling PodAutoscaler; a tombstone too.
+	enqueueOwner := c.EnqueueOwner(autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"))
 	pa := &autoscalingv1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "api", UID: "u"}}
 	m := &autoscalingv1alpha1.Metric{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "api",
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pa, autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"))}}}
-	c.enqueueOwner(cache.DeletedFinalStateUnknown{Key: "b/api", Obj: m})
-	if got, _ := c.queue.Get(); got != (cache.ObjectName{Namespace: "b", Name: "api"}) {
+	enqueueOwner(cache.DeletedFinalStateUnknown{Key: "b/api", Obj: m})
+	if got := next(); got != (cache.ObjectName{Namespace: "b", Name: "api"}) {
 		t.Errorf("metric enqueued %v, want b/api", got)
 	}
 	// Not controlled by a PodAutoscaler: nothing.
-	c.enqueueOwner(&autoscalingv1alpha1.Metric{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "loose"}})
-	if got := c.queue.Len(); got != 0 {
-		t.Errorf("queue length = %d after an unowned metric, want 0", got)
+	enqueueOwner(&autoscalingv1alpha1.Metric{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "loose"}})
+	c.Add(sentinel)
+	if got := next(); got != sentinel {
+		t.Errorf("reconciled %v after an unowned metric, want nothing", got)
 	}
 }
 
@@ -225,6 +243,7 @@ func TestLockHoldsAcrossDeletion(t *testing.T) {
 		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
 		selectors: pods.NewSelectors[cache.ObjectName](),
 	}
+	c.Controller = controller.New(controller.Config{Name: "podautoscaler"}, zap.NewNop(), c.sync)
 	name := cache.ObjectName{Namespace: "a", Name: "gone"}
 	unlock := c.lock(name)
 	// A worker reconciles the deleted PodAutoscaler (it takes the lock

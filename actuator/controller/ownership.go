@@ -1,4 +1,4 @@
-package queue
+package controller
 
 import (
 	"sync/atomic"

@@ -1,7 +1,8 @@
-// Package queue maps informer events to the workqueue keys of the actuator's
-// controllers: an object's own name, or the name of the object that controls
-// it. Both unwrap the tombstones informers hand over for deletions.
-package queue
+package controller
+
+// Key and Owner map informer events to workqueue keys: an object's own
+// name, or the name of the object that controls it. Both unwrap the
+// tombstones informers hand over for deletions.
 
 import (
 	"fmt"
