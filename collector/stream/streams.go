@@ -75,8 +75,6 @@ type Streams struct {
 	ctx     context.Context
 	senders map[string]*sender
 	wg      sync.WaitGroup
-	// onConnection, if set, hears every stream opening and closing.
-	onConnection func(addr string, up bool)
 }
 
 type sender struct {
@@ -109,9 +107,6 @@ func NewStreams(cfg Config, hub *Hub, log *zap.Logger, opts ...grpc.DialOption) 
 		senders: map[string]*sender{},
 	}
 }
-
-// OnConnection sets a callback for streams opening (up) and closing.
-func (s *Streams) OnConnection(f func(addr string, up bool)) { s.onConnection = f }
 
 // Run serves until ctx ends, then stops every stream.
 func (s *Streams) Run(ctx context.Context) error {
@@ -191,9 +186,6 @@ func (s *Streams) run(ctx context.Context, sd *sender, log *zap.Logger) {
 		err := s.session(ctx, sd.addr, client)
 		s.hub.disconnect(sd.addr)
 		s.hub.metrics.connected.WithLabelValues(sd.addr).Set(0)
-		if s.onConnection != nil {
-			s.onConnection(sd.addr, false)
-		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -235,9 +227,6 @@ func (s *Streams) session(ctx context.Context, addr string, client deciderv1.Dec
 		return errors.New("decider no longer an endpoint")
 	}
 	s.hub.metrics.connected.WithLabelValues(addr).Set(1)
-	if s.onConnection != nil {
-		s.onConnection(addr, true)
-	}
 	endErr := func(err error) error {
 		if err == nil {
 			return errors.New("decider closed the stream")
