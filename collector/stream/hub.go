@@ -392,6 +392,18 @@ func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
 	return added, gone
 }
 
+// forgetDecider deletes the metric series of a decider whose sender has
+// returned, unless the decider is a member again (a new sender owns the
+// series then). The hub writes a decider's series only while it has an
+// outbox, and does so under mu, so none comes back after this.
+func (h *Hub) forgetDecider(addr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, member := slices.BinarySearch(h.members, addr); !member {
+		h.metrics.deleteDecider(addr)
+	}
+}
+
 // resetLocked ends a decider's stream and empties its outbox.
 func (h *Hub) resetLocked(ob *outbox) {
 	ob.connected = false

@@ -174,6 +174,8 @@ func (s *Streams) startLocked(addr string) {
 	s.wg.Go(func() {
 		defer func() { _ = conn.Close() }()
 		s.run(ctx, sd, log)
+		// Only now is nothing left to write this decider's series.
+		s.hub.forgetDecider(addr)
 	})
 }
 

@@ -1,0 +1,66 @@
+package stream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// deciderSeries lists the metric families that hold a series labelled
+// decider=addr.
+func deciderSeries(t testing.TB, reg *prometheus.Registry, addr string) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "decider" && l.GetValue() == addr {
+					out = append(out, mf.GetName())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestDeciderSeriesDeletedWhenItLeaves: a decider that leaves the member
+// set (a decider pod restarted under a new IP) takes its series with it, so
+// the collector's series do not grow with every restart; a decider that
+// stays keeps its own.
+func TestDeciderSeriesDeletedWhenItLeaves(t *testing.T) {
+	gone, stays := startDecider(t, ""), startDecider(t, "")
+	c := startCollector(t, testConfig(t), time.Minute, gone.addr, stays.addr)
+	for _, n := range []string{"a", "b", "c", "d", "e", "f"} {
+		c.hub.SetSpec(spec(n), 0)
+		c.hub.Record(ref(n), scrapeSample(time.Now().Add(-time.Second), 1, 1))
+	}
+	eventually(t, "both deciders connected and fed", func() bool {
+		return counter(t, c.reg, "tidal_collector_stream_samples_sent_total", gone.addr) > 0 &&
+			counter(t, c.reg, "tidal_collector_stream_samples_sent_total", stays.addr) > 0
+	})
+	// A failure is counted too, so every kind of series exists for it.
+	gone.srv.Stop()
+	eventually(t, "the failure counted", func() bool {
+		return counter(t, c.reg, "tidal_collector_stream_failures_total", gone.addr) > 0
+	})
+	if got := deciderSeries(t, c.reg, gone.addr); len(got) == 0 {
+		t.Fatalf("no series labelled decider=%s before it left", gone.addr)
+	}
+
+	c.streams.SetDeciders([]string{stays.addr})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(deciderSeries(t, c.reg, gone.addr)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("series labelled decider=%s after it left: %v, want none", gone.addr, deciderSeries(t, c.reg, gone.addr))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := deciderSeries(t, c.reg, stays.addr); len(got) == 0 {
+		t.Errorf("no series labelled decider=%s, which stayed", stays.addr)
+	}
+}
