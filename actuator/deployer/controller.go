@@ -18,11 +18,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/apis/crdclient"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 )
 
 // Event reasons of the Function controller.

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/scale"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 )
 
 // ErrOverCap is returned by Scale for a replica count above the function's

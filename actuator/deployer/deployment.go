@@ -17,7 +17,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
-	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 )
 
 // Labels and container names of a function's Deployment.

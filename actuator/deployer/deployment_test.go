@@ -11,7 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 )
 
 func validFunction() Function {

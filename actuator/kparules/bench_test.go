@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 // BenchmarkReconcile times the pure part of one reconcile of an inactive
@@ -25,7 +25,7 @@ func BenchmarkReconcile(b *testing.B) {
 		SKS:                    &SKS{Mode: SKSProxy, PrivateServiceNameSet: true, ProxyFor: 5 * time.Second},
 		Replicas:               i32(1),
 		ReadyPods:              1,
-		Decider:                deciderkpa.Status{DesiredScale: 0, ExcessBurstCapacity: -201},
+		Decider:                kpaspec.Status{DesiredScale: 0, ExcessBurstCapacity: -201},
 	}
 	probe := func() bool { return true }
 	b.ReportAllocs()

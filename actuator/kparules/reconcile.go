@@ -4,8 +4,8 @@ import (
 	"math"
 	"time"
 
-	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 // ConditionStatus is a Kubernetes condition status.
@@ -102,7 +102,7 @@ type Input struct {
 	ReadyPods int32
 
 	// Decider is the decider's status for the revision.
-	Decider deciderkpa.Status
+	Decider kpaspec.Status
 }
 
 // Prober probes whether the activator is in the revision's path; it is
@@ -156,7 +156,7 @@ func Reconcile(in Input, probe Prober) Result {
 		// Create the SKS in Proxy mode with the default activator count and
 		// report an unknown scale on no pods.
 		r.SKSMode, r.NumActivators = SKSProxy, MinActivators
-		computeStatus(&r, &in, deciderkpa.ScaleUnknown, 0, in.ServiceNameSet)
+		computeStatus(&r, &in, kpaspec.ScaleUnknown, 0, in.ServiceNameSet)
 		return r
 	}
 
@@ -229,7 +229,7 @@ func scaleToZero(r *Result, in *Input, desired int32, probe Prober) (int32, bool
 			return desired, true
 		}
 		r.Requeue = append(r.Requeue, timeout)
-		return deciderkpa.ScaleUnknown, false
+		return kpaspec.ScaleUnknown, false
 	case ConditionTrue:
 		sw := rev.StableWindow()
 		if in.ActiveAge >= sw {
@@ -312,7 +312,7 @@ func ActiveThreshold(rev *kpaconfig.Revision, initialized bool) int32 {
 func computeStatus(r *Result, in *Input, want, ready int32, serviceNameSet bool) {
 	r.ActualScale = ready
 	r.DesiredScale = want
-	if want == deciderkpa.ScaleUnknown && in.PriorDesiredScale != nil && *in.PriorDesiredScale >= 0 {
+	if want == kpaspec.ScaleUnknown && in.PriorDesiredScale != nil && *in.PriorDesiredScale >= 0 {
 		// Keep the old value over an autoscaler restart.
 		r.DesiredScale = *in.PriorDesiredScale
 	}

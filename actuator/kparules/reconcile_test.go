@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	deciderkpa "github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 func revision(t *testing.T, cfg, ann map[string]string) kpaconfig.Revision {
@@ -75,7 +75,7 @@ func TestScaleToZeroTimeline(t *testing.T) {
 		SKS:                    &SKS{Mode: SKSServe, PrivateServiceNameSet: true},
 		Replicas:               i32(1),
 		ReadyPods:              1,
-		Decider:                deciderkpa.Status{DesiredScale: 0},
+		Decider:                kpaspec.Status{DesiredScale: 0},
 	}
 	probe := func() bool { return true }
 
@@ -122,7 +122,7 @@ func TestActivationTimeout(t *testing.T) {
 		Active:       Condition{Status: ConditionUnknown, Reason: ReasonQueued},
 		SKS:          &SKS{Mode: SKSProxy, PrivateServiceNameSet: true},
 		Replicas:     i32(1),
-		Decider:      deciderkpa.Status{DesiredScale: 0, ExcessBurstCapacity: -211},
+		Decider:      kpaspec.Status{DesiredScale: 0, ExcessBurstCapacity: -211},
 	}
 	in.ActiveAge = 50 * time.Second // not strictly longer than 20 s + 30 s
 	r := Reconcile(in, nil)
@@ -148,7 +148,7 @@ func TestStatusKeepsDesiredOverRestart(t *testing.T) {
 		SKS:                    &SKS{Mode: SKSServe, PrivateServiceNameSet: true},
 		Replicas:               i32(4),
 		ReadyPods:              4,
-		Decider:                deciderkpa.Status{DesiredScale: -1, ExcessBurstCapacity: 50},
+		Decider:                kpaspec.Status{DesiredScale: -1, ExcessBurstCapacity: 50},
 	}
 	r := Reconcile(in, nil)
 	if r.DesiredScale != 4 || r.Patch != nil || r.SKSMode != SKSProxy || r.NumActivators != 7 {

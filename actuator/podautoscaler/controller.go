@@ -26,13 +26,13 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/crdclient"
-	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/controller"
+	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/apis/crdclient"
 	"github.com/tidalscale/tidal/pods"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/targetkey"
 )
 
@@ -170,9 +170,9 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		metrics:    crdclient.NewMetricLister(tidalInformers.Metrics),
 		podIndexer: podInformer.Informer().GetIndexer(),
 		recorder:   recorder,
-		seed:      maphash.MakeSeed(),
-		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
-		selectors: pods.NewSelectors[cache.ObjectName](),
+		seed:       maphash.MakeSeed(),
+		written:    overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
+		selectors:  pods.NewSelectors[cache.ObjectName](),
 	}
 	c.Controller = controller.New(controller.Config{Name: "podautoscaler", Workers: cfg.Workers, RetryQPS: 50, RetryBurst: 300, Clock: cfg.queueClock},
 		log, c.sync, tidalInformers.PodAutoscalers.HasSynced, tidalInformers.Metrics.HasSynced, podInformer.Informer().HasSynced)

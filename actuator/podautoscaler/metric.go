@@ -11,10 +11,10 @@ import (
 	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // desiredMetric builds the Metric of pa (spec §6.2 step 4): named like it,

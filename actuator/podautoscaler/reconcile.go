@@ -18,12 +18,12 @@ import (
 	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/pods"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 // Annotations on a PodAutoscaler that the actuator reads. The last
@@ -202,9 +202,9 @@ func (c *Controller) revision(pa *autoscalingv1alpha1.PodAutoscaler) (kpaconfig.
 		return rev, err
 	}
 	if m := pa.Spec.Metric; m != "" {
-		metric := kpa.Concurrency
+		metric := kpaspec.Concurrency
 		if m == autoscalingv1alpha1.MetricRPS {
-			metric = kpa.RPS
+			metric = kpaspec.RPS
 		}
 		rev.Annotations.Metric = &metric
 	}
@@ -235,7 +235,7 @@ type observed struct {
 func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, decision *autoscalingv1alpha1.PodAutoscalerDecision, dryRun bool) (outcome, error) {
 	now := c.clock.Now()
 	name := cache.MetaObjectToName(pa)
-	out := outcome{Want: kpa.ScaleUnknown, PA: pa}
+	out := outcome{Want: kpaspec.ScaleUnknown, PA: pa}
 	st := pa.Status.DeepCopy()
 	st.ObservedGeneration = pa.Generation
 	st.MetricName = pa.Name
@@ -374,7 +374,7 @@ func selectorOf(s scale.Scale) labels.Selector {
 // rules applies the §6 reconciler rules (or the lag strategy's) to what
 // was observed.
 func (c *Controller) rules(pa *autoscalingv1alpha1.PodAutoscaler, obs *observed, now time.Time) kparules.Result {
-	dec := kpa.Status{DesiredScale: kpa.ScaleUnknown}
+	dec := kpaspec.Status{DesiredScale: kpaspec.ScaleUnknown}
 	if d := obs.decision; d != nil {
 		dec.DesiredScale = d.DesiredScale
 		if d.ExcessBurstCapacity != nil {
@@ -497,7 +497,7 @@ func reachability(r autoscalingv1alpha1.Reachability) kparules.Reachability {
 // activator endpoints are never populated, so the full scale-to-zero grace
 // period applies after the PodAutoscaler goes inactive (the TBC 0 timeline
 // of spec §6.4).
-func syntheticSKS(pa *autoscalingv1alpha1.PodAutoscaler, dec kpa.Status) *kparules.SKS {
+func syntheticSKS(pa *autoscalingv1alpha1.PodAutoscaler, dec kpaspec.Status) *kparules.SKS {
 	want := dec.DesiredScale
 	if ds := pa.Status.DesiredScale; ds != nil {
 		want = *ds

@@ -14,14 +14,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/pods"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 func revision(t *testing.T, ann map[string]string) kpaconfig.Revision {
@@ -91,7 +91,7 @@ func TestLagRules(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := lagRules(kparules.Input{
 				Revision: revision(t, tt.ann), Active: active, Replicas: &tt.replicas, ReadyPods: tt.ready,
-				PriorDesiredScale: tt.prior, Decider: kpa.Status{DesiredScale: tt.desired},
+				PriorDesiredScale: tt.prior, Decider: kpaspec.Status{DesiredScale: tt.desired},
 			})
 			if (r.Patch == nil) != (tt.wantPatch == nil) || (r.Patch != nil && *r.Patch != *tt.wantPatch) {
 				t.Errorf("Patch = %v, want %v", r.Patch, tt.wantPatch)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/scrape"
 	decidelag "github.com/tidalscale/tidal/decider/lag"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // BenchmarkEngineSecond is one second of a decider's life over N KPA

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/strategy/lagconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/targetkey"
 )
 
@@ -154,7 +154,7 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 		}
 		e.kpaTargets[kpaKey(t.ref)] = t
 	case Lag:
-		cfg, err := lagConfig(t.spec.Annotations)
+		cfg, err := lagconfig.FromAnnotations(t.spec.Annotations)
 		if err != nil {
 			return err
 		}
@@ -176,25 +176,6 @@ func (e *Engine) kpaSpec(spec Spec) (kpa.Spec, error) {
 		return kpa.Spec{}, err
 	}
 	return rev.DeciderSpec(), nil
-}
-
-// lagConfig reads a lag target's annotations: lag.tidal.dev/mode (default
-// riff-queue) and lag.tidal.dev/<parameter>. Other annotations are not ours.
-func lagConfig(ann map[string]string) (lag.Config, error) {
-	mode := string(lag.ModeRiffQueue)
-	params := map[string]string{}
-	for k, v := range ann {
-		name, ok := strings.CutPrefix(k, LagAnnotationPrefix)
-		if !ok {
-			continue
-		}
-		if name == "mode" {
-			mode = v
-			continue
-		}
-		params[name] = v
-	}
-	return lag.ParseConfig(mode, params)
 }
 
 func (e *Engine) removeFromSetLocked(t *target) {

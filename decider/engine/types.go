@@ -40,17 +40,14 @@ func (s Strategy) String() string {
 	}
 }
 
-// LagAnnotationPrefix prefixes a lag target's parameters: lag.tidal.dev/mode
-// selects the mode, and lag.tidal.dev/<name> sets the parameter <name> of
-// decider/lag.ParseConfig.
-const LagAnnotationPrefix = "lag.tidal.dev/"
 
 // Spec is how a target wants to be scaled.
 type Spec struct {
 	Target   Target
 	Strategy Strategy
 	// Annotations are Knative's autoscaling.knative.dev/* keys for KPA
-	// targets, and lag.tidal.dev/* keys for lag targets.
+	// targets (strategy/kpaconfig), and lag.tidal.dev/* keys for lag
+	// targets (strategy/lagconfig).
 	Annotations map[string]string
 	// ContainerConcurrency is the pods' hard concurrency limit; 0 means none.
 	ContainerConcurrency int32

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/decider/window"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 // Autoscaler is the state of one target: its four averaging windows
@@ -275,7 +276,7 @@ func (a *Autoscaler) decide(now time.Time, in Inputs, d *Decision) {
 		d.ExcessBurstCapacity = 0
 	case spec.TargetBurstCapacity > 0:
 		// The raw ready count, not readyF, and the panic observation.
-		d.ExcessBurstCapacity = toInt32(math.Floor(float64(ready)*spec.TotalValue - spec.TargetBurstCapacity - in.ObservedPanic))
+		d.ExcessBurstCapacity = kpaspec.SaturateInt32(math.Floor(float64(ready)*spec.TotalValue - spec.TargetBurstCapacity - in.ObservedPanic))
 	default:
 		d.ExcessBurstCapacity = -1
 	}
@@ -291,10 +292,10 @@ func (a *Autoscaler) bound(d *Decision, raw float64, s Series, report *clampBuf)
 		v = d.MaxScaleDown
 	}
 	if v > d.MaxScaleUp {
-		report.add(Clamp{Kind: ClampMaxScaleUpRate, Series: s, Before: v, After: toInt32(d.MaxScaleUp)})
+		report.add(Clamp{Kind: ClampMaxScaleUpRate, Series: s, Before: v, After: kpaspec.SaturateInt32(d.MaxScaleUp)})
 		v = d.MaxScaleUp
 	}
-	n := toInt32(v)
+	n := kpaspec.SaturateInt32(v)
 	// Activation scale applies after the rate clamps, and only to a non-zero
 	// raw demand.
 	if as := a.spec.ActivationScale; as > 1 && raw > 0 && as > n {

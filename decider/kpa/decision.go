@@ -7,20 +7,6 @@ import (
 	"time"
 )
 
-// ScaleUnknown is the desired scale of a decider that has not made a valid
-// decision yet (Knative's scaleUnknown).
-const ScaleUnknown int32 = -1
-
-// Status is what the decider reports for a target: Knative's DeciderStatus.
-type Status struct {
-	// DesiredScale is the last valid decision, or ScaleUnknown (-1) before
-	// the first one. It is never negative otherwise.
-	DesiredScale int32
-	// ExcessBurstCapacity is the spare capacity after serving the panic
-	// demand; negative means the activator should stay in the path.
-	ExcessBurstCapacity int32
-}
-
 // Trigger says why a decision was made.
 type Trigger uint8
 

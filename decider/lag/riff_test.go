@@ -27,7 +27,7 @@ func TestOffsetPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := OffsetPolicy(tt.maxLag, tt.m, defaultLagForOne, defaultLagForMax); got != tt.want {
+			if got := OffsetPolicy(tt.maxLag, tt.m, DefaultConfig(ModeRiffOffset).LagForOne, DefaultConfig(ModeRiffOffset).LagForMax); got != tt.want {
 				t.Errorf("OffsetPolicy(%d, %d) = %d, want %d", tt.maxLag, tt.m, got, tt.want)
 			}
 		})

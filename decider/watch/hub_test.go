@@ -9,7 +9,9 @@ import (
 func TestHubFiltersAndDropsSlowWatchers(t *testing.T) {
 	h := NewHub()
 	all, ns, slow := h.Subscribe(""), h.Subscribe("a"), h.Subscribe("")
-	d := func(ns string) engine.Decision { return engine.Decision{Target: engine.Target{Namespace: ns, Name: "x"}} }
+	d := func(ns string) engine.Decision {
+		return engine.Decision{Target: engine.Target{Namespace: ns, Name: "x"}}
+	}
 	h.Publish([]engine.Decision{d("a"), d("b")})
 	if got := len(all.C()); got != 2 {
 		t.Errorf("watcher of all namespaces has %d decisions, want 2", got)

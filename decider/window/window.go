@@ -4,39 +4,27 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
-// Algorithm selects how a Window averages its buckets.
-type Algorithm uint8
+// The algorithm and sizes are part of a target's KPA spec, shared with
+// the other services.
+type (
+	// Algorithm selects how a Window averages its buckets.
+	Algorithm = kpaspec.Algorithm
+)
 
 const (
-	// Linear averages the buckets written within the window, ignoring trailing
-	// gaps and counting interior gaps as zero, rounded to 6 decimals. It is
-	// Knative's default.
-	Linear Algorithm = iota
-	// WeightedExponential weights each bucket by an exponentially decaying
-	// factor, newest first, without rounding and without a partial-window
-	// correction.
-	WeightedExponential
+	// Linear is Knative's default averaging.
+	Linear = kpaspec.Linear
+	// WeightedExponential weights newer buckets more.
+	WeightedExponential = kpaspec.WeightedExponential
+	// BucketSize is the granularity of every window.
+	BucketSize = kpaspec.BucketSize
+	// MaxLength bounds a window's length.
+	MaxLength = kpaspec.MaxWindow
 )
-
-func (a Algorithm) String() string {
-	switch a {
-	case Linear:
-		return "linear"
-	case WeightedExponential:
-		return "weighted-exponential"
-	default:
-		return fmt.Sprintf("Algorithm(%d)", uint8(a))
-	}
-}
-
-// BucketSize is the granularity of every window (Knative's config.BucketSize).
-const BucketSize = time.Second
-
-// MaxLength bounds a window's length so that a bad spec cannot allocate
-// unbounded memory; Knative's longest stable window is 1 h.
-const MaxLength = time.Hour
 
 const (
 	// minSmoothing is the smallest decay coefficient of the weighted average.

@@ -18,15 +18,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/apis/crdclient"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
 	"github.com/tidalscale/tidal/shard/bucket"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // Scaler kinds.

@@ -26,10 +26,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/crdclient"
 	"github.com/tidalscale/tidal/actuator/rbac"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/apis/crdclient"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"

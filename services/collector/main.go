@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tidalscale/tidal/actuator/crdclient"
+	"github.com/tidalscale/tidal/apis/crdclient"
 	"github.com/tidalscale/tidal/collector/deciders"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"

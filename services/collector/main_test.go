@@ -18,8 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/crdclient"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/apis/crdclient"
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/collector/targets"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"

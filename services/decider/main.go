@@ -17,13 +17,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tidalscale/tidal/decider/engine"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
 	"github.com/tidalscale/tidal/decider/loop"
 	"github.com/tidalscale/tidal/decider/sender"
 	"github.com/tidalscale/tidal/decider/watch"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/services/server"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 type config struct {

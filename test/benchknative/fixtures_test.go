@@ -34,7 +34,7 @@ import (
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/targets"
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // epoch is time zero of every simulated timeline: a whole multiple of the

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // The fleet: N revisions, 10 per namespace, one ready pod each, concurrency

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // kedaFamilies replays ../shared/vectors/keda: KEDA's Kafka scaler lag
@@ -73,7 +74,7 @@ func kedaConfig(v *kedaVector) (lag.Config, error) {
 	c.ExcludePersistentLag = v.Config.ExcludePersistentLag
 	c.LimitToPartitionsWithLag = v.Config.LimitToPartitionsWithLag
 	if v.Config.PartitionLimitation != nil {
-		ids, err := lag.ParsePartitionLimitation(*v.Config.PartitionLimitation)
+		ids, err := lagconfig.ParsePartitionLimitation(*v.Config.PartitionLimitation)
 		if err != nil {
 			return c, err
 		}

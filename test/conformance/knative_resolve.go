@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // knRevision parses a vector's config-autoscaler and config-deployment

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/actuator/crdclient"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/apis/crdclient"
 )
 
 // recorder timestamps what the run's informers see: every change of a

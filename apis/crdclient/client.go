@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/actuator/apis/autoscaling/v1alpha1"
-	functionsv1alpha1 "github.com/tidalscale/tidal/actuator/apis/functions/v1alpha1"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 )
 
 // Scheme holds tidal's custom resource types (and nothing else).

@@ -1,9 +1,11 @@
-package lag
+package lagconfig
 
 import (
 	"testing"
 	"time"
 )
+
+var allModes = []Mode{ModeRiffOffset, ModeRiffQueue, ModeKEDA}
 
 func TestDefaultsAreValid(t *testing.T) {
 	for _, mode := range allModes {

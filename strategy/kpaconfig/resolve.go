@@ -5,8 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/window"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 // ActivationTimeoutBuffer is added to the progress deadline to get the
@@ -52,11 +51,11 @@ func (r *Revision) Class() string {
 }
 
 // Metric returns the scaling metric (concurrency unless annotated).
-func (r *Revision) Metric() kpa.Metric {
+func (r *Revision) Metric() kpaspec.Metric {
 	if r.Annotations.Metric != nil {
 		return *r.Annotations.Metric
 	}
-	return kpa.Concurrency
+	return kpaspec.Concurrency
 }
 
 // Target returns the per-pod target value and total value: total comes from
@@ -67,7 +66,7 @@ func (r *Revision) Target() (target, total float64) {
 	c := &r.Config
 	var util float64
 	m := r.Metric()
-	if m == kpa.RPS {
+	if m == kpaspec.RPS {
 		total, util = c.RPSTargetDefault, c.TargetUtilization
 	} else {
 		total = float64(r.ContainerConcurrency)
@@ -78,7 +77,7 @@ func (r *Revision) Target() (target, total float64) {
 	}
 	if t := r.Annotations.Target; t != nil {
 		total = *t
-		if m == kpa.Concurrency && r.ContainerConcurrency != 0 {
+		if m == kpaspec.Concurrency && r.ContainerConcurrency != 0 {
 			total = math.Min(*t, float64(r.ContainerConcurrency))
 		}
 	}
@@ -88,7 +87,7 @@ func (r *Revision) Target() (target, total float64) {
 	return math.Max(TargetMin, total*util), total
 }
 
-// StableWindow returns the window annotation or stable-window.
+// StableWindow returns the window annotation or stable-kpaspec.
 func (r *Revision) StableWindow() time.Duration {
 	if w := r.Annotations.Window; w != nil {
 		return *w
@@ -183,11 +182,11 @@ func (r *Revision) ActivationTimeout() time.Duration {
 }
 
 // Aggregation returns the averaging algorithm (linear unless annotated).
-func (r *Revision) Aggregation() window.Algorithm {
+func (r *Revision) Aggregation() kpaspec.Algorithm {
 	if a := r.Annotations.Aggregation; a != nil {
 		return *a
 	}
-	return window.Linear
+	return kpaspec.Linear
 }
 
 // Scraped reports whether the revision has a scrape target: not with TBC -1.
@@ -195,9 +194,9 @@ func (r *Revision) Scraped() bool { return r.TargetBurstCapacity() != -1 }
 
 // DeciderSpec resolves the decider's spec (Knative's MakeDecider and the
 // Metric's windows).
-func (r *Revision) DeciderSpec() kpa.Spec {
+func (r *Revision) DeciderSpec() kpaspec.Spec {
 	target, total := r.Target()
-	return kpa.Spec{
+	return kpaspec.Spec{
 		ScalingMetric:       r.Metric(),
 		TargetValue:         target,
 		TotalValue:          total,

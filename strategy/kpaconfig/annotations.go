@@ -6,8 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/window"
+	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 // Prefix is the annotation group every autoscaling key lives in.
@@ -81,7 +80,7 @@ type Annotations struct {
 	// Class is the pod autoscaler class; "" means the config's default.
 	Class string
 	// Metric is the scaling metric, when set.
-	Metric *kpa.Metric
+	Metric *kpaspec.Metric
 	// Target is the per-pod target (the total before utilisation).
 	Target *float64
 	// TargetUtilizationPercentage is the utilisation in percent.
@@ -96,7 +95,7 @@ type Annotations struct {
 	ActivationScale             *int32
 	ScaleDownDelay              *time.Duration
 	ScaleToZeroPodRetention     *time.Duration
-	Aggregation                 *window.Algorithm
+	Aggregation                 *kpaspec.Algorithm
 	ProgressDeadline            *time.Duration
 }
 
@@ -143,10 +142,10 @@ func ParseAnnotations(ann map[string]string, cfg Config) (Annotations, error) {
 	if _, v, ok := lookup(ann, AnnotationMetric); ok {
 		switch v {
 		case "concurrency":
-			m := kpa.Concurrency
+			m := kpaspec.Concurrency
 			a.Metric = &m
 		case "rps":
-			m := kpa.RPS
+			m := kpaspec.RPS
 			a.Metric = &m
 		default:
 			if class == ClassKPA {
@@ -245,12 +244,12 @@ func ParseAnnotations(ann map[string]string, cfg Config) (Annotations, error) {
 	}
 
 	if key, v, ok := lookup(ann, AnnotationMetricAggregationAlgorithm); ok {
-		var algo window.Algorithm
+		var algo kpaspec.Algorithm
 		switch v {
 		case AlgorithmLinear:
-			algo = window.Linear
+			algo = kpaspec.Linear
 		case AlgorithmWeightedExponential, AlgorithmWeightedExponentialLegacy:
-			algo = window.WeightedExponential
+			algo = kpaspec.WeightedExponential
 		default:
 			// Knative checks this only for an explicit KPA class and
 			// otherwise falls back to linear; tidal always refuses it.

@@ -1,0 +1,420 @@
+// Package lagconfig is the configuration of tidal's lag strategy: its modes
+// (riff-offset, riff-queue, keda), their parameters under the originals'
+// names with the originals' defaults, and how they are read from
+// lag.tidal.dev/* annotations. The collector reads it to know how often to
+// measure a target; the decider's decider/lag runs it.
+package lagconfig
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Mode selects the lag algorithm of a target.
+type Mode string
+
+const (
+	// ModeRiffOffset is riff v0.0.5 (function-controller v0.0.3/v0.0.4): the
+	// largest per-partition lag through a linear policy, a 5 %-per-tick
+	// smoother and an idle delayer that also holds a stalled consumer.
+	ModeRiffOffset Mode = "riff-offset"
+	// ModeRiffQueue is riff v0.0.6+ (the autoscaler package): writes-or-queue
+	// proposal, cap, smoother, hold while the queue is non-empty, delayer.
+	ModeRiffQueue Mode = "riff-queue"
+	// ModeKEDA is KEDA's Kafka scaler (summed lag over lagThreshold, with its
+	// activation and cap rules) followed by the HPA's AverageValue arithmetic.
+	ModeKEDA Mode = "keda"
+)
+
+// OffsetResetPolicy is KEDA's offsetResetPolicy: what a partition without a
+// committed offset is charged.
+type OffsetResetPolicy string
+
+const (
+	// ResetLatest charges a partition without a commit a lag of 1, so one
+	// consumer starts and commits.
+	ResetLatest OffsetResetPolicy = "latest"
+	// ResetEarliest charges it its whole log (end offset; the log is assumed to
+	// start at 0, as KEDA does).
+	ResetEarliest OffsetResetPolicy = "earliest"
+)
+
+// NoMaxReplicas as Config.MaxReplicas means "unset": riff then caps at the
+// topic's partition count.
+const NoMaxReplicas int32 = -1
+
+// Defaults, each from the original it reproduces.
+const (
+	// riff: controller.DefaultScalerInterval (v0.0.3–v0.0.6; v0.0.7+ uses 97 ms).
+	defaultRiffTickInterval = 100 * time.Millisecond
+	// riff: Function.spec.idleTimeoutMs CRD default, and the v0.0.6 controller fallback.
+	defaultRiffIdleTimeout = 10 * time.Second
+	// riff v0.0.5: lagRequiredForOne and lagRequiredForMax in desiredReplicasForTopic.
+	defaultLagForOne = 1
+	defaultLagForMax = 10
+
+	// KEDA: ScaledObject pollingInterval and cooldownPeriod defaults.
+	defaultKEDAPollingInterval = 30 * time.Second
+	defaultKEDACooldown        = 300 * time.Second
+	// KEDA: maxReplicaCount default (minReplicaCount defaults to 0).
+	defaultKEDAMaxReplicas = 100
+	// KEDA Kafka scaler: lagThreshold and activationLagThreshold defaults.
+	defaultLagThreshold           = 10
+	defaultActivationLagThreshold = 0
+	// HPA: --horizontal-pod-autoscaler-tolerance and the default
+	// behavior.scaleDown.stabilizationWindowSeconds.
+	defaultHPATolerance     = 0.1
+	defaultHPAStabilization = 300 * time.Second
+
+	// MaxPartitionID bounds partition ids so that per-partition state can be
+	// indexed by id; Kafka's own practical limit is far lower.
+	MaxPartitionID = 1 << 20
+)
+
+// Config is one target's lag-scaling configuration. Build it with
+// DefaultConfig or ParseConfig, then Validate.
+type Config struct {
+	// Mode selects the algorithm.
+	Mode Mode
+	// Faithful reproduces the original's numbers including its known faults;
+	// the conformance replay sets it. false (the default) fixes them.
+	Faithful bool
+	// Topic is the input topic. In faithful riff-queue a change rebuilds the
+	// scaler chain, as riff's StopMonitoring/StartMonitoring did.
+	Topic string
+	// TickInterval is how often the shell ticks the target (riff 100 ms; KEDA
+	// pollingInterval 30 s). Strategies use absolute times; the interval only
+	// sizes the HPA stabilization window.
+	TickInterval time.Duration
+	// IdleTimeout is riff's idleTimeoutMs (10 s) or KEDA's cooldownPeriod
+	// (300 s): how long an idle target keeps its last replica before 0.
+	IdleTimeout time.Duration
+	// MaxReplicas is riff's maxReplicas (NoMaxReplicas: the partition count;
+	// 0 keeps riff's "never start") or KEDA's maxReplicaCount (100).
+	MaxReplicas int32
+	// MinReplicas is KEDA's minReplicaCount (0). riff has none: it must be 0.
+	MinReplicas int32
+	// DeclaredPartitions is riff's Topic resource spec.partitions; 0 means no
+	// Topic resource. Faithful riff caps at it (1 when 0); the fixed modes cap
+	// at the partition count the collector reports.
+	DeclaredPartitions int32
+
+	// LagForOne and LagForMax are riff-offset's policy points: the largest
+	// per-partition lag that asks for one replica and for MaxReplicas (1, 10).
+	LagForOne int64
+	LagForMax int64
+
+	// LagThreshold is KEDA's lagThreshold (10): target lag per replica.
+	LagThreshold int64
+	// ActivationLagThreshold is KEDA's activationLagThreshold (0): active iff
+	// the total lag is strictly above it.
+	ActivationLagThreshold int64
+	// OffsetResetPolicy is KEDA's offsetResetPolicy (latest).
+	OffsetResetPolicy OffsetResetPolicy
+	// AllowIdleConsumers lifts KEDA's cap at the partition count.
+	AllowIdleConsumers bool
+	// ScaleToZeroOnInvalidOffset makes a partition without a commit count 0.
+	ScaleToZeroOnInvalidOffset bool
+	// ExcludePersistentLag drops a partition's lag from the metric (not from
+	// activation) when its committed offset did not move since the last poll.
+	ExcludePersistentLag bool
+	// LimitToPartitionsWithLag caps at the number of partitions with lag.
+	LimitToPartitionsWithLag bool
+	// EnsureEvenDistributionOfPartitions rounds the lag-implied replica
+	// count up to the next factor of the partition count, so every
+	// consumer gets as many partitions as every other.
+	EnsureEvenDistributionOfPartitions bool
+	// PartitionLimitation lists the partition ids to consider; nil means all.
+	PartitionLimitation []int32
+	// Tolerance is the HPA's tolerance (0.1): no change while the usage ratio
+	// is within it.
+	Tolerance float64
+	// ScaleDownStabilization is the HPA's scale-down stabilization window
+	// (300 s): the highest recommendation within it wins.
+	ScaleDownStabilization time.Duration
+}
+
+// DefaultConfig returns the original's defaults for mode. An unknown mode
+// gets riff-queue's defaults and fails Validate.
+func DefaultConfig(mode Mode) Config {
+	c := Config{
+		Mode:         mode,
+		TickInterval: defaultRiffTickInterval,
+		IdleTimeout:  defaultRiffIdleTimeout,
+		MaxReplicas:  NoMaxReplicas,
+		LagForOne:    defaultLagForOne,
+		LagForMax:    defaultLagForMax,
+
+		LagThreshold:           defaultLagThreshold,
+		ActivationLagThreshold: defaultActivationLagThreshold,
+		OffsetResetPolicy:      ResetLatest,
+		Tolerance:              defaultHPATolerance,
+		ScaleDownStabilization: defaultHPAStabilization,
+	}
+	if mode == ModeKEDA {
+		c.TickInterval = defaultKEDAPollingInterval
+		c.IdleTimeout = defaultKEDACooldown
+		c.MaxReplicas = defaultKEDAMaxReplicas
+	}
+	return c
+}
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("invalid lag config")
+
+func configErr(field string, value any, want string) error {
+	return fmt.Errorf("%w: %s = %v, want %s", ErrInvalidConfig, field, value, want)
+}
+
+// Validate reports the first field that is out of range, naming the field,
+// the value and the allowed range.
+func (c *Config) Validate() error {
+	switch c.Mode {
+	case ModeRiffOffset, ModeRiffQueue, ModeKEDA:
+	default:
+		return configErr("mode", strconv.Quote(string(c.Mode)), `"riff-offset", "riff-queue" or "keda"`)
+	}
+	if c.TickInterval <= 0 {
+		return configErr("tickInterval", c.TickInterval, "> 0")
+	}
+	if c.IdleTimeout < 0 {
+		return configErr("idleTimeout", c.IdleTimeout, ">= 0")
+	}
+	if c.DeclaredPartitions < 0 {
+		return configErr("partitions", c.DeclaredPartitions, ">= 0 (0: no Topic resource)")
+	}
+	if c.Mode != ModeKEDA {
+		if c.MaxReplicas < NoMaxReplicas {
+			return configErr("maxReplicas", c.MaxReplicas, ">= 0, or -1 for unset")
+		}
+		if c.MinReplicas != 0 {
+			return configErr("minReplicas", c.MinReplicas, "0 (riff has no minimum)")
+		}
+		if c.LagForOne < 0 {
+			return configErr("lagForOne", c.LagForOne, ">= 0")
+		}
+		if c.LagForMax <= c.LagForOne {
+			return configErr("lagForMax", c.LagForMax, fmt.Sprintf("> lagForOne (%d)", c.LagForOne))
+		}
+		return nil
+	}
+	if c.MinReplicas < 0 {
+		return configErr("minReplicaCount", c.MinReplicas, ">= 0")
+	}
+	if c.MaxReplicas < 1 || c.MaxReplicas < c.MinReplicas {
+		return configErr("maxReplicaCount", c.MaxReplicas, fmt.Sprintf(">= max(1, minReplicaCount=%d)", c.MinReplicas))
+	}
+	if c.LagThreshold <= 0 {
+		return configErr("lagThreshold", c.LagThreshold, "> 0")
+	}
+	if c.ActivationLagThreshold < 0 {
+		return configErr("activationLagThreshold", c.ActivationLagThreshold, ">= 0")
+	}
+	switch c.OffsetResetPolicy {
+	case ResetLatest, ResetEarliest:
+	default:
+		return configErr("offsetResetPolicy", strconv.Quote(string(c.OffsetResetPolicy)), `"latest" or "earliest"`)
+	}
+	if c.AllowIdleConsumers && c.LimitToPartitionsWithLag {
+		return configErr("limitToPartitionsWithLag", true, "false when allowIdleConsumers is true")
+	}
+	if c.EnsureEvenDistributionOfPartitions && c.LimitToPartitionsWithLag {
+		return configErr("ensureEvenDistributionOfPartitions", true, "false when limitToPartitionsWithLag is true")
+	}
+	for _, p := range c.PartitionLimitation {
+		if p < 0 || p >= MaxPartitionID {
+			return configErr("partitionLimitation", p, fmt.Sprintf("partition ids in [0, %d)", MaxPartitionID))
+		}
+	}
+	if math.IsNaN(c.Tolerance) || c.Tolerance < 0 || c.Tolerance >= 1 {
+		return configErr("tolerance", c.Tolerance, "in [0, 1)")
+	}
+	if c.ScaleDownStabilization < 0 {
+		return configErr("scaleDownStabilization", c.ScaleDownStabilization, ">= 0")
+	}
+	return nil
+}
+
+// ParseConfig builds a validated Config from string parameters (annotations
+// or trigger metadata), starting from mode's defaults. Keys use the
+// originals' names: idleTimeoutMs, maxReplicas and partitions (riff);
+// pollingInterval, cooldownPeriod (seconds), minReplicaCount, maxReplicaCount,
+// lagThreshold, activationLagThreshold, offsetResetPolicy,
+// allowIdleConsumers, scaleToZeroOnInvalidOffset, excludePersistentLag,
+// limitToPartitionsWithLag, ensureEvenDistributionOfPartitions,
+// partitionLimitation (KEDA); and tidal's
+// faithful, topic, tickInterval, idleTimeout, lagForOne, lagForMax,
+// tolerance, scaleDownStabilization (Go durations). An unknown key is an
+// error.
+func ParseConfig(mode string, params map[string]string) (Config, error) {
+	c := DefaultConfig(Mode(mode))
+	if err := c.Validate(); err != nil { // only an unknown mode can fail here
+		return c, err
+	}
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // report the same first error every time
+	for _, k := range keys {
+		if err := c.set(k, strings.TrimSpace(params[k])); err != nil {
+			return c, err
+		}
+	}
+	return c, c.Validate()
+}
+
+func (c *Config) set(key, v string) error {
+	var err error
+	switch key {
+	case "faithful":
+		c.Faithful, err = parseBool(key, v)
+	case "topic":
+		c.Topic = v
+	case "tickInterval":
+		c.TickInterval, err = parseDuration(key, v)
+	case "pollingInterval":
+		c.TickInterval, err = parseSeconds(key, v)
+	case "idleTimeout":
+		c.IdleTimeout, err = parseDuration(key, v)
+	case "idleTimeoutMs":
+		var ms int64
+		ms, err = parseInt(key, v, 0, math.MaxInt32)
+		c.IdleTimeout = time.Duration(ms) * time.Millisecond
+	case "cooldownPeriod":
+		c.IdleTimeout, err = parseSeconds(key, v)
+	case "maxReplicas", "maxReplicaCount":
+		var n int64
+		n, err = parseInt(key, v, int64(NoMaxReplicas), math.MaxInt32)
+		c.MaxReplicas = int32(n)
+	case "minReplicaCount":
+		var n int64
+		n, err = parseInt(key, v, 0, math.MaxInt32)
+		c.MinReplicas = int32(n)
+	case "partitions":
+		var n int64
+		n, err = parseInt(key, v, 0, math.MaxInt32)
+		c.DeclaredPartitions = int32(n)
+	case "lagForOne":
+		c.LagForOne, err = parseInt(key, v, 0, math.MaxInt64)
+	case "lagForMax":
+		c.LagForMax, err = parseInt(key, v, 1, math.MaxInt64)
+	case "lagThreshold":
+		c.LagThreshold, err = parseInt(key, v, 1, math.MaxInt64)
+	case "activationLagThreshold":
+		c.ActivationLagThreshold, err = parseInt(key, v, 0, math.MaxInt64)
+	case "offsetResetPolicy":
+		c.OffsetResetPolicy = OffsetResetPolicy(v)
+	case "allowIdleConsumers":
+		c.AllowIdleConsumers, err = parseBool(key, v)
+	case "scaleToZeroOnInvalidOffset":
+		c.ScaleToZeroOnInvalidOffset, err = parseBool(key, v)
+	case "excludePersistentLag":
+		c.ExcludePersistentLag, err = parseBool(key, v)
+	case "limitToPartitionsWithLag":
+		c.LimitToPartitionsWithLag, err = parseBool(key, v)
+	case "ensureEvenDistributionOfPartitions":
+		c.EnsureEvenDistributionOfPartitions, err = parseBool(key, v)
+	case "partitionLimitation":
+		c.PartitionLimitation, err = ParsePartitionLimitation(v)
+	case "tolerance":
+		var f float64
+		f, err = strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return configErr(key, strconv.Quote(v), "a finite number in [0, 1)")
+		}
+		c.Tolerance = f
+	case "scaleDownStabilization":
+		c.ScaleDownStabilization, err = parseDuration(key, v)
+	default:
+		return configErr(key, strconv.Quote(v), "a known parameter")
+	}
+	return err
+}
+
+func parseBool(key, v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, configErr(key, strconv.Quote(v), "true or false")
+	}
+	return b, nil
+}
+
+// parseInt accepts only integers: "NaN", "1.5" or "1e3" are rejected with the
+// field, the value and the range.
+func parseInt(key, v string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, configErr(key, strconv.Quote(v), fmt.Sprintf("an integer in [%d, %d]", lo, hi))
+	}
+	return n, nil
+}
+
+func parseDuration(key, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, configErr(key, strconv.Quote(v), `a non-negative Go duration such as "100ms"`)
+	}
+	return d, nil
+}
+
+func parseSeconds(key, v string) (time.Duration, error) {
+	n, err := parseInt(key, v, 0, math.MaxInt32)
+	return time.Duration(n) * time.Second, err
+}
+
+// ParsePartitionLimitation parses KEDA's partitionLimitation: a comma list of
+// partition ids and inclusive ranges, e.g. "0,2,10-20". Empty means all.
+func ParsePartitionLimitation(v string) ([]int32, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil, nil
+	}
+	var out []int32
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseInt(strings.TrimSpace(lo), 10, 32)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.ParseInt(strings.TrimSpace(hi), 10, 32)
+		}
+		if err != nil || a < 0 || b < a || b >= MaxPartitionID {
+			return nil, configErr("partitionLimitation", strconv.Quote(v), `ids or ranges such as "0,2,10-20"`)
+		}
+		for p := a; p <= b; p++ {
+			out = append(out, int32(p))
+		}
+	}
+	return out, nil
+}
+
+// AnnotationPrefix prefixes a lag target's parameters: lag.tidal.dev/mode
+// selects the mode, and lag.tidal.dev/<name> sets the parameter <name> of
+// ParseConfig.
+const AnnotationPrefix = "lag.tidal.dev/"
+
+// FromAnnotations reads a lag target's annotations: lag.tidal.dev/mode
+// (default riff-queue) and lag.tidal.dev/<parameter>. Other annotations are
+// not ours and are ignored.
+func FromAnnotations(ann map[string]string) (Config, error) {
+	mode := string(ModeRiffQueue)
+	params := map[string]string{}
+	for k, v := range ann {
+		name, ok := strings.CutPrefix(k, AnnotationPrefix)
+		if !ok {
+			continue
+		}
+		if name == "mode" {
+			mode = v
+			continue
+		}
+		params[name] = v
+	}
+	return ParseConfig(mode, params)
+}
