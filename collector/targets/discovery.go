@@ -23,6 +23,7 @@ import (
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/apis/crdclient"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/logkey"
@@ -102,13 +103,40 @@ type Discovery struct {
 	// lock); podChanged reads it before taking mu, never inside.
 	selectors *pods.Selectors[string]
 
-	// mu guards active and following.
+	// mu guards active, following, claims and claimed.
 	mu     sync.Mutex
 	active map[string]*active // by source key: "m/ns/name" or "f/ns/name"
 	// following is the active source that follows the pods of each target
 	// key, for ReadyPodNames; its entries are a subset of active's.
 	following map[string]*active
+	// claims holds, by target key, the rank of every source that names the
+	// target; the best (see rank) is the one source that measures it, and
+	// only that one has an active entry.
+	claims map[string]map[string]rank
+	// claimed is the target key each source names, by source key.
+	claimed map[string]string
 }
+
+// rank orders the sources that name one target; the lowest measures it.
+type rank int
+
+// One source per target. A Function's Deployment is named by the
+// Function's own watch and by any PodAutoscaler that scales it. The rule:
+//   - a PodAutoscaler the user wrote wins: it is the explicit way to scale a
+//     workload, and the actuator's deployer leaves it alone for that reason;
+//   - else the Function, read from its spec and its lag.tidal.dev/*
+//     annotations with the collector's --kafka-brokers;
+//   - the PodAutoscaler the deployer writes for a Function (controlled by
+//     it) is never a source: it restates the Function without its
+//     annotations, and would flip the spec whenever the two differ.
+//
+// Sources of one rank (two PodAutoscalers of one workload) are ordered by
+// source key. When the measuring source goes, the next takes the target
+// over with its history; the target is forgotten only with its last source.
+const (
+	rankPodAutoscaler rank = iota
+	rankFunction
+)
 
 // active is what one source object has set up.
 type active struct {
@@ -145,6 +173,8 @@ func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink
 		selectors: pods.NewSelectors[string](),
 		active:    map[string]*active{},
 		following: map[string]*active{},
+		claims:    map[string]map[string]rank{},
+		claimed:   map[string]string{},
 	}
 	enqueue := func(prefix string) cache.ResourceEventHandlerFuncs {
 		h := func(obj any) {
@@ -305,7 +335,7 @@ func (d *Discovery) sync(ctx context.Context, key string) error {
 func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error {
 	m, err := listers.NewNamespaced(d.metrics, ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		d.remove(key, true)
+		d.release(key)
 		return nil
 	}
 	if err != nil {
@@ -315,14 +345,18 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	if apierrors.IsNotFound(err) {
 		// The actuator writes the Metric for its PodAutoscaler: without one
 		// there is no scale target to name.
-		d.remove(key, true)
+		d.release(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	if functionControlled(pa) {
+		d.release(key) // the Function is the source (see rank)
+		return nil
+	}
 	ref := targetRef(pa)
-	if !d.claim(key, ref) {
+	if !d.claim(key, ref, rankPodAutoscaler) {
 		return nil
 	}
 	if m.Spec.Lag != nil {
@@ -383,14 +417,14 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 func (d *Discovery) syncFunction(key, ns, name string) error {
 	fn, err := listers.NewNamespaced(d.functions, ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		d.remove(key, true)
+		d.release(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	ref := functionRef(fn)
-	if !d.claim(key, ref) {
+	if !d.claim(key, ref, rankFunction) {
 		return nil
 	}
 	spec, interval, perr := lagSpec(ref, lagMode(string(fn.Spec.LagMode)), functionParams(fn), fn.Annotations)
@@ -458,28 +492,103 @@ func (d *Discovery) lagCluster(ctx context.Context, ns string, src *autoscalingv
 	return c, nil
 }
 
-// claim records that key sets up ref, dropping what it set up before under
-// another ref; false means this replica does not own ref.
-func (d *Discovery) claim(key string, ref *commonv1.TargetRef) bool {
+// claim records that source key names ref with rank r and reports whether
+// it is the source that measures ref on this replica: the best-ranked of
+// the sources naming ref, and ref owned here. A source that named another
+// target before lets go of it first. The winner takes over from the source
+// that measured ref until now; a loser stands down.
+func (d *Discovery) claim(key string, ref *commonv1.TargetRef, r rank) bool {
+	target := ref.Key()
 	d.mu.Lock()
+	prev, had := d.claimed[key]
+	d.mu.Unlock()
+	if had && prev != target {
+		d.release(key) // the scale target changed
+	}
+	d.mu.Lock()
+	c := d.claims[target]
+	if c == nil {
+		c = map[string]rank{}
+		d.claims[target] = c
+	}
+	c[key] = r
+	d.claimed[key] = target
+	winner := bestLocked(c)
+	var displaced []string
+	if winner == key {
+		for k, a := range d.active {
+			if k != key && a.ref.Key() == target {
+				displaced = append(displaced, k)
+			}
+		}
+	}
 	a, ok := d.active[key]
 	d.mu.Unlock()
-	if ok && a.ref.Key() != ref.Key() {
-		d.remove(key, true) // the scale target changed: the old one is gone
-		ok = false
+	if winner != key {
+		d.standDown(key)
+		d.log.Info("target measured through another source", logkey.Target(target), zap.String("object", key), zap.String("source", winner))
+		return false
 	}
-	if d.owns != nil && !d.owns(ref.Key()) {
+	for _, k := range displaced {
+		d.standDown(k)
+	}
+	if d.owns != nil && !d.owns(target) {
 		if ok {
 			d.remove(key, false)
 		}
 		return false
 	}
 	if !ok {
+		a = &active{ref: ref, ns: ref.GetNamespace(), ready: -1}
 		d.mu.Lock()
-		d.active[key] = &active{ref: ref, ns: ref.GetNamespace(), ready: -1}
+		d.active[key] = a
 		d.mu.Unlock()
 	}
 	return true
+}
+
+// bestLocked is the source of claims c that measures the target: the
+// lowest rank, then the lowest source key.
+func bestLocked(c map[string]rank) string {
+	var best string
+	for k, r := range c {
+		if best == "" || r < c[best] || r == c[best] && k < best {
+			best = k
+		}
+	}
+	return best
+}
+
+// release forgets source key's claim (the object is gone, or no longer
+// names a target). The next source naming its target, if any, is queued to
+// take the target over, which stays; else the target is removed.
+func (d *Discovery) release(key string) {
+	d.mu.Lock()
+	target, had := d.claimed[key]
+	var next string
+	if had {
+		delete(d.claimed, key)
+		c := d.claims[target]
+		delete(c, key)
+		if len(c) == 0 {
+			delete(d.claims, target)
+		}
+		next = bestLocked(c)
+	}
+	d.mu.Unlock()
+	if next == "" {
+		d.remove(key, true)
+		return
+	}
+	d.standDown(key)
+	d.queue.Add(next)
+}
+
+// functionControlled reports whether a Function controls pa: the deployer
+// wrote it for the Function.
+func functionControlled(pa *autoscalingv1alpha1.PodAutoscaler) bool {
+	c := metav1.GetControllerOf(pa)
+	return c != nil && c.Kind == "Function" && c.APIVersion == functionsv1alpha1.SchemeGroupVersion.String()
 }
 
 func (d *Discovery) setSelector(key, ns string, ls *metav1.LabelSelector, sel labels.Selector) *podSource {
@@ -528,6 +637,25 @@ func (d *Discovery) setLagged(key string, on bool) {
 	if a := d.active[key]; a != nil {
 		a.lagged = on
 	}
+}
+
+// standDown tears down what source key set up for its target, if anything,
+// and leaves the target itself to the source that now measures it; an
+// error state this source set is cleared, so it does not outlive it.
+func (d *Discovery) standDown(key string) {
+	d.mu.Lock()
+	a, ok := d.active[key]
+	if ok {
+		d.followLocked(key, a, nil, nil)
+		delete(d.active, key)
+	}
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	d.scraper.Remove(a.ref)
+	d.fetcher.Remove(a.ref)
+	d.sink.SetError(a.ref, "")
 }
 
 // remove tears down what key set up; tell says whether the target is gone
