@@ -24,8 +24,11 @@ import (
 type Update func(addrs []string)
 
 // WatchService follows the ready pods behind a Service (its selector) in
-// namespace ns and reports podIP:port for each, until ctx ends. It returns
-// once the first list is reported.
+// namespace ns and reports podIP:port for each until ctx ends: the first
+// list once the pod cache has synced, even when it is empty, then every
+// change. It returns an error if the Service cannot be used, and otherwise
+// nil once ctx ends and its informer has stopped; no update comes after it
+// returns.
 func WatchService(ctx context.Context, kube kubernetes.Interface, ns, name string, port int, update Update, log *zap.Logger) error {
 	svc, err := kube.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -40,6 +43,7 @@ func WatchService(ctx context.Context, kube kubernetes.Interface, ns, name strin
 	inf := factory.Core().V1().Pods()
 	lister := inf.Lister().Pods(ns)
 	var last []string
+	first := true
 	report := func() {
 		pods, _ := lister.List(sel)
 		var addrs []string
@@ -49,8 +53,8 @@ func WatchService(ctx context.Context, kube kubernetes.Interface, ns, name strin
 			}
 		}
 		slices.Sort(addrs)
-		if !slices.Equal(addrs, last) {
-			last = addrs
+		if first || !slices.Equal(addrs, last) {
+			first, last = false, addrs
 			log.Info("decider endpoints", zap.Strings("deciders", addrs))
 			update(addrs)
 		}
@@ -63,23 +67,21 @@ func WatchService(ctx context.Context, kube kubernetes.Interface, ns, name strin
 		}
 	}
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke})
+	// The factory's informers run until ctx ends; Shutdown waits for them.
 	factory.Start(ctx.Done())
+	defer factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return fmt.Errorf("decider service %s/%s: pod cache did not sync", ns, name)
+		return nil // ctx ended first
 	}
 	report()
-	go func() {
-		defer factory.Shutdown()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				report()
-			}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			report()
 		}
-	}()
-	return nil
+	}
 }
 
 func ready(p *corev1.Pod) bool {

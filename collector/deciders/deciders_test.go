@@ -67,9 +67,9 @@ func TestWatchServiceFollowsReadyPods(t *testing.T) {
 	}
 	mkPod("decider-0")
 	u := &updates{}
-	if err := WatchService(ctx, c.Client, ns, "decider", 9002, u.set, zap.NewNop()); err != nil {
-		t.Fatal(err)
-	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- WatchService(wctx, c.Client, ns, "decider", 9002, u.set, zap.NewNop()) }()
 	waitFor(t, "one endpoint", func() bool { return len(u.get()) == 1 })
 	mkPod("decider-1")
 	waitFor(t, "two endpoints", func() bool { return len(u.get()) == 2 })
@@ -84,7 +84,67 @@ func TestWatchServiceFollowsReadyPods(t *testing.T) {
 	}
 	waitFor(t, "one endpoint after a delete", func() bool { return len(u.get()) == 1 })
 
-	if err := WatchService(ctx, c.Client, ns, "missing", 9002, u.set, zap.NewNop()); err == nil {
+	// WatchService watches until its context ends, and only then returns:
+	// nothing it started outlives it, and no update comes after.
+	select {
+	case err := <-done:
+		t.Fatalf("WatchService returned (%v) before its context ended, leaving its watch to no one", err)
+	default:
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("WatchService = %v after its context ended, want nil", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("WatchService still running a minute after its context ended")
+	}
+	u.mu.Lock()
+	n := u.n
+	u.mu.Unlock()
+	mkPod("decider-2")
+	time.Sleep(500 * time.Millisecond)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n != n {
+		t.Errorf("%d updates after WatchService returned, want none", u.n-n)
+	}
+}
+
+// TestWatchServiceReportsAnEmptyFirstList: with no decider ready yet, the
+// first list is still reported (empty), so a caller waiting for it is not
+// held up until a decider starts.
+func TestWatchServiceReportsAnEmptyFirstList(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "decider"},
+		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "decider"}},
+	}
+	if _, err := c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := &updates{}
+	done := make(chan error, 1)
+	go func() { done <- WatchService(ctx, c.Client, ns, "decider", 9002, u.set, zap.NewNop()) }()
+	waitFor(t, "the first, empty list", func() bool {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.n == 1 && len(u.last) == 0
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("WatchService = %v, want nil", err)
+	}
+}
+
+func TestWatchServiceOfAMissingService(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	if err := WatchService(context.Background(), c.Client, ns, "missing", 9002, func([]string) {}, zap.NewNop()); err == nil {
 		t.Error("WatchService of a missing Service succeeded")
 	}
 }

@@ -117,10 +117,14 @@ type Fetcher struct {
 	limit   *logkey.Limiter
 	now     func() time.Time
 
-	// mu guards targets and clusters.
+	// mu guards targets, clusters and stopped.
 	mu       sync.Mutex
 	targets  map[string]*target
 	clusters map[string]*cluster
+	// stopped is set when Run ends: no client is made after.
+	stopped bool
+	// closing holds the closes of released clients; Run waits for them.
+	closing sync.WaitGroup
 }
 
 type target struct {
@@ -145,12 +149,16 @@ func New(cfg Config, rec Recorder, m *Metrics, log *zap.Logger) *Fetcher {
 		targets: map[string]*target{}, clusters: map[string]*cluster{}}
 }
 
-// Set adds or replaces a target; it is fetched at the next tick.
+// Set adds or replaces a target; it is fetched at the next tick. Once Run
+// has ended it does nothing.
 func (f *Fetcher) Set(t Target) {
 	key := t.Ref.Key()
 	ck := t.Cluster.key()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
 	if old, ok := f.targets[key]; ok {
 		if old.cluster == ck {
 			old.spec = t
@@ -196,12 +204,15 @@ func (f *Fetcher) releaseLocked(ck string) {
 	if c.users--; c.users == 0 {
 		delete(f.clusters, ck)
 		if c.cl != nil {
-			go c.cl.Close() // may wait on in-flight requests
+			// Close may wait on in-flight requests: not under mu. Run
+			// waits for it.
+			f.closing.Go(c.cl.Close)
 		}
 	}
 }
 
-// Run fetches due targets every tick until ctx ends, then closes clients.
+// Run fetches due targets every tick until ctx ends, then closes clients,
+// and returns once every client it or Remove closed is closed.
 func (f *Fetcher) Run(ctx context.Context) error {
 	tick := time.NewTicker(f.cfg.Tick)
 	defer tick.Stop()
@@ -209,13 +220,17 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	defer func() {
 		wg.Wait()
 		f.mu.Lock()
+		// Once stopped is set, releaseLocked finds no cluster, so nothing
+		// joins closing after its Wait began.
+		f.stopped = true
 		for ck, c := range f.clusters {
 			if c.cl != nil {
-				c.cl.Close()
+				f.closing.Go(c.cl.Close)
 			}
 			delete(f.clusters, ck)
 		}
 		f.mu.Unlock()
+		f.closing.Wait()
 	}()
 	for {
 		select {

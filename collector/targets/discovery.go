@@ -92,6 +92,8 @@ type Discovery struct {
 	pas         crdclient.PodAutoscalerLister
 	functions   crdclient.FunctionLister
 	queue       workqueue.TypedRateLimitingInterface[string]
+	// informers are the informer goroutines Start starts; Run waits for them.
+	informers sync.WaitGroup
 
 	// owns reports whether this replica measures a target key; nil means
 	// all. Set before Start.
@@ -206,12 +208,15 @@ func (d *Discovery) SetOwnership(owns func(key string) bool) { d.owns = owns }
 
 // Start starts the informers and returns once their caches are synced and
 // the targets found in them are set up, so the collector is primed before it
-// reports ready.
+// reports ready. The informers run until ctx ends; call Run next, which
+// returns only once they have stopped. If Start fails, they have stopped
+// when it returns.
 func (d *Discovery) Start(ctx context.Context) error {
 	for _, inf := range []cache.SharedIndexInformer{d.podInformer, d.crd.Metrics, d.crd.PodAutoscalers, d.crd.Functions} {
-		go inf.RunWithContext(ctx)
+		d.informers.Go(func() { inf.RunWithContext(ctx) })
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), d.podInformer.HasSynced, d.crd.Metrics.HasSynced, d.crd.PodAutoscalers.HasSynced, d.crd.Functions.HasSynced) {
+		d.informers.Wait()
 		return errors.New("target informers: caches did not sync")
 	}
 	// Reconcile what is there now before reporting ready.
@@ -223,14 +228,18 @@ func (d *Discovery) Start(ctx context.Context) error {
 	return nil
 }
 
-// Run reconciles until ctx ends.
+// Run reconciles until ctx ends, and returns once the informers Start
+// started have stopped too.
 func (d *Discovery) Run(ctx context.Context) error {
-	go func() {
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		<-ctx.Done()
 		d.queue.ShutDown()
-	}()
+	})
 	for d.processNext(ctx) {
 	}
+	wg.Wait()
+	d.informers.Wait()
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,7 +193,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	scraper := scrape.New(cfg.scrape, scrapeRecorder{hub}, scrape.NewMetrics(reg), log)
 	fetcher := lag.New(cfg.lag, hub, lag.NewMetrics(reg), log)
 
-	g, gctx := errgroup.WithContext(ctx)
+	// Every component runs in g: one failure stops them all, and run
+	// returns only once all of them have returned. A start step that fails
+	// after some have started stops them with abort.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(runCtx)
+	abort := func(err error) error {
+		cancel()
+		if werr := g.Wait(); werr != nil || ctx.Err() != nil {
+			return werr // the failure that stopped start-up, or a requested shutdown
+		}
+		return err
+	}
 	var (
 		disc    *targets.Discovery
 		buckets *bucket.Set
@@ -240,14 +253,25 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		streams.SetDeciders(cfg.deciderAddrs)
 	case cfg.deciderService != "":
 		ns, name, port, _ := parseService(cfg.deciderService)
-		if err := deciders.WatchService(gctx, kube, ns, name, port, streams.SetDeciders, log); err != nil {
-			return err
+		found := make(chan struct{})
+		var once sync.Once
+		g.Go(func() error {
+			return deciders.WatchService(gctx, kube, ns, name, port, func(addrs []string) {
+				streams.SetDeciders(addrs)
+				once.Do(func() { close(found) })
+			}, log)
+		})
+		// The first list of endpoints (maybe empty) before reporting ready.
+		select {
+		case <-found:
+		case <-gctx.Done():
+			return abort(gctx.Err())
 		}
 	default:
 		host, portStr, _ := net.SplitHostPort(cfg.deciderDNS)
 		port, err := strconv.Atoi(portStr)
 		if err != nil {
-			return fmt.Errorf("--decider-dns %q: %w", cfg.deciderDNS, err)
+			return abort(fmt.Errorf("--decider-dns %q: %w", cfg.deciderDNS, err))
 		}
 		g.Go(func() error {
 			deciders.WatchDNS(gctx, host, port, cfg.dnsInterval, streams.SetDeciders, log)
@@ -263,7 +287,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if disc != nil {
 		// Prime before reporting ready: informers synced, targets set up.
 		if err := disc.Start(gctx); err != nil {
-			return errors.Join(err, g.Wait())
+			return abort(err)
 		}
 		g.Go(func() error { return disc.Run(gctx) })
 	}

@@ -249,3 +249,33 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestRunStopsEverythingWhenAComponentFails: the decider Service is missing,
+// so finding the deciders fails. One failure stops the process: run returns
+// the error only once the server it started has stopped and freed its ports.
+func TestRunStopsEverythingWhenAComponentFails(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), []string{"--kubeconfig", c.Kubeconfig, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+			"--decider-service", ns + "/missing:9002", "--log-level", "error"}, io.Discard)
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "decider service") {
+			t.Fatalf("run = %v, want the missing decider Service's error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("run still running a minute after its decider Service was found missing")
+	}
+	for _, addr := range []string{grpcAddr, httpAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s still taken after run returned: %v", addr, err)
+			continue
+		}
+		_ = ln.Close()
+	}
+}
