@@ -52,7 +52,7 @@ type Controller struct {
 
 // SetOwnership shares the Functions among actuator replicas. Call Resync
 // when this replica gains or loses Functions.
-func (c *Controller) SetOwnership(owner controller.OwnerFunc) { c.Ownership.Set(owner) }
+func (c *Controller) SetOwnership(owner controller.OwnerFunc) { c.Set(owner) }
 
 // Resync queues every Function this replica owns.
 func (c *Controller) Resync() { c.Controller.Resync(c.fnStore) }

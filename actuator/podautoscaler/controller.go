@@ -98,7 +98,7 @@ type Controller struct {
 // SetOwnership shares the PodAutoscalers among actuator replicas: owner
 // names the replica that reconciles each one. Call Resync when this replica
 // gains or loses PodAutoscalers.
-func (c *Controller) SetOwnership(owner controller.OwnerFunc) { c.Ownership.Set(owner) }
+func (c *Controller) SetOwnership(owner controller.OwnerFunc) { c.Set(owner) }
 
 // owns reports whether this replica reconciles name, and who does if not.
 func (c *Controller) owns(name cache.ObjectName) (string, bool) { return c.Owns(name) }

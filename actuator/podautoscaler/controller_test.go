@@ -501,12 +501,15 @@ func TestMetricFollowsPodAutoscaler(t *testing.T) {
 	})
 	h.update("web", func(pa *autoscalingv1alpha1.PodAutoscaler) {
 		pa.Annotations[kpaconfig.AnnotationWindow] = "20s"
+		pa.Annotations[kpaconfig.AnnotationScaleDownDelay] = "30s"
 		delete(pa.Annotations, kpaconfig.AnnotationTargetBurstCapacity)
 	})
+	// The resolved scale-down delay tells the collector how much history
+	// the decider needs.
 	h.eventually("updated metric", func() bool {
 		m, err := getMetric()
 		return err == nil && m.Spec.ScrapeTarget == "web" && m.Spec.StableWindow.Duration == 20*time.Second &&
-			m.Spec.PanicWindow.Duration == 2*time.Second
+			m.Spec.PanicWindow.Duration == 2*time.Second && m.Spec.ScaleDownDelay != nil && m.Spec.ScaleDownDelay.Duration == 30*time.Second
 	})
 	// The Metric is restored if someone deletes it.
 	if err := h.tidal.Metrics(h.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {

@@ -40,6 +40,9 @@ func desiredMetric(pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revisio
 			PanicWindow:  &metav1.Duration{Duration: panic},
 		},
 	}
+	if d := rev.ScaleDownDelay(); d > 0 && pa.Spec.Strategy != autoscalingv1alpha1.StrategyLag {
+		m.Spec.ScaleDownDelay = &metav1.Duration{Duration: d}
+	}
 	if selector != "" {
 		sel, err := metav1.ParseToLabelSelector(selector)
 		if err != nil {

@@ -9,15 +9,16 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/scrape"
-	decidelag "github.com/tidalscale/tidal/decider/lag"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // Annotation prefixes passed to the decider.
 const (
-	kpaPrefix = "autoscaling.knative.dev/"
-	lagPrefix = "lag.tidal.dev/"
+	kpaPrefix = kpaconfig.Prefix
+	lagPrefix = lagconfig.AnnotationPrefix
 )
 
 // Annotations on a Metric (copied there from its PodAutoscaler) that say how
@@ -32,10 +33,6 @@ const (
 	// "counter" (its rate per second is the measurement).
 	AnnotationMetricType = "collector.tidal.dev/metric-type"
 )
-
-// scaleDownDelayKey is Knative's annotation for the scale-down delay, which
-// lengthens the history a decider needs.
-const scaleDownDelayKey = kpaPrefix + "scale-down-delay"
 
 // targetRef names the workload a PodAutoscaler scales: the key deciders and
 // the actuator know the target by.
@@ -76,13 +73,12 @@ func prefixed(ann map[string]string, prefix string) map[string]string {
 }
 
 // retention is the history a KPA target's decider needs: the stable window
-// plus the scale-down delay.
+// plus the scale-down delay, both as the actuator resolved them from the
+// annotations and config-autoscaler into the Metric.
 func retention(m *autoscalingv1alpha1.Metric) time.Duration {
 	r := m.Spec.StableWindow.Duration
-	if v, ok := m.Annotations[scaleDownDelayKey]; ok {
-		if d, err := time.ParseDuration(v); err == nil && d > 0 {
-			r += d
-		}
+	if d := m.Spec.ScaleDownDelay; d != nil && d.Duration > 0 {
+		r += d.Duration
 	}
 	return r
 }
@@ -116,9 +112,9 @@ func format(m *autoscalingv1alpha1.Metric, metric autoscalingv1alpha1.ScalingMet
 // lagMode maps the CRD's lag mode to the decider's.
 func lagMode(m string) string {
 	if m == "keda" {
-		return string(decidelag.ModeKEDA)
+		return string(lagconfig.ModeKEDA)
 	}
-	return string(decidelag.ModeRiffQueue)
+	return string(lagconfig.ModeRiffQueue)
 }
 
 // lagParams turns a lag source into the decider's lag.tidal.dev/* keys.
@@ -188,7 +184,7 @@ func lagSpec(ref *commonv1.TargetRef, mode string, params, extra map[string]stri
 		}
 	}
 	spec := &deciderv1.TargetSpec{Target: ref, Strategy: commonv1.Strategy_STRATEGY_LAG, Annotations: ann}
-	cfg, err := decidelag.ParseConfig(mode, plain)
+	cfg, err := lagconfig.ParseConfig(mode, plain)
 	if err != nil {
 		return spec, 0, fmt.Errorf("lag parameters: %w", err)
 	}

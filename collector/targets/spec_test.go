@@ -10,6 +10,7 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/collector/scrape"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 func TestFormat(t *testing.T) {
@@ -54,13 +55,13 @@ func TestRetention(t *testing.T) {
 	if got := retention(m); got != 90*time.Second {
 		t.Errorf("retention = %s, want the stable window", got)
 	}
-	m.Annotations = map[string]string{scaleDownDelayKey: "2m"}
+	// The delay comes resolved in the Metric (the annotation, or
+	// config-autoscaler's scale-down-delay, which the collector does not
+	// read); the annotation itself is not parsed a second time here.
+	m.Spec.ScaleDownDelay = &metav1.Duration{Duration: 2 * time.Minute}
+	m.Annotations = map[string]string{kpaconfig.AnnotationScaleDownDelay: "soon"}
 	if got := retention(m); got != 210*time.Second {
-		t.Errorf("retention = %s, want stable window + scale-down delay", got)
-	}
-	m.Annotations[scaleDownDelayKey] = "soon"
-	if got := retention(m); got != 90*time.Second {
-		t.Errorf("retention with a bad delay = %s, want the stable window", got)
+		t.Errorf("retention = %s, want stable window + the resolved scale-down delay", got)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/lag"
-	"github.com/tidalscale/tidal/strategy/lagconfig"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 	"github.com/tidalscale/tidal/targetkey"
 )
 

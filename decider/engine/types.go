@@ -40,7 +40,6 @@ func (s Strategy) String() string {
 	}
 }
 
-
 // Spec is how a target wants to be scaled.
 type Spec struct {
 	Target   Target

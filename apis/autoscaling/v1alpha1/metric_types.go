@@ -46,6 +46,15 @@ type MetricSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="panicWindow must be at least 1s"
 	// +optional
 	PanicWindow *metav1.Duration `json:"panicWindow,omitempty"`
+	// ScaleDownDelay is the decider's scale-down delay, resolved from the
+	// PodAutoscaler's annotations and config-autoscaler; the collector keeps
+	// that much history beyond the stable window, so a decider rebuilt from
+	// it decides as one that never stopped. Unset means none.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1h')",message="scaleDownDelay must be between 0s and 1h"
+	// +optional
+	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
 
 	// ScrapeTarget names what to scrape, as Knative's Metric does (the
 	// private service of the revision). Empty means nothing is scraped and

@@ -133,6 +133,11 @@ func (in *MetricSpec) DeepCopyInto(out *MetricSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.ScaleDownDelay != nil {
+		in, out := &in.ScaleDownDelay, &out.ScaleDownDelay
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.Selector != nil {
 		in, out := &in.Selector, &out.Selector
 		*out = new(v1.LabelSelector)
