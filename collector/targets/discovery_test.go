@@ -112,8 +112,10 @@ func kpaObjects(ns, name string, selector map[string]string) (*autoscalingv1alph
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{"autoscaling.knative.dev/scale-down-delay": "30s"}},
 		Spec: autoscalingv1alpha1.MetricSpec{
 			StableWindow: metav1.Duration{Duration: time.Minute},
-			ScrapeTarget: name + "-deployment",
-			Selector:     &metav1.LabelSelector{MatchLabels: selector},
+			// As the actuator resolves it from the annotation.
+			ScaleDownDelay: &metav1.Duration{Duration: 30 * time.Second},
+			ScrapeTarget:   name + "-deployment",
+			Selector:       &metav1.LabelSelector{MatchLabels: selector},
 		},
 	}
 	return pa, m
