@@ -57,6 +57,9 @@ type Engine struct {
 	lastKPA time.Time
 	changed []kpa.Change
 	results []lag.Result
+	// announce lists the targets whose next decision is reported even
+	// when unchanged (target.announce).
+	announce []*target
 }
 
 // tkey is a target's identity (targetkey) as a map key; unlike Target.Key
@@ -77,6 +80,11 @@ type target struct {
 	specErr  error
 	// inSet is true once the target's strategy set holds it.
 	inSet bool
+	// announce is set when the target was rebuilt from replayed history:
+	// its state already holds the decision it replayed to, so the next
+	// tick would not find a change to report, and the actuator must still
+	// hear it (from this decider, it never did).
+	announce bool
 	// maxScale is a KPA target's max-scale; 0 means unbounded.
 	maxScale int32
 	// ready is the last known ready pod count, -1 when unknown.
@@ -380,6 +388,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		e.changed = e.kpa.Tick(next, e.changed[:0])
 		for _, c := range e.changed {
 			if t, ok := e.kpaTargets[c.Key]; ok {
+				t.announce = false
 				out = append(out, e.kpaDecisionLocked(t))
 			}
 		}
@@ -415,10 +424,36 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		}
 		prev := t.lagLast.Desired
 		t.lagLast = e.lagDecisionLocked(t)
-		if r.ScaleNeeded || (t.lagLast.Desired != prev && t.lagLast.Valid()) {
+		if r.ScaleNeeded || (t.lagLast.Desired != prev && t.lagLast.Valid()) || t.announce {
+			t.announce = false
 			out = append(out, t.lagLast)
 		}
 	}
+	return e.announceLocked(out)
+}
+
+// announceLocked appends the decisions of rebuilt targets not reported yet,
+// once they have one.
+func (e *Engine) announceLocked(out []Decision) []Decision {
+	keep := e.announce[:0]
+	for _, t := range e.announce {
+		if !t.announce || !t.inSet {
+			continue
+		}
+		if t.strategy != KPA {
+			keep = append(keep, t) // the lag loop reports it with its next result
+			continue
+		}
+		d := e.kpaDecisionLocked(t)
+		if !d.Valid() {
+			keep = append(keep, t) // no decision yet: wait for one
+			continue
+		}
+		t.announce = false
+		out = append(out, d)
+	}
+	clear(e.announce[len(keep):])
+	e.announce = keep
 	return out
 }
 
@@ -440,6 +475,10 @@ func (e *Engine) Replay(ref Target, samples []Sample, now time.Time) error {
 	sorted := append([]Sample(nil), samples...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].At.Before(sorted[j].At) })
 	t.pending = t.pending[:0]
+	if !t.announce {
+		t.announce = true
+		e.announce = append(e.announce, t)
+	}
 	switch t.strategy {
 	case KPA:
 		return e.replayKPALocked(t, sorted, now)

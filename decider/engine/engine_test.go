@@ -603,3 +603,41 @@ func TestKindsAreSeparateTargets(t *testing.T) {
 		t.Error("the Deployment went with the StatefulSet")
 	}
 }
+
+// TestReplayedTargetIsAnnounced: a decider rebuilt from history holds the
+// decision it replayed to, so its next tick finds nothing changed; the
+// actuator never heard that decision from it and must, or a restart in the
+// middle of a scale-down leaves the target where the old decider left it.
+func TestReplayedTargetIsAnnounced(t *testing.T) {
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	var samples []Sample
+	for s := range 20 {
+		samples = append(samples, Sample{At: at(s*1000 + 500), Stat: kpa.Stat{AverageConcurrentRequests: 7}, ReadyPods: 1})
+	}
+	e, _ := newEngine(t)
+	if err := e.Upsert(kpaSpec(nil), at(12000)); err != nil {
+		t.Fatal(err)
+	}
+	e.Tick(at(11900))
+	if err := e.Replay(app, samples[:12], at(12000)); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.Get(app)
+	var got []Decision
+	for ms := 12000; ms <= 16000; ms += 100 {
+		for _, s := range samples[12:] {
+			if s.At.Equal(at(ms)) {
+				if _, err := e.Record(app, s, at(ms)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		got = append(got, e.Tick(at(ms))...)
+	}
+	if len(got) != 1 {
+		t.Fatalf("decisions after the replay = %d, want exactly 1 (announced once, then only changes)", len(got))
+	}
+	if got[0].Desired != before.Desired || got[0].Desired != 1 {
+		t.Errorf("announced desired %d, want the replayed decision's %d (1)", got[0].Desired, before.Desired)
+	}
+}
