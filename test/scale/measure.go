@@ -172,13 +172,6 @@ func (r *recorder) undecided() (kpa, lag int) {
 	return kpa, lag
 }
 
-// replicas is a target's spec.replicas as last seen.
-func (r *recorder) replicas(target string) int32 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kpa[target].replicas
-}
-
 // changeResult is the outcome of one load change.
 type changeResult struct {
 	target string

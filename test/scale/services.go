@@ -41,7 +41,7 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, repli
 	s := &services{logDir: logDir}
 	defer func() {
 		if err != nil {
-			s.Stop()
+			_ = s.Stop() // the start error says more
 		}
 	}()
 	if s.logDir == "" {
