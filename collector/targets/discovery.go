@@ -531,7 +531,7 @@ func (d *Discovery) claim(key string, ref *commonv1.TargetRef, r rank) bool {
 			}
 		}
 	}
-	a, ok := d.active[key]
+	_, ok := d.active[key]
 	d.mu.Unlock()
 	if winner != key {
 		d.standDown(key)
@@ -548,9 +548,8 @@ func (d *Discovery) claim(key string, ref *commonv1.TargetRef, r rank) bool {
 		return false
 	}
 	if !ok {
-		a = &active{ref: ref, ns: ref.GetNamespace(), ready: -1}
 		d.mu.Lock()
-		d.active[key] = a
+		d.active[key] = &active{ref: ref, ns: ref.GetNamespace(), ready: -1}
 		d.mu.Unlock()
 	}
 	return true
