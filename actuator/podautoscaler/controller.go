@@ -111,8 +111,10 @@ func (c *Controller) Resync() { c.Controller.Resync(c.paInformer.GetStore()) }
 const lockStripes = 1024
 
 // podEventDelay gathers the readiness changes of a scale-up or scale-down
-// (pods turn ready one by one) into one reconcile and one status write.
-const podEventDelay = 500 * time.Millisecond
+// (pods turn ready one by one, over about a tick) into one reconcile and one
+// status write: at thousands of targets, status writes for actualScale were
+// half of the actuator's API writes.
+const podEventDelay = 2 * time.Second
 
 // New returns a Controller. It registers its event handlers on the
 // informers; the caller starts the informers (and factory) and then Run.
