@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	svcs, err := startServices(ctx, env.BinDir, env.Cluster, cfg.Replicas, map[string]string{
+	svcs, err := startServices(ctx, env.BinDir, env.Cluster, env.Namespace, cfg.Replicas, map[string]string{
 		kpaconfig.KeyStableWindow:          cfg.StableWindow.String(),
 		kpaconfig.KeyPanicWindowPercentage: "50",
 	}, env.LogDir, env.Log)

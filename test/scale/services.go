@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,8 +19,11 @@ import (
 
 // services are the run's processes and the broker: Replicas actuators,
 // deciders (decider i sends to actuator i) and collectors (each streaming to
-// every decider, split by rendezvous hashing, and sharing targets through
-// bucket Leases), all started with test/system's Proc.
+// every decider, split by rendezvous hashing), all started with
+// test/system's Proc. With more than one replica the collectors and the
+// actuators share the targets through bucket Leases in the targets'
+// namespace (leaseBuckets of them), and an actuator forwards a Scale for a
+// target it does not own to the owner.
 type services struct {
 	Kafka   *kfake.Cluster
 	Brokers []string
@@ -37,7 +41,7 @@ type serviceProc struct {
 
 // startServices brings the services up, actuators first, each waited for
 // until it is SERVING. On error it stops what it started.
-func startServices(ctx context.Context, binDir string, c *cluster.Cluster, replicas int, autoscaler map[string]string, logDir string, log io.Writer) (_ *services, err error) {
+func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns string, replicas int, autoscaler map[string]string, logDir string, log io.Writer) (_ *services, err error) {
 	s := &services{logDir: logDir}
 	defer func() {
 		if err != nil {
@@ -76,10 +80,14 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, repli
 		fmt.Fprintf(log, "scale: %s serving on %s (metrics %s)\n", name, p.GRPCAddr, p.HTTPAddr)
 		return p, nil
 	}
+	var shared []string
+	if replicas > 1 {
+		shared = []string{"--buckets", strconv.Itoa(leaseBuckets), "--lease-namespace", ns}
+	}
 	var deciders []string
 	for i := range replicas {
-		a, err := start("actuator", fmt.Sprintf("actuator-%d", i), "--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig,
-			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers)
+		a, err := start("actuator", fmt.Sprintf("actuator-%d", i), append([]string{"--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig,
+			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers}, shared...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -91,13 +99,17 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, repli
 	}
 	for i := range replicas {
 		name := fmt.Sprintf("collector-%d", i)
-		if _, err := start("collector", name, "--decider-addr", strings.Join(deciders, ","), "--collector-id", name,
-			"--kubeconfig", c.Kubeconfig, "--kafka-brokers", brokers); err != nil {
+		if _, err := start("collector", name, append([]string{"--decider-addr", strings.Join(deciders, ","), "--collector-id", name,
+			"--kubeconfig", c.Kubeconfig, "--kafka-brokers", brokers}, shared...)...); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
+
+// leaseBuckets is how many bucket Leases replicas share the targets through:
+// enough that two to four replicas each get a fair part.
+const leaseBuckets = 16
 
 // logPath is where a process's log is (test/system names it so).
 func (s *services) logPath(p serviceProc) string { return filepath.Join(s.logDir, p.Name+".log") }
