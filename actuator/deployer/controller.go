@@ -199,8 +199,8 @@ func setCondition(conds *[]metav1.Condition, c metav1.Condition) {
 
 // podAutoscaler builds the lag PodAutoscaler that scales fn's Deployment on
 // its input topic's consumer lag, with the Function's consumer group, mode,
-// maxReplicas and idle timeout (riff's scaling of a Function, spec/riff.md
-// §5–§6); the decider caps it at the partition count.
+// maxReplicas and idle timeout (riff's scaling of a
+// Function); the decider caps it at the partition count.
 func (c *Controller) podAutoscaler(fn *functionsv1alpha1.Function) *autoscalingv1alpha1.PodAutoscaler {
 	mode := autoscalingv1alpha1.LagModeRiff
 	if fn.Spec.LagMode == functionsv1alpha1.LagModeKEDA {

@@ -160,7 +160,7 @@ func (d *Deployer) Undeploy(ctx context.Context, namespace, name string) (bool, 
 }
 
 // Cap returns the most replicas a function can use: the smaller of its
-// maxReplicas and its input topic's partitions (spec/riff.md §1.1). A nil
+// maxReplicas and its input topic's partitions. A nil
 // topic (not found) counts as riff's default of one partition.
 func Cap(fn *functionsv1alpha1.Function, topic *functionsv1alpha1.Topic) int32 {
 	partitions := int32(1)

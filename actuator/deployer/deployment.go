@@ -1,6 +1,6 @@
 // Package deployer runs functions: it turns a Function (a container reading
-// a Kafka topic) into an apps/v1 Deployment as riff's Deployer did
-// (spec/riff.md §4), applies it with server-side apply, scales it within
+// a Kafka topic) into an apps/v1 Deployment as riff's Deployer did,
+// applies it with server-side apply, scales it within
 // its partition cap and deletes it.
 package deployer
 
@@ -182,7 +182,7 @@ func topicChar(c rune) bool {
 func Selector(name string) map[string]string { return map[string]string{LabelFunction: name} }
 
 // Deployment builds f's Deployment as an apply configuration with the given
-// replicas (spec/riff.md §4.1): labels and selector set explicitly, the main
+// replicas, as riff's Deployer does: labels and selector set explicitly, the main
 // container (the user's, renamed, with the invoker protocol and ports in its
 // env) and the sidecar (consuming the input topic with the function's
 // consumer group and producing to the output topic), and a controller

@@ -2,7 +2,7 @@
 // functions: scale bounds and initial scale, the scale-to-zero decision with
 // its grace period, pod retention and activation timeout, the SKS mode and
 // activator count, and the PodAutoscaler's Active and ScaleTargetInitialized
-// conditions (spec/knative-kpa.md §6; knative/serving
+// conditions (knative.dev/serving v0.50.0
 // pkg/reconciler/autoscaling/kpa).
 //
 // Nothing here talks to Kubernetes or reads a clock: condition ages and the

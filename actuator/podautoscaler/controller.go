@@ -1,6 +1,7 @@
 // Package podautoscaler is the actuator's PodAutoscaler controller: it keeps
 // each PodAutoscaler's Metric, applies Knative's KPA reconciler rules
-// (spec/knative-kpa.md §6, the pure functions of actuator/kparules) to the
+// (knative.dev/serving v0.50.0 pkg/reconciler/autoscaling/kpa, the pure functions of
+// actuator/kparules) to the
 // deciders' latest desired scale, patches the target's scale subresource,
 // writes status and emits an Event for every scale change. Decisions arrive
 // through Scale (the deciders' RPC); the controller's informers and

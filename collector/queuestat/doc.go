@@ -5,5 +5,5 @@
 //
 // The wire format is written by hand with protowire rather than generated from
 // a copy of Knative's stat.proto: the message is seven scalar fields, and the
-// field numbers and types are all a decoder needs (spec/knative-kpa.md §2.1).
+// field numbers and types are all a decoder needs (knative.dev/serving v0.50.0 pkg/autoscaler/metrics/stat.proto).
 package queuestat

@@ -14,7 +14,7 @@ import (
 )
 
 // statDescriptor describes the Stat message with the field numbers and types
-// of spec/knative-kpa.md §2.1, so the hand-written codec can be checked
+// of knative.dev/serving v0.50.0 pkg/autoscaler/metrics/stat.proto, so the hand-written codec can be checked
 // against the protobuf library's own encoder and decoder.
 func statDescriptor(t testing.TB) protoreflect.MessageDescriptor {
 	t.Helper()

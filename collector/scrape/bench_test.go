@@ -30,8 +30,8 @@ import (
 //
 // By default the fake pods run in the benchmark's process, so the CPU per
 // scraped pod includes serving the request: an upper bound. With
-// TIDAL_SCRAPE_BENCH_SERVERS=subprocess they run in child processes (as in
-// spec/knative-perf.md's method) and the figure is the scraper's alone.
+// TIDAL_SCRAPE_BENCH_SERVERS=subprocess they run in child processes, so the
+// figure is the scraper's alone.
 
 const fakePodsEnv = "TIDAL_FAKE_PODS_SERVE"
 
@@ -43,8 +43,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// statBody is what a queue-proxy serves for a 36-character pod name: the 65
-// bytes of spec/knative-perf.md's measurement.
+// statBody is what a queue-proxy serves for a 36-character pod name: 65
+// bytes, as a real queue-proxy's are.
 var statBody = queuestat.Marshal(queuestat.Stat{
 	PodName: "hello-00001-deployment-5d8f7c9b4-x7k2p"[:36], AverageConcurrentRequests: 3.5,
 	AverageProxiedConcurrentRequests: 0.5, RequestCount: 7, ProxiedRequestCount: 1, ProcessUptime: 600, Timestamp: 1700000000,

@@ -1,5 +1,5 @@
 // Package scrape measures request-driven targets by scraping a sample of their
-// pods every second, as Knative's autoscaler does (spec/knative-kpa.md §2.2):
+// pods every second, as Knative's autoscaler does (knative.dev/serving v0.50.0 pkg/autoscaler/metrics/stats_scraper.go):
 // the sample size of a 95 % confidence interval, old pods first and spares
 // shuffled behind them, a 3 s timeout and a capped body per pod, a scrape that
 // fails whole when the sample cannot be filled, and the sample's sum

@@ -7,7 +7,7 @@ import (
 )
 
 func TestSampleSize(t *testing.T) {
-	// Spec/knative-kpa.md §2.2.
+	// Knative's populationMeanSampleSize (knative.dev/serving v0.50.0 pkg/autoscaler/metrics/sample_size.go).
 	for n, want := range map[int]int{0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 4, 10: 7, 16: 9, 30: 11, 100: 14, 150: 15, 1000: 16} {
 		if got := SampleSize(n); got != want {
 			t.Errorf("SampleSize(%d) = %d, want %d", n, got, want)

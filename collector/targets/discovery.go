@@ -444,7 +444,7 @@ func (d *Discovery) syncFunction(key, ns, name string) error {
 	if len(d.cfg.KafkaBrokers) == 0 {
 		return d.lagRefused(ref, errors.New("no Kafka brokers for Functions: set --kafka-brokers"))
 	}
-	// riff's consumer group is the function's name (spec/riff.md §5.1).
+	// riff's consumer group is the function's name (riff's function controller).
 	d.fetcher.Set(lag.Target{Ref: ref, Cluster: lag.Cluster{Brokers: d.cfg.KafkaBrokers}, Topic: fn.Spec.Input, Group: fn.Name, Interval: interval})
 	d.setLagged(key, true)
 	return nil

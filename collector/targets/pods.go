@@ -16,7 +16,7 @@ import (
 )
 
 // Ready reports whether a pod counts for scraping and for the ready count.
-// It is pods.Ready (Knative's rule, spec/knative-kpa.md §2.2), kept for the
+// It is pods.Ready (Knative's rule, knative.dev/serving v0.50.0 pkg/autoscaler/metrics/stats_scraper.go), kept for the
 // callers outside this package.
 func Ready(p *corev1.Pod) bool { return pods.Ready(p) }
 

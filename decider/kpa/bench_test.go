@@ -38,7 +38,7 @@ func fill(b *testing.B, a *Autoscaler, n int, c func(s int) float64) {
 }
 
 // BenchmarkScale times one decision for a revision with 5 ready pods after
-// three stable windows of data, as Knative's harness does (spec/knative-perf.md).
+// three stable windows of data, as Knative's own benchmark does.
 func BenchmarkScale(b *testing.B) {
 	cases := []struct {
 		name      string
@@ -161,7 +161,7 @@ func BenchmarkTick(b *testing.B) {
 
 // BenchmarkPoke times what the service does for an activator stat reaching
 // a target at zero: Record, then the Poke that decides 1 (Knative's poke
-// latency from accept to desired > 0 is 12.7 µs p50, spec/knative-perf.md).
+// latency from accept to desired > 0 is 12.7 µs p50 on this machine class).
 func BenchmarkPoke(b *testing.B) {
 	s := NewSet()
 	k := Key{Namespace: "ns", Name: "rev"}

@@ -6,7 +6,6 @@
 // Nothing here reads a clock, starts a goroutine or does I/O: time, ready pod
 // counts and stats are arguments. Every Decision carries its inputs, its
 // intermediates and each clamp that changed the number, so a decision can be
-// explained and replayed exactly. The behaviour is specified in
-// spec/knative-kpa.md §3–§5 and follows knative/serving
+// explained and replayed exactly. The behaviour follows knative.dev/serving v0.50.0
 // pkg/autoscaler/scaling (autoscaler.go, multiscaler.go).
 package kpa

@@ -34,7 +34,7 @@ func TestOffsetPolicy(t *testing.T) {
 	}
 }
 
-// TestSmoothTimings checks riff.md §6.4: the ramp from 1 toward T and the
+// TestSmoothTimings checks riff's smoother: the ramp from 1 toward T and the
 // decay from 1.0.
 func TestSmoothTimings(t *testing.T) {
 	ticksTo := func(target, n int32) int {
@@ -91,18 +91,18 @@ func TestRiffScenarios(t *testing.T) {
 	}{
 		{"offset backlog ramps to the cap", riffConfig(ModeRiffOffset, true, 3, s10), 60, backlog(3, 50, true), "1-6:1, 7-28:2, 29-60:3"},
 		{"queue backlog ramps to the cap", riffConfig(ModeRiffQueue, true, 3, s10), 60, backlog(3, 50, true), "1-6:1, 7-28:2, 29-60:3"},
-		// riff.md §5.4: no offset moved since the previous tick, no scale-up.
+		// riff v0.0.5: no offset moved since the previous tick, no scale-up.
 		{"offset stalled consumer holds", riffConfig(ModeRiffOffset, true, 3, s10), 60, backlog(3, 50, false), "1-60:1"},
 		{"offset stalled consumer holds (fixed)", riffConfig(ModeRiffOffset, false, 3, s10), 60, backlog(3, 50, false), "1-60:1"},
 		{"queue stalled consumer ramps", riffConfig(ModeRiffQueue, true, 3, s10), 60, backlog(3, 50, false), "1-6:1, 7-28:2, 29-60:3"},
-		// riff.md §7: no Topic resource caps at 1; the fixed mode uses the
+		// riff: no Topic resource caps at 1; the fixed mode uses the
 		// partitions the collector reports.
 		{"no topic resource caps at 1", riffConfig(ModeRiffQueue, true, 0, s10), 40, backlog(4, 50, true), "1-40:1"},
 		{"no topic resource (fixed) uses real partitions", riffConfig(ModeRiffQueue, false, 0, s10), 40, backlog(4, 50, true), "1-4:1, 5-14:2, 15-35:3, 36-40:4"},
-		// riff.md §6.4: 10 s default, zero lag from tick 6.
+		// riff: the idle timeout's 10 s default, zero lag from tick 6.
 		{"offset default idle timeout", riffConfig(ModeRiffOffset, true, 1, s10), 150, burst(6), "1-118:1, 119-150:0"},
 		{"queue default idle timeout", riffConfig(ModeRiffQueue, true, 1, s10), 150, burst(6), "1-118:1, 119-150:0"},
-		// riff.md §6.5: sparse traffic flaps in v0.0.6, not in v0.0.5.
+		// riff: sparse traffic flaps in v0.0.6, not in v0.0.5.
 		{"queue sparse trickle flaps", riffConfig(ModeRiffQueue, true, 1, s2), 150, trickle,
 			"1-36:1, 37-40:0, 41-76:1, 77-80:0, 81-116:1, 117-120:0, 121-150:1"},
 		{"offset sparse trickle keeps the pod", riffConfig(ModeRiffOffset, true, 1, s2), 150, trickle, "1-150:1"},

@@ -7,6 +7,6 @@
 // rebuilt by replaying its history and is safe to benchmark.
 //
 // The arithmetic follows Knative Serving's pkg/autoscaler/aggregation
-// (bucketing.go) as described in spec/knative-kpa.md §3, down to the order of
+// (bucketing.go, knative.dev/serving v0.50.0), down to the order of
 // floating-point operations, so averages match Knative's to the last bit.
 package window

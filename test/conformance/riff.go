@@ -71,7 +71,7 @@ type riffExpect struct {
 	PolicyRaw        *int32 `json:"policy_raw"`
 }
 
-// riffModes maps a riff version to the algorithm it shipped (riff.md §0).
+// riffModes maps a riff version to the algorithm it shipped (riff-offset until v0.0.5, riff-queue from v0.0.6).
 var riffModes = map[string]lag.Mode{
 	"v0.0.3": lag.ModeRiffOffset, "v0.0.4": lag.ModeRiffOffset, "v0.0.5": lag.ModeRiffOffset,
 	"v0.0.6": lag.ModeRiffQueue, "v0.0.7": lag.ModeRiffQueue, "v0.0.x": lag.ModeRiffQueue,

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// riffBurstVector is a vector worked out by hand from riff.md §5–§6: one
+// riffBurstVector is a vector worked out by hand from riff's autoscaler: one
 // message at tick 1 on a 1-partition topic, consumed by tick 2, idle timeout
 // 1 s. The smoothed value first reaches 0 on the 14th idle tick (15), the
 // last replica is held until 15*100+1000 ms, so 0 from tick 25.
@@ -131,7 +131,7 @@ func TestRiffUnknownVariant(t *testing.T) {
 
 // TestRiffInputChange: a function_update that moves the input to an empty,
 // unwritten topic rebuilds v0.0.6's chain, so it proposes 0 at once
-// (riff.md §6.5), while v0.0.5 keeps its memory and holds.
+// (riff v0.0.6 drops to 0 at once), while v0.0.5 keeps its memory and holds.
 func TestRiffInputChange(t *testing.T) {
 	v := riffBurstVector(nil)
 	ticks := v["ticks"].([]any)

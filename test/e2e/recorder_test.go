@@ -168,7 +168,7 @@ func (r *recorder) table() string {
 	return b.String()
 }
 
-// kpaRule is the KPA reconciler's rule (spec/knative-kpa.md §6.3–§6.4) for
+// kpaRule is the KPA reconciler's rule (knative.dev/serving v0.50.0 pkg/reconciler/autoscaling/kpa/scaler.go) for
 // a PodAutoscaler without min or max scale: a positive desired scale is
 // applied as it is; a desired 0 leaves the target at 1 (active for less than
 // a window), at its current scale (waiting for the grace period) or at 0.

@@ -4,7 +4,7 @@
 //
 // HTTP side (Workload): for every Ready pod of a Deployment it serves what
 // Knative's queue-proxy serves at that pod's IP, port 9090, /metrics: the
-// protobuf Stat of the last 1 s reporting period (spec/knative-kpa.md §2.1),
+// protobuf Stat of the last 1 s reporting period (knative.dev/serving v0.50.0 pkg/autoscaler/metrics/stat.proto),
 // and optionally the old Prometheus text series on another port. The numbers
 // come from a load model (Model): requests arrive following a Profile, go to
 // the least-loaded warm pod, are served ContainerConcurrency at a time per pod

@@ -23,7 +23,7 @@ type ConsumerOptions struct {
 	// Client watches the Function's pods.
 	Client kubernetes.Interface
 	// Namespace and Selector pick the pods, such as "function=echo" for a
-	// Function deployed as riff does (spec/riff.md §4.1).
+	// Function deployed as riff's Deployer does.
 	Namespace, Selector string
 	// Brokers are the Kafka bootstrap addresses.
 	Brokers []string

@@ -183,7 +183,7 @@ func (w *Workload) serveStat(rw http.ResponseWriter, _ *http.Request, name strin
 }
 
 // servePrometheus serves the series the queue-proxy exported before Knative
-// removed its Prometheus reporter (spec/knative-kpa.md §2.1).
+// removed its Prometheus reporter (before knative.dev/serving v0.50.0).
 func (w *Workload) servePrometheus(rw http.ResponseWriter, _ *http.Request, name string) {
 	s, ok := w.stat(name)
 	if !ok {

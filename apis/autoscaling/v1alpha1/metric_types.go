@@ -7,7 +7,7 @@ import (
 // Metric tells the collector what to collect for one scale target: which pods
 // to scrape and where, over which windows, or which Kafka lag to read. The
 // actuator writes one per PodAutoscaler, named like it, as Knative's KPA
-// reconciler writes its Metric (spec/knative-kpa.md §6.2 step 4).
+// reconciler writes its Metric (knative.dev/serving v0.50.0 pkg/reconciler/autoscaling/resources/metric.go).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

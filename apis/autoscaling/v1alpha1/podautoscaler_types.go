@@ -11,7 +11,7 @@ import (
 //
 // Knative's `autoscaling.knative.dev/*` annotations (class aside: tidal is the
 // class) are accepted verbatim on the object and mean what they mean in
-// Knative (spec/knative-kpa.md §8.2): window, target,
+// Knative (knative.dev/serving v0.50.0 pkg/apis/autoscaling/register.go): window, target,
 // target-utilization-percentage, min-scale, max-scale, initial-scale,
 // activation-scale, scale-down-delay, panic-window-percentage,
 // panic-threshold-percentage, target-burst-capacity,
@@ -135,10 +135,10 @@ type LagMode string
 const (
 	// LagModeRiff is riff's function-controller: per-partition lag, a cap at
 	// the partition count, smoothing and an idle timeout to zero
-	// (spec/riff.md §5–§6).
+	// (riff v0.0.5 and v0.0.6+).
 	LagModeRiff LagMode = "riff"
 	// LagModeKEDA is KEDA's Kafka scaler: total lag over a per-replica
-	// threshold (spec/ecosystem.md).
+	// threshold (KEDA v2.21.0 pkg/scalers/kafka_scaler.go).
 	LagModeKEDA LagMode = "keda"
 )
 
@@ -182,7 +182,7 @@ type LagSource struct {
 }
 
 // RiffLagParameters tune the riff lag mode. Defaults are riff's
-// (spec/riff.md §7).
+// (riff's Function resource).
 type RiffLagParameters struct {
 	// MaxReplicas caps the replica count; the effective cap is the smaller of
 	// this and the topic's partition count. Unset means the partition count.
@@ -205,7 +205,7 @@ const (
 )
 
 // KEDALagParameters are KEDA's Kafka scaler parameters, with its defaults
-// and meanings (spec/ecosystem.md, "Kafka scaler").
+// and meanings (KEDA v2.21.0 pkg/scalers/kafka_scaler.go).
 //
 // +kubebuilder:validation:XValidation:rule="!(self.allowIdleConsumers && self.limitToPartitionsWithLag)",message="allowIdleConsumers and limitToPartitionsWithLag are incompatible"
 // +kubebuilder:validation:XValidation:rule="!(self.ensureEvenDistributionOfPartitions && self.limitToPartitionsWithLag)",message="ensureEvenDistributionOfPartitions and limitToPartitionsWithLag are incompatible"
@@ -260,7 +260,7 @@ const (
 	PodAutoscalerConditionReady = "Ready"
 	// PodAutoscalerConditionActive is True while the target has (or is
 	// getting) pods to serve, False when scaled to zero, Unknown while
-	// activating (Knative's Active condition, spec/knative-kpa.md §6.5).
+	// activating (Knative's Active condition, knative.dev/serving v0.50.0 pkg/reconciler/autoscaling/kpa/kpa.go).
 	PodAutoscalerConditionActive = "Active"
 	// PodAutoscalerConditionScaleTargetInitialized is True once the target
 	// first reached its initial scale.

@@ -7,9 +7,9 @@ import (
 
 // Function is a container that consumes an input Kafka topic, optionally
 // produces to an output topic, and is scaled on its consumer lag from zero up
-// to the topic's partition count (riff's Function, spec/riff.md §1.1). The
+// to the topic's partition count (riff's Function). The
 // actuator deploys it as a Deployment named like the Function, with pods
-// labelled function=<name>, starting at zero replicas (spec/riff.md §4.1).
+// labelled function=<name>, starting at zero replicas, as riff's Deployer does.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -34,9 +34,9 @@ type Function struct {
 type LagMode string
 
 const (
-	// LagModeRiff is riff's lag scaler (spec/riff.md §5–§6).
+	// LagModeRiff is riff's lag scaler.
 	LagModeRiff LagMode = "riff"
-	// LagModeKEDA is KEDA's Kafka scaler (spec/ecosystem.md).
+	// LagModeKEDA is KEDA's Kafka scaler.
 	LagModeKEDA LagMode = "keda"
 )
 

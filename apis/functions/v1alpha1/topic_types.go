@@ -4,9 +4,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Topic is a Kafka topic that Functions read and write (riff's Topic,
-// spec/riff.md §1.2). Its partition count caps how many replicas of a
-// consuming Function can do work.
+// Topic is a Kafka topic that Functions read and write (riff's Topic). Its
+// partition count caps how many replicas of a consuming Function can do work.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
