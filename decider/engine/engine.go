@@ -73,8 +73,10 @@ func keyOf(t Target) tkey {
 
 type target struct {
 	ref Target
-	// key is ref.Key(), built once: the lag.Set's key.
+	// key is ref.Key(), built once: the lag.Set's key; kkey is the
+	// kpa.Set's, built once too, as both are used once per sample.
 	key      string
+	kkey     kpa.Key
 	spec     Spec
 	strategy Strategy
 	specErr  error
@@ -131,7 +133,7 @@ func (e *Engine) Upsert(spec Spec, now time.Time) error {
 	defer e.mu.Unlock()
 	t, ok := e.targets[keyOf(spec.Target)]
 	if !ok {
-		t = &target{ref: spec.Target, key: spec.Target.Key(), ready: -1}
+		t = &target{ref: spec.Target, key: spec.Target.Key(), kkey: kpaKey(spec.Target), ready: -1}
 		e.targets[keyOf(spec.Target)] = t
 	}
 	if t.inSet && t.strategy != spec.Strategy {
@@ -155,12 +157,12 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 		s := rev.DeciderSpec()
 		_, t.maxScale = rev.ScaleBounds()
 		if t.inSet {
-			return e.kpa.Update(kpaKey(t.ref), s, now)
+			return e.kpa.Update(t.kkey, s, now)
 		}
-		if err := e.kpa.Create(kpaKey(t.ref), s, now, max(t.ready, 0)); err != nil {
+		if err := e.kpa.Create(t.kkey, s, now, max(t.ready, 0)); err != nil {
 			return err
 		}
-		e.kpaTargets[kpaKey(t.ref)] = t
+		e.kpaTargets[t.kkey] = t
 	case Lag:
 		cfg, err := lagconfig.FromAnnotations(t.spec.Annotations)
 		if err != nil {
@@ -189,8 +191,8 @@ func (e *Engine) kpaSpec(spec Spec) (kpa.Spec, error) {
 func (e *Engine) removeFromSetLocked(t *target) {
 	switch t.strategy {
 	case KPA:
-		e.kpa.Delete(kpaKey(t.ref))
-		delete(e.kpaTargets, kpaKey(t.ref))
+		e.kpa.Delete(t.kkey)
+		delete(e.kpaTargets, t.kkey)
 	case Lag:
 		e.lag.Remove(t.key)
 		delete(e.lagTargets, t.key)
@@ -246,7 +248,7 @@ func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err err
 func (e *Engine) recordKPALocked(t *target, s Sample, now time.Time) (bool, error) {
 	if s.ReadyPods >= 0 {
 		t.ready = s.ReadyPods
-		if err := e.kpa.SetReady(kpaKey(t.ref), s.ReadyPods); err != nil {
+		if err := e.kpa.SetReady(t.kkey, s.ReadyPods); err != nil {
 			return false, err
 		}
 	}
@@ -254,7 +256,7 @@ func (e *Engine) recordKPALocked(t *target, s Sample, now time.Time) (bool, erro
 	if s.Activator {
 		src = kpa.SourceActivator
 	}
-	poke, reason, err := e.kpa.Record(kpaKey(t.ref), s.At, now, s.Stat, src)
+	poke, reason, err := e.kpa.Record(t.kkey, s.At, now, s.Stat, src)
 	if err != nil {
 		e.cfg.OnDrop(reason.String())
 	}
@@ -275,7 +277,7 @@ func (e *Engine) SetReady(ref Target, ready int32) error {
 	}
 	t.ready = ready
 	if t.strategy == KPA && t.inSet {
-		return e.kpa.SetReady(kpaKey(t.ref), ready)
+		return e.kpa.SetReady(t.kkey, ready)
 	}
 	return nil
 }
@@ -289,7 +291,7 @@ func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {
 	if !ok || t.strategy != KPA || !t.inSet {
 		return Decision{}, false, fmt.Errorf("poke %s: %w", ref.Key(), ErrUnknownTarget)
 	}
-	_, informed, err := e.kpa.Poke(kpaKey(t.ref), now)
+	_, informed, err := e.kpa.Poke(t.kkey, now)
 	if err != nil {
 		return Decision{}, false, err
 	}
@@ -489,7 +491,7 @@ func (e *Engine) Replay(ref Target, samples []Sample, now time.Time) error {
 }
 
 func (e *Engine) replayKPALocked(t *target, samples []Sample, now time.Time) error {
-	key := kpaKey(t.ref)
+	key := t.kkey
 	s, err := e.kpaSpec(t.spec)
 	if err != nil {
 		return err
@@ -601,7 +603,7 @@ func (e *Engine) decisionLocked(t *target) Decision {
 }
 
 func (e *Engine) kpaDecisionLocked(t *target) Decision {
-	kd, st, _ := e.kpa.Get(kpaKey(t.ref))
+	kd, st, _ := e.kpa.Get(t.kkey)
 	d := Decision{
 		Target:              t.ref,
 		Strategy:            KPA,
