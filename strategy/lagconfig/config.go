@@ -375,7 +375,14 @@ func ParsePartitionLimitation(v string) ([]int32, error) {
 	if v == "" {
 		return nil, nil
 	}
-	var out []int32
+	bad := func(want string) error {
+		return configErr("partitionLimitation", quotePrefix(v), want)
+	}
+	if len(v) > maxPartitionLimitationBytes {
+		return nil, bad(fmt.Sprintf("at most %d bytes", maxPartitionLimitationBytes))
+	}
+	type span struct{ lo, hi int64 }
+	var spans []span
 	for _, part := range strings.Split(v, ",") {
 		part = strings.TrimSpace(part)
 		lo, hi, isRange := strings.Cut(part, "-")
@@ -385,13 +392,54 @@ func ParsePartitionLimitation(v string) ([]int32, error) {
 			b, err = strconv.ParseInt(strings.TrimSpace(hi), 10, 32)
 		}
 		if err != nil || a < 0 || b < a || b >= MaxPartitionID {
-			return nil, configErr("partitionLimitation", strconv.Quote(v), `ids or ranges such as "0,2,10-20"`)
+			return nil, bad(`ids or ranges such as "0,2,10-20"`)
 		}
-		for p := a; p <= b; p++ {
+		spans = append(spans, span{a, b})
+	}
+	// Overlaps and repeats count once: the list is a set of ids, bounded
+	// before anything is expanded, so a short value cannot ask for
+	// millions of ids.
+	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo })
+	merged := spans[:1]
+	for _, sp := range spans[1:] {
+		last := &merged[len(merged)-1]
+		if sp.lo <= last.hi+1 {
+			last.hi = max(last.hi, sp.hi)
+			continue
+		}
+		merged = append(merged, sp)
+	}
+	n := int64(0)
+	for _, sp := range merged {
+		n += sp.hi - sp.lo + 1
+	}
+	if n > MaxListedPartitions {
+		return nil, bad(fmt.Sprintf("at most %d distinct partitions", MaxListedPartitions))
+	}
+	out := make([]int32, 0, n)
+	for _, sp := range merged {
+		for p := sp.lo; p <= sp.hi; p++ {
 			out = append(out, int32(p))
 		}
 	}
 	return out, nil
+}
+
+// MaxListedPartitions bounds partitionLimitation's distinct ids; a topic
+// with more partitions than that is not limited partition by partition.
+const MaxListedPartitions = 10000
+
+// maxPartitionLimitationBytes bounds the parameter's text.
+const maxPartitionLimitationBytes = 4096
+
+// quotePrefix quotes at most the first 64 bytes of a bad value, so an error
+// or a log line never carries a tenant's whole annotation.
+func quotePrefix(v string) string {
+	const n = 64
+	if len(v) <= n {
+		return strconv.Quote(v)
+	}
+	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
 }
 
 // AnnotationPrefix prefixes a lag target's parameters: lag.tidal.dev/mode

@@ -1,6 +1,8 @@
 package lagconfig
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -56,5 +58,31 @@ func TestParseConfig(t *testing.T) {
 		!k.ScaleToZeroOnInvalidOffset || !k.ExcludePersistentLag || k.TickInterval != 15*time.Second ||
 		k.IdleTimeout != time.Minute || k.MinReplicas != 1 || k.MaxReplicas != 7 {
 		t.Errorf("ParseConfig = %+v", k)
+	}
+}
+
+// TestPartitionLimitationIsBounded: a short value cannot expand to millions
+// of ids (a 499-byte annotation used to make the decider allocate about
+// 1 GB), repeats count once, and the error quotes a bounded prefix.
+func TestPartitionLimitationIsBounded(t *testing.T) {
+	huge := strings.TrimSuffix(strings.Repeat("0-1048575,", 50), ",")
+	if _, err := ParsePartitionLimitation(huge); err == nil || !strings.Contains(err.Error(), "at most 10000 distinct partitions") {
+		t.Errorf("ParsePartitionLimitation(%d bytes of whole ranges) = %v, want refused for its size", len(huge), err)
+	} else if len(err.Error()) > 300 {
+		t.Errorf("error is %d bytes: want a bounded prefix of the value", len(err.Error()))
+	}
+	got, err := ParsePartitionLimitation("5,0-3,2-4,3,9999")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int32{0, 1, 2, 3, 4, 5, 9999}
+	if !slices.Equal(got, want) {
+		t.Errorf("ParsePartitionLimitation = %v, want %v (sorted, each id once)", got, want)
+	}
+	if _, err := ParsePartitionLimitation(strings.Repeat("1,", 3000)); err == nil {
+		t.Error("a 6,000-byte value: want refused")
+	}
+	if got, err := ParsePartitionLimitation("0-9999"); err != nil || len(got) != 10000 {
+		t.Errorf("exactly the bound: %d ids, %v", len(got), err)
 	}
 }
