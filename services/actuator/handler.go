@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -113,19 +114,29 @@ type handler struct {
 	// that replica; nil when replicas do not share PodAutoscalers.
 	forward *forwarder
 	log     *zap.Logger
+	now     func() time.Time
 }
 
 var _ actuatorv1.ActuatorServiceServer = (*handler)(nil)
 
 func newHandler(e engine, functions *functionService, log *zap.Logger) *handler {
-	return &handler{engine: e, functions: functions, log: log}
+	return &handler{engine: e, functions: functions, log: log, now: time.Now}
 }
 
 func targetOf(ref *commonv1.TargetRef) scale.Target {
 	return scale.Target{Namespace: ref.GetNamespace(), Name: ref.GetName(), APIVersion: ref.GetApiVersion(), Kind: ref.GetKind()}
 }
 
+// maxSequenceAhead bounds how far a decision's sequence (its decision time
+// in Unix milliseconds) may be ahead of this actuator's clock: further out,
+// one call would make every real decision stale until that time.
+const maxSequenceAhead = 5 * time.Minute
+
 func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
+	if limit := uint64(h.now().Add(maxSequenceAhead).UnixMilli()); req.GetDecisionSequence() > limit {
+		return nil, status.Errorf(codes.InvalidArgument, "invalid decision_sequence %d: want at most %d (Unix milliseconds, at most %s ahead of the actuator's clock)",
+			req.GetDecisionSequence(), limit, maxSequenceAhead)
+	}
 	r := podautoscaler.Request{Decision: scale.Decision{
 		Target:   targetOf(req.GetTarget()),
 		Desired:  req.GetDesiredReplicas(),

@@ -33,7 +33,9 @@ type ScaleRequest struct {
 	// at most 100000, and at most the PodAutoscaler's max-scale (or a
 	// function's cap: its maxReplicas and input partitions) when one applies.
 	DesiredReplicas int32 `protobuf:"varint,2,opt,name=desired_replicas,json=desiredReplicas,proto3" json:"desired_replicas,omitempty"`
-	// The decision's per-target sequence number. Required: at least 1.
+	// The decision's per-target sequence number: its decision time in Unix
+	// milliseconds. Required: at least 1, and at most 5 minutes ahead of the
+	// actuator's clock, so one call cannot make every later decision stale.
 	DecisionSequence uint64 `protobuf:"varint,3,opt,name=decision_sequence,json=decisionSequence,proto3" json:"decision_sequence,omitempty"`
 	// The decision's reason in words, recorded in status and Events. At most 1024 bytes.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
