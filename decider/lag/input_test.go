@@ -169,6 +169,7 @@ func TestNaNAndBadThresholds(t *testing.T) {
 		{"riff-offset", map[string]string{"lagForOne": "NaN"}, `lagForOne = "NaN"`},
 		{"riff-queue", map[string]string{"idleTimeoutMs": "-5"}, `idleTimeoutMs = "-5"`},
 		{"riff-queue", map[string]string{"tickInterval": "0s"}, "tickInterval = 0s"},
+		{"riff-queue", map[string]string{"tickInterval": "1ns"}, "tickInterval = 1ns, want >= 50ms"},
 		{"riff-queue", map[string]string{"maxReplicas": "-2"}, `maxReplicas = "-2"`},
 		{"riff-queue", map[string]string{"idleTimeoutMsx": "5"}, `idleTimeoutMsx = "5", want a known parameter`},
 		{"kpa", nil, `mode = "kpa"`},

@@ -44,6 +44,10 @@ const (
 	ResetEarliest OffsetResetPolicy = "earliest"
 )
 
+// MinTickInterval is the shortest decision interval of a lag target, half
+// of riff's 100 ms (the finest any original used, 97 ms in riff v0.0.7).
+const MinTickInterval = 50 * time.Millisecond
+
 // NoMaxReplicas as Config.MaxReplicas means "unset": riff then caps at the
 // topic's partition count.
 const NoMaxReplicas int32 = -1
@@ -179,8 +183,10 @@ func (c *Config) Validate() error {
 	default:
 		return configErr("mode", strconv.Quote(string(c.Mode)), `"riff-offset", "riff-queue" or "keda"`)
 	}
-	if c.TickInterval <= 0 {
-		return configErr("tickInterval", c.TickInterval, "> 0")
+	if c.TickInterval < MinTickInterval {
+		// Each tick reads the group's offsets from Kafka: a tenant's 1ns
+		// would make the collector poll its brokers without pause.
+		return configErr("tickInterval", c.TickInterval, fmt.Sprintf(">= %s", MinTickInterval))
 	}
 	if c.IdleTimeout < 0 {
 		return configErr("idleTimeout", c.IdleTimeout, ">= 0")
