@@ -141,8 +141,9 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 		Target:   targetOf(req.GetTarget()),
 		Desired:  req.GetDesiredReplicas(),
 		Sequence: req.GetDecisionSequence(),
-		Reason:   req.GetReason(),
-		DryRun:   req.GetDryRun(),
+		// The reason reaches status, Events and logs: no control characters.
+		Reason: commonv1.Printable(req.GetReason()),
+		DryRun: req.GetDryRun(),
 	}}
 	if req.ExcessBurstCapacity != nil {
 		e := int32(max(math.MinInt32, min(math.MaxInt32, math.Floor(req.GetExcessBurstCapacity()))))

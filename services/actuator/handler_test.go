@@ -45,3 +45,23 @@ func TestSequenceFarAheadIsRefused(t *testing.T) {
 		t.Errorf("a real decision after the refused ones = %v, %v; want applied", res, err)
 	}
 }
+
+// TestReasonLosesControlCharacters: a reason reaches status, Events and
+// logs, so a caller's newlines and terminal escapes are replaced.
+func TestReasonLosesControlCharacters(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	h := newHandler(memoryEngine{scale.New(scale.NewMemory(), func() time.Time { return now })}, nil, zap.NewNop())
+	h.now = func() time.Time { return now }
+	target := &commonv1.TargetRef{Namespace: "ns", Name: "web"}
+	if _, err := h.Scale(context.Background(), &actuatorv1.ScaleRequest{Target: target, DesiredReplicas: 2,
+		DecisionSequence: uint64(now.UnixMilli()), Reason: "stable\n{\"level\":\"error\"}\x1b[2J"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.GetScale(context.Background(), &actuatorv1.GetScaleRequest{Target: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "stable {\"level\":\"error\"} [2J"; got.GetLastReason() != want {
+		t.Errorf("recorded reason = %q, want %q", got.GetLastReason(), want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/tidalscale/tidal/targetkey"
 )
@@ -84,6 +85,29 @@ func (t *TargetRef) ValidateField(field string) error {
 		return Invalid(field+".kind", t.GetKind(), "at most 63 bytes")
 	}
 	return nil
+}
+
+// Printable returns s with every control character (C0, DEL and C1, line
+// breaks and terminal escapes among them) replaced by a space, so free text
+// from a caller cannot forge log lines or rewrite a terminal. It returns s
+// itself when there is nothing to replace.
+func Printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // Key is the target's identity in every service: namespace/name for an

@@ -104,3 +104,16 @@ func TestDNSNames(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintable(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"stable: 5 → 3", "stable: 5 → 3"},
+		{"line\nbreak\r\tand \x1b[2Jescape\x7f\u0085", "line break  and  [2Jescape  "},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := Printable(tt.in); got != tt.want {
+			t.Errorf("Printable(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
