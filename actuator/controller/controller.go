@@ -167,6 +167,3 @@ func (c *Controller) next(ctx context.Context) bool {
 	}
 	return true
 }
-
-// Len is the number of names waiting, for tests and metrics.
-func (c *Controller) Len() int { return c.queue.Len() }

@@ -26,6 +26,7 @@ import (
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/pods"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/shard/bucket"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -164,7 +165,7 @@ func readyPodsFrom(t *testing.T, c *cluster.Cluster, ns, name string, first, n i
 			if _, err := fmt.Sscanf(strings.TrimPrefix(list.Items[i].Name, name+"-"), "%d", &num); err != nil || num < first {
 				continue // not one of these
 			}
-			if Ready(&list.Items[i]) {
+			if pods.Ready(&list.Items[i]) {
 				out = append(out, &list.Items[i])
 			}
 		}

@@ -15,11 +15,6 @@ import (
 	"github.com/tidalscale/tidal/pods"
 )
 
-// Ready reports whether a pod counts for scraping and for the ready count.
-// It is pods.Ready (Knative's rule, knative.dev/serving v0.50.0 pkg/autoscaler/metrics/stats_scraper.go), kept for the
-// callers outside this package.
-func Ready(p *corev1.Pod) bool { return pods.Ready(p) }
-
 // podSource is one target's ready pods, rebuilt from the pod cache's label
 // index only when one of the target's pods changed since the last call.
 type podSource struct {

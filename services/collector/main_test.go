@@ -21,7 +21,7 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/apis/crdclient"
 	"github.com/tidalscale/tidal/collector/queuestat"
-	"github.com/tidalscale/tidal/collector/targets"
+	"github.com/tidalscale/tidal/pods"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -140,9 +140,9 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var pods []corev1.Pod
+	var ready []corev1.Pod
 	deadline := time.Now().Add(time.Minute)
-	for len(pods) < 3 {
+	for len(ready) < 3 {
 		if time.Now().After(deadline) {
 			t.Fatal("pods not ready")
 		}
@@ -150,16 +150,16 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pods = pods[:0]
+		ready = ready[:0]
 		for _, p := range list.Items {
-			if targets.Ready(&p) {
-				pods = append(pods, p)
+			if pods.Ready(&p) {
+				ready = append(ready, p)
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	body := queuestat.Marshal(queuestat.Stat{AverageConcurrentRequests: 5, RequestCount: 2})
-	for _, p := range pods {
+	for _, p := range ready {
 		pl, err := net.Listen("tcp", net.JoinHostPort(p.Status.PodIP, "9090"))
 		if err != nil {
 			t.Fatal(err)

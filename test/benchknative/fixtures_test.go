@@ -32,8 +32,8 @@ import (
 	"knative.dev/serving/pkg/resources"
 
 	"github.com/tidalscale/tidal/collector/scrape"
-	"github.com/tidalscale/tidal/collector/targets"
 	"github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
@@ -195,7 +195,7 @@ func readyPod(ns, rev string, i int, ip string, started time.Time) *corev1.Pod {
 // podSource is tidal's way of knowing a target's ready pods, as
 // collector/targets keeps it (its podSource is unexported, so this is the
 // same work written here): the ready pods from the namespace's lister,
-// filtered by targets.Ready, rebuilt only when a pod event in the namespace
+// filtered by pods.Ready, rebuilt only when a pod event in the namespace
 // bumped version. The scraper reads it once per scrape and sends its length
 // as the ready count with the sample, so a decision costs no count.
 type podSource struct {
@@ -223,9 +223,9 @@ func (s *podSource) ReadyPods(dst []scrape.Pod) []scrape.Pod {
 	if v := s.version.Load(); !s.primed || v != s.seen {
 		s.seen, s.primed = v, true
 		s.pods = s.pods[:0]
-		pods, _ := s.lister.List(s.sel)
-		for _, p := range pods {
-			if !targets.Ready(p) {
+		listed, _ := s.lister.List(s.sel)
+		for _, p := range listed {
+			if !pods.Ready(p) {
 				continue
 			}
 			start := p.CreationTimestamp.Time
@@ -240,7 +240,7 @@ func (s *podSource) ReadyPods(dst []scrape.Pod) []scrape.Pod {
 
 func (s *podSource) IsReady(name string) bool {
 	p, err := s.lister.Get(name)
-	return err == nil && targets.Ready(p) && s.sel.Matches(labels.Set(p.Labels))
+	return err == nil && pods.Ready(p) && s.sel.Matches(labels.Set(p.Labels))
 }
 
 // processCPU is the process's user+system CPU time: GC and every goroutine
