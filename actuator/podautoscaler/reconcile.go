@@ -217,6 +217,8 @@ type observed struct {
 	target scale.Target
 	scale  scale.Scale
 	ready  int32
+	// sel selects the target's pods (nothing when it reports no selector).
+	sel labels.Selector
 	// decision is the one the rules follow: the new one being recorded, or
 	// the one recorded in status; nil before the first.
 	decision *autoscalingv1alpha1.PodAutoscalerDecision
@@ -270,7 +272,7 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 	}
 	out.Before, out.After = obs.scale.Replicas, obs.scale.Replicas
 	if !dryRun {
-		c.selectors.Set(name, pa.Namespace, selectorOf(obs.scale))
+		c.selectors.Set(name, pa.Namespace, obs.sel)
 	}
 
 	// Rules.
@@ -358,17 +360,9 @@ func (c *Controller) observe(ctx context.Context, pa *autoscalingv1alpha1.PodAut
 			return obs, ReasonNoScale, EventNoScale, fmt.Errorf("target %s: selector %q: %w: %w", obs.target, obs.scale.Selector, scale.ErrNoScaleSubresource, err)
 		}
 	}
+	obs.sel = sel
 	obs.ready, err = pods.CountReady(c.podIndexer, pa.Namespace, sel)
 	return obs, "", "", err
-}
-
-// selectorOf parses a scale's selector, already checked by observe.
-func selectorOf(s scale.Scale) labels.Selector {
-	sel, err := labels.Parse(s.Selector)
-	if err != nil || s.Selector == "" {
-		return labels.Nothing()
-	}
-	return sel
 }
 
 // rules applies the §6 reconciler rules (or the lag strategy's) to what
