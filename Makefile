@@ -16,10 +16,11 @@ PLATFORMS ?=
 
 all: build
 
-## generate: regenerate the Go code for proto/ and the CRDs, with pinned tools.
+## generate: regenerate the Go code for proto/ and the CRDs (deepcopy, manifests, clientset), with pinned tools.
 generate:
 	$(TOOL) buf generate
 	hack/update-crds.sh
+	hack/update-codegen.sh
 
 ## build: the three binaries in bin/.
 build:
@@ -70,6 +71,7 @@ lint:
 	$(TOOL) buf format -d --exit-code
 	hack/verify-generated.sh
 	hack/verify-crds.sh
+	hack/verify-codegen.sh
 
 ## bench: every Go benchmark (BENCH=regexp, BENCHTIME=1s); figures go to BENCHMARKS.md.
 bench:

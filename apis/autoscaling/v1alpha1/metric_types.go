@@ -9,6 +9,7 @@ import (
 // actuator writes one per PodAutoscaler, named like it, as Knative's KPA
 // reconciler writes its Metric (knative.dev/serving v0.50.0 pkg/reconciler/autoscaling/resources/metric.go).
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=tidal

@@ -19,6 +19,7 @@ import (
 // legacy camelCase aliases. The API server stores them as they are; they are
 // validated where they are read, with Knative's ranges.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tpa,categories=tidal

@@ -11,6 +11,7 @@ import (
 // actuator deploys it as a Deployment named like the Function, with pods
 // labelled function=<name>, starting at zero replicas, as riff's Deployer does.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=fn,categories=tidal

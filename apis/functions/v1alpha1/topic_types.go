@@ -7,6 +7,7 @@ import (
 // Topic is a Kafka topic that Functions read and write (riff's Topic). Its
 // partition count caps how many replicas of a consuming Function can do work.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=tidal
