@@ -181,7 +181,7 @@ func (c *Config) Validate() error {
 	switch c.Mode {
 	case ModeRiffOffset, ModeRiffQueue, ModeKEDA:
 	default:
-		return configErr("mode", strconv.Quote(string(c.Mode)), `"riff-offset", "riff-queue" or "keda"`)
+		return configErr("mode", quotePrefix(string(c.Mode)), `"riff-offset", "riff-queue" or "keda"`)
 	}
 	if c.TickInterval < MinTickInterval {
 		// Each tick reads the group's offsets from Kafka: a tenant's 1ns
@@ -224,7 +224,7 @@ func (c *Config) Validate() error {
 	switch c.OffsetResetPolicy {
 	case ResetLatest, ResetEarliest:
 	default:
-		return configErr("offsetResetPolicy", strconv.Quote(string(c.OffsetResetPolicy)), `"latest" or "earliest"`)
+		return configErr("offsetResetPolicy", quotePrefix(string(c.OffsetResetPolicy)), `"latest" or "earliest"`)
 	}
 	if c.AllowIdleConsumers && c.LimitToPartitionsWithLag {
 		return configErr("limitToPartitionsWithLag", true, "false when allowIdleConsumers is true")
@@ -332,13 +332,13 @@ func (c *Config) set(key, v string) error {
 		var f float64
 		f, err = strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return configErr(key, strconv.Quote(v), "a finite number in [0, 1)")
+			return configErr(key, quotePrefix(v), "a finite number in [0, 1)")
 		}
 		c.Tolerance = f
 	case "scaleDownStabilization":
 		c.ScaleDownStabilization, err = parseDuration(key, v)
 	default:
-		return configErr(key, strconv.Quote(v), "a known parameter")
+		return configErr(paramName(key), quotePrefix(v), "a known parameter")
 	}
 	return err
 }
@@ -346,7 +346,7 @@ func (c *Config) set(key, v string) error {
 func parseBool(key, v string) (bool, error) {
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, configErr(key, strconv.Quote(v), "true or false")
+		return false, configErr(key, quotePrefix(v), "true or false")
 	}
 	return b, nil
 }
@@ -356,7 +356,7 @@ func parseBool(key, v string) (bool, error) {
 func parseInt(key, v string, lo, hi int64) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, configErr(key, strconv.Quote(v), fmt.Sprintf("an integer in [%d, %d]", lo, hi))
+		return 0, configErr(key, quotePrefix(v), fmt.Sprintf("an integer in [%d, %d]", lo, hi))
 	}
 	return n, nil
 }
@@ -364,7 +364,7 @@ func parseInt(key, v string, lo, hi int64) (int64, error) {
 func parseDuration(key, v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		return 0, configErr(key, strconv.Quote(v), `a non-negative Go duration such as "100ms"`)
+		return 0, configErr(key, quotePrefix(v), `a non-negative Go duration such as "100ms"`)
 	}
 	return d, nil
 }
@@ -446,6 +446,17 @@ func quotePrefix(v string) string {
 		return strconv.Quote(v)
 	}
 	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
+}
+
+// paramName is an unknown parameter's name as an error shows it: as it is
+// when short and plain, else quoted and cut like a value, since it comes
+// from a tenant's annotation key.
+func paramName(k string) string {
+	plain := k != "" && len(k) <= 64 && !strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f })
+	if plain {
+		return k
+	}
+	return quotePrefix(k)
 }
 
 // AnnotationPrefix prefixes a lag target's parameters: lag.tidal.dev/mode
