@@ -21,20 +21,27 @@ gen() { go tool -modfile=hack/tools/go.mod "$@"; }
 input_pkgs=()
 for gv in "${inputs[@]}"; do input_pkgs+=("$module/apis/$gv"); done
 
-# Stale files of a type or group that was removed must not survive.
-rm -rf "$out_dir/clientset" "$out_dir/listers" "$out_dir/informers"
+# Generate into a scratch directory and swap it in at the end, so a failed run
+# leaves the old output whole, builds running meanwhile see no half-written
+# tree, and files of a removed type or group do not survive. The scratch
+# directory sits next to the output so the swap is a rename; its leading dot
+# keeps `go build ./...` out of it.
+mkdir -p "$(dirname "$out_dir")"
+tmp=$(mktemp -d "$(dirname "$out_dir")/.codegen.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+gen_dir=$tmp/out
 
 gen client-gen \
 	--go-header-file "$header" \
 	--clientset-name versioned \
 	--input-base "$module/apis" \
 	--input "$(IFS=,; echo "${inputs[*]}")" \
-	--output-dir "$out_dir/clientset" \
+	--output-dir "$gen_dir/clientset" \
 	--output-pkg "$out_pkg/clientset"
 
 gen lister-gen \
 	--go-header-file "$header" \
-	--output-dir "$out_dir/listers" \
+	--output-dir "$gen_dir/listers" \
 	--output-pkg "$out_pkg/listers" \
 	"${input_pkgs[@]}"
 
@@ -42,6 +49,9 @@ gen informer-gen \
 	--go-header-file "$header" \
 	--versioned-clientset-package "$out_pkg/clientset/versioned" \
 	--listers-package "$out_pkg/listers" \
-	--output-dir "$out_dir/informers" \
+	--output-dir "$gen_dir/informers" \
 	--output-pkg "$out_pkg/informers" \
 	"${input_pkgs[@]}"
+
+if [[ -e $out_dir ]]; then mv "$out_dir" "$tmp/old"; fi
+mv "$gen_dir" "$out_dir"

@@ -9,8 +9,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # Generate into a scratch directory so a failed check leaves the tree untouched.
-OUTPUT_DIR="$tmp" hack/update-codegen.sh
-if ! diff -ru apis/generated "$tmp"; then
+OUTPUT_DIR="$tmp/generated" hack/update-codegen.sh
+if ! diff -ru apis/generated "$tmp/generated"; then
 	echo "apis/generated is out of date: run hack/update-codegen.sh" >&2
 	exit 1
 fi
