@@ -144,7 +144,28 @@ type KeyError struct {
 }
 
 func (e *KeyError) Error() string {
-	return fmt.Sprintf("%s %q: %s", e.Key, e.Value, e.Reason)
+	return fmt.Sprintf("%s %s: %s", keyName(e.Key), quotePrefix(e.Value), e.Reason)
+}
+
+// quotePrefix quotes at most the first 64 bytes of a value, so an error
+// never carries a tenant's whole annotation into status, Events and logs.
+func quotePrefix(v string) string {
+	const n = 64
+	if len(v) <= n {
+		return strconv.Quote(v)
+	}
+	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
+}
+
+// keyName is a key as an error shows it: as it is when plain and no longer
+// than an annotation key may be (253-byte prefix, '/', 63-byte name), else
+// quoted and cut like a value: an unknown annotation's key is the tenant's.
+func keyName(k string) string {
+	plain := k != "" && len(k) <= 317 && !strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f })
+	if plain {
+		return k
+	}
+	return quotePrefix(k)
 }
 
 func keyErr(key, value, format string, args ...any) error {

@@ -273,6 +273,11 @@ var seedConfigs = []struct{ k1, v1, k2, v2 string }{
 	{AnnotationActivationScale, "2147483648", AnnotationTarget, "0x10"},
 	{AnnotationMetricAggregationAlgorithm, "weightedExponential", AnnotationClass, ClassHPA},
 	{Prefix + "bogus", "1", AnnotationProgressDeadline, "9223372036s"},
+	{KeyStableWindow, "+Inf", KeyMaxScale, "-1"},
+	{AnnotationTarget, "1e300", AnnotationMinScale, "0-999999999"},
+	{AnnotationClass, "x.knative.dev\n\x1b[2J", AnnotationMetric, "rps\x00"},
+	{Prefix + strings.Repeat("k", 5000), "1", AnnotationWindow, strings.Repeat("9", 5000)},
+	{Prefix + "bad key\n", strings.Repeat("\xff", 5000), AnnotationInitialScale, "0"},
 }
 
 func FuzzParseConfig(f *testing.F) {
@@ -284,6 +289,7 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil {
 			// The error names a config key: one of those given, or one whose
 			// default they made invalid (max-scale under a max-scale-limit).
+			checkErr(t, err)
 			var ke *KeyError
 			if !errors.As(err, &ke) || (ke.Key != k1 && ke.Key != k2 && ke.Key != KeyMaxScale) {
 				t.Fatalf("error %v does not name one of the keys", err)
@@ -307,6 +313,7 @@ func FuzzParseAnnotations(f *testing.F) {
 		ann := map[string]string{k1: v1, k2: v2}
 		rev, err := NewRevision(Default(), DefaultDeployment(), ann, cc, true)
 		if err != nil {
+			checkErr(t, err)
 			var ke *KeyError
 			if errors.As(err, &ke) && ke.Key != k1 && ke.Key != k2 {
 				t.Fatalf("error %v names neither key", err)
