@@ -3,10 +3,15 @@ package server
 import (
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Config is the listening and shutdown configuration every tidal binary shares.
@@ -23,6 +28,11 @@ type Config struct {
 	// TLS is the optional mutual TLS for the gRPC port and for calls to
 	// other tidal services.
 	TLS TLSConfig
+	// Authz is who may call what, once TLS gives callers an identity.
+	Authz AuthzConfig
+	// MaxConcurrentStreams bounds the calls one client connection may have
+	// open at once; 0 means gRPC's default (no bound).
+	MaxConcurrentStreams uint
 	// AdvertiseAddr is the gRPC address other replicas reach this one at
 	// (named in bucket Leases); empty means Advertise's default.
 	AdvertiseAddr string
@@ -49,8 +59,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultGRPC, defaultHTTP string
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "How long in-flight calls may run after SIGTERM; 0 stops them at once.")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "gRPC address other replicas reach this one at, named in bucket Leases; empty means $POD_IP with the --grpc-addr port, else --grpc-addr.")
+	fs.UintVar(&c.MaxConcurrentStreams, "max-concurrent-streams", defaultMaxConcurrentStreams, "Calls one client connection may have open at once (HTTP/2 streams); more wait in the client. At least the decider's --scale-workers.")
 	c.TLS.RegisterFlags(fs)
+	c.Authz.RegisterFlags(fs)
 }
+
+// defaultMaxConcurrentStreams lets a decider's largest --scale-workers
+// (1,024) through on its one connection.
+const defaultMaxConcurrentStreams = 1024
 
 // Validate refuses a configuration the server cannot run with.
 func (c *Config) Validate() error {
@@ -67,7 +83,35 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
-	return c.TLS.Validate()
+	if c.MaxConcurrentStreams > math.MaxUint32 {
+		return fmt.Errorf("--max-concurrent-streams %d: want at most %d", c.MaxConcurrentStreams, uint32(math.MaxUint32))
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	return c.Authz.Validate()
+}
+
+// DialOption returns the transport credentials for calling another tidal
+// service of role: with mutual TLS, this service presents its certificate
+// and requires the server's to name an identity of role (so a collector's
+// certificate cannot pose as an actuator); plaintext otherwise.
+func (c *Config) DialOption(role Role) (grpc.DialOption, error) {
+	if !c.TLS.Enabled() {
+		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
+	}
+	p := c.Authz.policy
+	if p == nil {
+		var err error
+		if p, err = c.Authz.build(); err != nil {
+			return nil, err
+		}
+	}
+	tc, err := c.TLS.peerTLS(p.ids(role), role, c.Authz.CommonName)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(tc)), nil
 }
 
 // EnvName is the environment variable that stands in for flag name:

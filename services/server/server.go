@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -57,7 +58,8 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 	// The chain runs outermost first. Recovery is outermost so a panic
 	// anywhere below, logging included, becomes an INTERNAL status instead of
 	// killing the process; logging and metrics come next so refused requests
-	// are logged and counted too; validation is last, right before the handler.
+	// are logged and counted too; then the guard checks who calls, before
+	// anything reads the request; validation is last, right before the handler.
 	logger := interceptorLogger(log)
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
@@ -68,23 +70,30 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 		log.Error("panic in gRPC handler", zap.Any("panic", p), zap.Stack("stack"))
 		return status.Error(codes.Internal, "internal error")
 	})
+	g := newGuard(cfg, log, reg)
+	opts := tlsOpts(cfg.TLS, log)
+	if cfg.MaxConcurrentStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(cfg.MaxConcurrentStreams, math.MaxUint32))))
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
 		reg:     reg,
 		health:  health.NewServer(),
 		metrics: metrics,
-		grpc: grpc.NewServer(append(tlsOpts(cfg.TLS, log),
+		grpc: grpc.NewServer(append(opts,
 			grpc.ChainUnaryInterceptor(
 				recovery.UnaryServerInterceptor(recoverOpt),
 				logging.UnaryServerInterceptor(logger, logOpts...),
 				metrics.UnaryServerInterceptor(),
+				g.unary(),
 				validator.UnaryServerInterceptor(),
 			),
 			grpc.ChainStreamInterceptor(
 				recovery.StreamServerInterceptor(recoverOpt),
 				logging.StreamServerInterceptor(logger, logOpts...),
 				metrics.StreamServerInterceptor(),
+				g.stream(),
 				validator.StreamServerInterceptor(),
 			),
 		)...),

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tidalscale/tidal/identity"
 )
 
 // TLSConfig is the optional mutual TLS between tidal's services. With all
@@ -80,8 +82,11 @@ func (c *TLSConfig) serverOption() (grpc.ServerOption, error) {
 	})), nil
 }
 
-// DialOption returns the transport credentials for calling another tidal
-// service: mutual TLS when configured, plaintext otherwise.
+// DialOption returns the transport credentials for calling a server whose
+// certificate carries the dialled host name (or ServerName): mutual TLS
+// when configured, plaintext otherwise. It does not pin the server's
+// identity; tidal's services call each other with Config.DialOption, which
+// does.
 func (c *TLSConfig) DialOption() (grpc.DialOption, error) {
 	if !c.Enabled() {
 		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
@@ -96,4 +101,46 @@ func (c *TLSConfig) DialOption() (grpc.DialOption, error) {
 		ServerName:   c.ServerName,
 		MinVersion:   tls.VersionTLS13,
 	})), nil
+}
+
+// peerTLS is the client side of mutual TLS to another tidal service: the
+// server's certificate must chain to the CA and name one of want as its
+// SPIFFE ID. Peers are dialled by pod IP (deciders found through the Pods
+// API, actuator replicas forwarding to each other), which no certificate
+// names, so the identity takes the place of the host name; ServerName, when
+// set, is checked as well.
+func (c *TLSConfig) peerTLS(want map[string]bool, role Role, commonName bool) (*tls.Config, error) {
+	cert, pool, err := c.load()
+	if err != nil {
+		return nil, err
+	}
+	serverName := c.ServerName
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS13,
+		// The chain, the name and the identity are checked in
+		// VerifyConnection below, which runs whatever this says.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("server sent no certificate")
+			}
+			leaf := cs.PeerCertificates[0]
+			inter := x509.NewCertPool()
+			for _, ic := range cs.PeerCertificates[1:] {
+				inter.AddCert(ic)
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: serverName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				return fmt.Errorf("server certificate: %w", err)
+			}
+			id, err := identity.FromCertificate(leaf, commonName)
+			if err != nil {
+				return fmt.Errorf("server certificate: %w", err)
+			}
+			if !want[id.String()] {
+				return fmt.Errorf("server %s is not a %s identity", identity.Quote(id.String()), role)
+			}
+			return nil
+		},
+	}, nil
 }

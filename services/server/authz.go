@@ -1,0 +1,500 @@
+package server
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tidalscale/tidal/identity"
+	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+// Role is a kind of caller. A Role value may hold several roles.
+type Role uint8
+
+// The kinds of caller the built-in policy knows.
+const (
+	RoleCollector Role = 1 << iota
+	RoleDecider
+	RoleActuator
+	// RolePusher pushes stats to collectors (activators, queue proxies).
+	RolePusher
+	// RoleOperator is a person or tool allowed to scale and deploy by hand.
+	RoleOperator
+)
+
+// roleNames are the roles in label order: a caller holding several is
+// counted under the first.
+var roleNames = []struct {
+	role Role
+	name string
+}{
+	{RoleCollector, "collector"}, {RoleDecider, "decider"}, {RoleActuator, "actuator"},
+	{RolePusher, "pusher"}, {RoleOperator, "operator"},
+}
+
+// Labels a refusal is counted under besides the roles: an identity that
+// holds no role, and a caller without a usable identity.
+const (
+	labelOther   = "other"
+	labelUnknown = "unknown"
+)
+
+// String names the roles in r, joined by '+'; "other" when none.
+func (r Role) String() string {
+	var names []string
+	for _, rn := range roleNames {
+		if r&rn.role != 0 {
+			names = append(names, rn.name)
+		}
+	}
+	if len(names) == 0 {
+		return labelOther
+	}
+	return strings.Join(names, "+")
+}
+
+// label is the one bounded metric label of r.
+func (r Role) label() string {
+	for _, rn := range roleNames {
+		if r&rn.role != 0 {
+			return rn.name
+		}
+	}
+	return labelOther
+}
+
+// mutating lists the methods that change something, and the roles that may
+// call each. Every other method of tidal's services is a read (its name
+// starts with Get, List, Watch or Explain) or is refused; see classify.
+var mutating = map[string]Role{
+	// Actuators forward Scale to the replica that owns the target.
+	actuatorv1.ActuatorService_Scale_FullMethodName:             RoleDecider | RoleActuator | RoleOperator,
+	actuatorv1.ActuatorService_Deploy_FullMethodName:            RoleDecider | RoleOperator,
+	actuatorv1.ActuatorService_Undeploy_FullMethodName:          RoleDecider | RoleOperator,
+	actuatorv1.ActuatorService_Update_FullMethodName:            RoleDecider | RoleOperator,
+	deciderv1.DeciderService_Ingest_FullMethodName:              RoleCollector,
+	collectorv1.CollectorService_PushStats_FullMethodName:       RolePusher,
+	collectorv1.CollectorService_PushStatsStream_FullMethodName: RolePusher,
+}
+
+// readServices are the services every method of which only reads: health
+// and server reflection, which grpcurl users need.
+var readServices = []string{"/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/"}
+
+// readPrefixes start the names of the methods of tidal's services that only
+// read.
+var readPrefixes = []string{"Get", "List", "Watch", "Explain"}
+
+// methodClass is what a method does, for the policy.
+type methodClass int
+
+const (
+	classUnknown methodClass = iota
+	classRead
+	classMutating
+)
+
+// classify tells reads from mutating methods. A method of tidal's services
+// that is neither listed in mutating nor named as a read is unknown, and
+// refused unless an --authz-allow rule names it: a new mutating RPC stays
+// closed until the policy learns of it.
+func classify(method string) (methodClass, Role) {
+	if roles, ok := mutating[method]; ok {
+		return classMutating, roles
+	}
+	for _, svc := range readServices {
+		if strings.HasPrefix(method, svc) {
+			return classRead, 0
+		}
+	}
+	if strings.HasPrefix(method, "/tidal.") {
+		_, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+		if ok {
+			for _, p := range readPrefixes {
+				if strings.HasPrefix(name, p) {
+					return classRead, 0
+				}
+			}
+		}
+	}
+	return classUnknown, 0
+}
+
+// AuthzConfig is who may call what once mutual TLS is on. Identities are
+// SPIFFE IDs. The built-in policy lets any identity of the trust domain
+// read (Get*, List*, Watch*, Explain, health, reflection); Scale, Deploy,
+// Undeploy and Update only deciders and operators (and actuators Scale,
+// which they forward to each other); Ingest only collectors; PushStats and
+// PushStatsStream only pushers. With plaintext no caller has an identity
+// and nothing is checked.
+type AuthzConfig struct {
+	// TrustDomain, Namespace and AccountPrefix make the default identities
+	// of tidal's services: spiffe://TrustDomain/ns/Namespace/sa/AccountPrefix-collector,
+	// and so on, the chart's ServiceAccounts.
+	TrustDomain   string
+	Namespace     string
+	AccountPrefix string
+	// Collectors, Deciders, Actuators, Pushers and Operators are the
+	// identities holding each role; empty Collectors, Deciders or Actuators
+	// mean the default one.
+	Collectors, Deciders, Actuators, Pushers, Operators idList
+	// Allow are extra rules, METHOD_PREFIX=ID,ID...: identities allowed
+	// every method starting with the prefix.
+	Allow allowList
+	// File is a YAML or JSON file of more identities and rules (authzFile).
+	File string
+	// CommonName takes a certificate's identity from its subject's common
+	// name when it has no URI SAN (the chart's generated certificates).
+	CommonName bool
+	// MutatingRate and MutatingBurst bound each identity's calls of
+	// non-read methods (a stream counts once, when opened); 0 turns the
+	// bound off.
+	MutatingRate  float64
+	MutatingBurst int
+
+	// policy is built by Validate.
+	policy *policy
+}
+
+// idList is a comma-separated flag of SPIFFE IDs.
+type idList []identity.ID
+
+func (l *idList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, id := range *l {
+		s[i] = id.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *idList) Set(v string) error {
+	ids, err := parseIDs(v)
+	if err != nil {
+		return err
+	}
+	*l = ids
+	return nil
+}
+
+func parseIDs(v string) ([]identity.ID, error) {
+	var ids []identity.ID
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		id, err := identity.Parse(s)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// allowRule lets identities call every method starting with prefix.
+type allowRule struct {
+	prefix string
+	ids    []identity.ID
+}
+
+// allowList is the repeatable --authz-allow flag; one value may hold several
+// rules separated by ';', so one environment variable can carry them all.
+type allowList []allowRule
+
+func (l *allowList) String() string {
+	if l == nil {
+		return ""
+	}
+	var s []string
+	for _, r := range *l {
+		s = append(s, r.prefix+"="+(*idList)(&r.ids).String())
+	}
+	return strings.Join(s, ";")
+}
+
+func (l *allowList) Set(v string) error {
+	for _, part := range strings.Split(v, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		prefix, ids, ok := strings.Cut(part, "=")
+		if !ok {
+			return fmt.Errorf("rule %s: want METHOD_PREFIX=SPIFFE_ID,...", identity.Quote(part))
+		}
+		r, err := newAllowRule(prefix, strings.Split(ids, ","))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, r)
+	}
+	return nil
+}
+
+func newAllowRule(prefix string, ids []string) (allowRule, error) {
+	prefix = strings.TrimSpace(prefix)
+	if prefix == "" {
+		return allowRule{}, errors.New("rule: empty method prefix")
+	}
+	if !strings.HasPrefix(prefix, "/") {
+		prefix = "/" + prefix
+	}
+	r := allowRule{prefix: prefix}
+	for _, s := range ids {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		id, err := identity.Parse(s)
+		if err != nil {
+			return allowRule{}, fmt.Errorf("rule for %s: %w", identity.Quote(prefix), err)
+		}
+		r.ids = append(r.ids, id)
+	}
+	if len(r.ids) == 0 {
+		return allowRule{}, fmt.Errorf("rule for %s: no identity", identity.Quote(prefix))
+	}
+	return r, nil
+}
+
+// authzFile is --authz-file: identities added to each role, and rules.
+type authzFile struct {
+	Collectors []string `json:"collectors,omitempty"`
+	Deciders   []string `json:"deciders,omitempty"`
+	Actuators  []string `json:"actuators,omitempty"`
+	Pushers    []string `json:"pushers,omitempty"`
+	Operators  []string `json:"operators,omitempty"`
+	Allow      []struct {
+		Method     string   `json:"method"`
+		Identities []string `json:"identities"`
+	} `json:"allow,omitempty"`
+}
+
+// k8sName is a namespace or a ServiceAccount name (prefix).
+var k8sName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
+// Defaults of the flags; the chart's names for a release "tidal".
+const (
+	defaultTrustDomain   = "cluster.local"
+	defaultNamespace     = "tidal"
+	defaultAccountPrefix = "tidal"
+	// A decider at 10,000 targets whose targets all change at once (a
+	// restart replaying history) sends 10,000 Scale calls in a burst, and
+	// all decider replicas share one identity.
+	defaultMutatingRate  = 5000
+	defaultMutatingBurst = 20000
+)
+
+// RegisterFlags registers the authorization flags on fs.
+func (c *AuthzConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.TrustDomain, "authz-trust-domain", defaultTrustDomain, "SPIFFE trust domain of tidal's identities; identities of other trust domains may call only what --authz-allow or a role names them for.")
+	fs.StringVar(&c.Namespace, "authz-namespace", defaultNamespace, "Namespace of tidal's ServiceAccounts, for the default identities spiffe://TRUST-DOMAIN/ns/NAMESPACE/sa/PREFIX-{collector,decider,actuator}.")
+	fs.StringVar(&c.AccountPrefix, "authz-account-prefix", defaultAccountPrefix, "Prefix of tidal's ServiceAccount names (the chart's full name), for the default identities.")
+	fs.Var(&c.Collectors, "authz-collectors", "Comma-separated SPIFFE IDs of collectors, which may call Ingest; empty means the default identity.")
+	fs.Var(&c.Deciders, "authz-deciders", "Comma-separated SPIFFE IDs of deciders, which may call Scale, Deploy, Undeploy and Update; empty means the default identity.")
+	fs.Var(&c.Actuators, "authz-actuators", "Comma-separated SPIFFE IDs of actuators, which may forward Scale to each other; empty means the default identity.")
+	fs.Var(&c.Pushers, "authz-pushers", "Comma-separated SPIFFE IDs allowed to call PushStats and PushStatsStream (activators); none by default.")
+	fs.Var(&c.Operators, "authz-operators", "Comma-separated SPIFFE IDs of operators, who may call Scale, Deploy, Undeploy and Update; none by default.")
+	fs.Var(&c.Allow, "authz-allow", "Extra rule METHOD_PREFIX=SPIFFE_ID,...: the identities may call every method whose full name starts with the prefix, e.g. /tidal.decider.v1.DeciderService/Ingest=spiffe://cluster.local/ns/x/sa/y; repeatable, or rules separated by ';'.")
+	fs.StringVar(&c.File, "authz-file", "", "YAML or JSON file adding identities to roles and rules: {collectors, deciders, actuators, pushers, operators: [SPIFFE_ID...], allow: [{method: PREFIX, identities: [SPIFFE_ID...]}]}.")
+	fs.BoolVar(&c.CommonName, "authz-common-name-identity", false, "Take a certificate's SPIFFE ID from its subject's common name when it has no URI SAN; only for a CA that signs nothing else (the chart's generated certificates).")
+	fs.Float64Var(&c.MutatingRate, "authz-mutating-rate", defaultMutatingRate, "Calls per second each identity may make to methods that change something (a stream counts when opened); more get RESOURCE_EXHAUSTED. 0 means no bound.")
+	fs.IntVar(&c.MutatingBurst, "authz-mutating-burst", defaultMutatingBurst, "Calls an identity may make at once above --authz-mutating-rate.")
+}
+
+// Validate checks the flags and the file and builds the policy.
+func (c *AuthzConfig) Validate() error {
+	if c.MutatingRate < 0 {
+		return fmt.Errorf("--authz-mutating-rate %g: want at least 0", c.MutatingRate)
+	}
+	if c.MutatingRate > 0 && c.MutatingBurst < 1 {
+		return fmt.Errorf("--authz-mutating-burst %d: want at least 1 with a rate", c.MutatingBurst)
+	}
+	for _, f := range []struct{ flag, v string }{{"authz-namespace", c.Namespace}, {"authz-account-prefix", c.AccountPrefix}} {
+		if f.v != "" && !k8sName.MatchString(f.v) {
+			return fmt.Errorf("--%s %s: want a Kubernetes name (a-z, 0-9, '-', '.')", f.flag, identity.Quote(f.v))
+		}
+	}
+	p, err := c.build()
+	if err != nil {
+		return err
+	}
+	c.policy = p
+	return nil
+}
+
+// policy is the table a caller's identity and a method are checked
+// against.
+type policy struct {
+	trustDomain string
+	// roles holds every identity with a role, by its URI form.
+	roles map[string]Role
+	allow []allowRule
+	// named holds every identity a role or rule names, whatever its trust
+	// domain.
+	named map[string]bool
+}
+
+func (c *AuthzConfig) build() (*policy, error) {
+	td := c.TrustDomain
+	if td == "" {
+		td = defaultTrustDomain
+	}
+	ns, prefix := c.Namespace, c.AccountPrefix
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	if prefix == "" {
+		prefix = defaultAccountPrefix
+	}
+	defaultID := func(flagName, component string) ([]identity.ID, error) {
+		id, err := identity.New(td, ns, prefix+"-"+component)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: default from --authz-trust-domain, --authz-namespace, --authz-account-prefix: %w", flagName, err)
+		}
+		return []identity.ID{id}, nil
+	}
+	p := &policy{trustDomain: td, roles: map[string]Role{}, named: map[string]bool{}}
+	add := func(role Role, ids []identity.ID) {
+		for _, id := range ids {
+			p.roles[id.String()] |= role
+			p.named[id.String()] = true
+		}
+	}
+	for _, r := range []struct {
+		role       Role
+		ids        idList
+		flag, sa   string
+		hasDefault bool
+	}{
+		{RoleCollector, c.Collectors, "authz-collectors", "collector", true},
+		{RoleDecider, c.Deciders, "authz-deciders", "decider", true},
+		{RoleActuator, c.Actuators, "authz-actuators", "actuator", true},
+		{RolePusher, c.Pushers, "authz-pushers", "", false},
+		{RoleOperator, c.Operators, "authz-operators", "", false},
+	} {
+		ids := r.ids
+		if len(ids) == 0 && r.hasDefault {
+			var err error
+			if ids, err = defaultID(r.flag, r.sa); err != nil {
+				return nil, err
+			}
+		}
+		add(r.role, ids)
+	}
+	p.allow = slices.Clone(c.Allow)
+	if c.File != "" {
+		if err := p.addFile(c.File, add); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range p.allow {
+		for _, id := range r.ids {
+			p.named[id.String()] = true
+		}
+	}
+	return p, nil
+}
+
+func (p *policy) addFile(path string, add func(Role, []identity.ID)) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--authz-file: %w", err)
+	}
+	var f authzFile
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+		return fmt.Errorf("--authz-file %s: %w", path, err)
+	}
+	for _, r := range []struct {
+		role Role
+		key  string
+		ids  []string
+	}{
+		{RoleCollector, "collectors", f.Collectors}, {RoleDecider, "deciders", f.Deciders},
+		{RoleActuator, "actuators", f.Actuators}, {RolePusher, "pushers", f.Pushers}, {RoleOperator, "operators", f.Operators},
+	} {
+		ids, err := parseIDs(strings.Join(r.ids, ","))
+		if err != nil {
+			return fmt.Errorf("--authz-file %s: %s: %w", path, r.key, err)
+		}
+		add(r.role, ids)
+	}
+	for i, a := range f.Allow {
+		r, err := newAllowRule(a.Method, a.Identities)
+		if err != nil {
+			return fmt.Errorf("--authz-file %s: allow[%d]: %w", path, i, err)
+		}
+		p.allow = append(p.allow, r)
+	}
+	return nil
+}
+
+// ids returns the identities holding role.
+func (p *policy) ids(role Role) map[string]bool {
+	out := map[string]bool{}
+	for id, r := range p.roles {
+		if r&role != 0 {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// decision is the policy's answer for one call.
+type decision struct {
+	allowed bool
+	// limited says the call counts against the caller's rate.
+	limited bool
+	// label is the caller's bounded metric label.
+	label string
+	// reason says why a call is refused.
+	reason string
+}
+
+// decide checks a call of method by id; idErr says why the caller has no
+// identity.
+func (p *policy) decide(method string, id identity.ID, idErr error) decision {
+	if idErr != nil {
+		return decision{label: labelUnknown, reason: idErr.Error()}
+	}
+	key := id.String()
+	roles := p.roles[key]
+	d := decision{label: roles.label()}
+	if id.TrustDomain() != p.trustDomain && !p.named[key] {
+		d.label = labelUnknown
+		d.reason = fmt.Sprintf("trust domain %s is not %s", identity.Quote(id.TrustDomain()), identity.Quote(p.trustDomain))
+		return d
+	}
+	class, need := classify(method)
+	if class == classRead {
+		d.allowed = true
+		return d
+	}
+	d.limited = true
+	if roles&need != 0 {
+		d.allowed = true
+		return d
+	}
+	for _, r := range p.allow {
+		if strings.HasPrefix(method, r.prefix) && slices.Contains(r.ids, id) {
+			d.allowed = true
+			return d
+		}
+	}
+	if class == classMutating {
+		d.reason = fmt.Sprintf("it is for %s; the caller is %s", need, roles)
+	} else {
+		d.reason = "no rule allows this method"
+	}
+	return d
+}

@@ -1,0 +1,290 @@
+package server
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/tidalscale/tidal/identity"
+)
+
+// The identities of the policy tests: the defaults of a release "tidal" in
+// namespace "tidal", and callers with no role.
+var (
+	idCollector = identity.MustNew("cluster.local", "tidal", "tidal-collector")
+	idDecider   = identity.MustNew("cluster.local", "tidal", "tidal-decider")
+	idActuator  = identity.MustNew("cluster.local", "tidal", "tidal-actuator")
+	idPusher    = identity.MustNew("cluster.local", "knative-serving", "activator")
+	idOperator  = identity.MustNew("cluster.local", "ops", "oncall")
+	idStranger  = identity.MustNew("cluster.local", "default", "web")
+	idForeign   = identity.MustNew("other.example", "tidal", "tidal-decider")
+)
+
+// callers name the identities of the matrix; "no identity" is a verified
+// certificate without a SPIFFE ID.
+var callers = []struct {
+	name string
+	id   identity.ID
+}{
+	{"collector", idCollector}, {"decider", idDecider}, {"actuator", idActuator},
+	{"pusher", idPusher}, {"operator", idOperator}, {"stranger", idStranger},
+	{"foreign", idForeign}, {"no identity", identity.ID{}},
+}
+
+// readers are the callers any read is open to.
+var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "stranger"}
+
+// wantAllowed is the policy the issue asks for, method by method, written
+// out apart from the code's table so that a change to either shows here.
+// Every method of the three services must be listed (TestMatrixCoversEveryMethod).
+var wantAllowed = map[string][]string{
+	"/tidal.actuator.v1.ActuatorService/Scale":                       {"decider", "actuator", "operator"},
+	"/tidal.actuator.v1.ActuatorService/Deploy":                      {"decider", "operator"},
+	"/tidal.actuator.v1.ActuatorService/Undeploy":                    {"decider", "operator"},
+	"/tidal.actuator.v1.ActuatorService/Update":                      {"decider", "operator"},
+	"/tidal.actuator.v1.ActuatorService/GetScale":                    readers,
+	"/tidal.decider.v1.DeciderService/Ingest":                        {"collector"},
+	"/tidal.decider.v1.DeciderService/GetDecision":                   readers,
+	"/tidal.decider.v1.DeciderService/ListDecisions":                 readers,
+	"/tidal.decider.v1.DeciderService/WatchDecisions":                readers,
+	"/tidal.decider.v1.DeciderService/Explain":                       readers,
+	"/tidal.collector.v1.CollectorService/PushStats":                 {"pusher"},
+	"/tidal.collector.v1.CollectorService/PushStatsStream":           {"pusher"},
+	"/tidal.collector.v1.CollectorService/ListTargets":               readers,
+	"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
+	"/grpc.health.v1.Health/Check":                                   readers,
+	"/grpc.health.v1.Health/Watch":                                   readers,
+	"/grpc.health.v1.Health/List":                                    readers,
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      readers,
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": readers,
+}
+
+// testAuthz is the configuration of the matrix: the defaults, plus the
+// pusher and the operator.
+func testAuthz(t *testing.T, args ...string) *AuthzConfig {
+	t.Helper()
+	var c AuthzConfig
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.RegisterFlags(fs)
+	base := []string{"--authz-pushers", idPusher.String(), "--authz-operators", idOperator.String()}
+	if err := fs.Parse(append(base, args...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+func TestPolicyMatrix(t *testing.T) {
+	p := testAuthz(t).policy
+	for method, allowed := range wantAllowed {
+		for _, c := range callers {
+			want := contains(allowed, c.name)
+			var idErr error
+			if c.id.IsZero() {
+				idErr = identity.ErrNoIdentity
+			}
+			d := p.decide(method, c.id, idErr)
+			if d.allowed != want {
+				t.Errorf("%s by %s: allowed = %v (%s), want %v", method, c.name, d.allowed, d.reason, want)
+			}
+			if !d.allowed && d.reason == "" {
+				t.Errorf("%s by %s: refused without a reason", method, c.name)
+			}
+			// Reads are never rate limited; everything else that passes is.
+			if d.allowed && d.limited != (len(allowed) != len(readers)) {
+				t.Errorf("%s by %s: limited = %v", method, c.name, d.limited)
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPolicyLabels(t *testing.T) {
+	p := testAuthz(t).policy
+	for _, tt := range []struct {
+		id    identity.ID
+		idErr error
+		want  string
+	}{
+		{idCollector, nil, "collector"},
+		{idDecider, nil, "decider"},
+		{idPusher, nil, "pusher"},
+		{idOperator, nil, "operator"},
+		{idStranger, nil, "other"},
+		{idForeign, nil, "unknown"},
+		{identity.ID{}, identity.ErrNoIdentity, "unknown"},
+	} {
+		if got := p.decide("/tidal.actuator.v1.ActuatorService/Scale", tt.id, tt.idErr).label; got != tt.want {
+			t.Errorf("label of %s = %q, want %q", tt.id, got, tt.want)
+		}
+	}
+}
+
+func TestPolicyUnknownMethodClosed(t *testing.T) {
+	p := testAuthz(t, "--authz-allow", "/tidal.actuator.v1.ActuatorService/Evict="+idStranger.String()).policy
+	for _, m := range []string{"/tidal.actuator.v1.ActuatorService/Evict", "/tidal.decider.v1.DeciderService/Reset", "/other.Service/Get"} {
+		if d := p.decide(m, idOperator, nil); d.allowed {
+			t.Errorf("%s by an operator: allowed, want refused (no rule names it)", m)
+		}
+	}
+	if d := p.decide("/tidal.actuator.v1.ActuatorService/Evict", idStranger, nil); !d.allowed || !d.limited {
+		t.Errorf("Evict by the identity a rule names: %+v, want allowed and rate limited", d)
+	}
+}
+
+func TestAuthzFlags(t *testing.T) {
+	custom := identity.MustNew("example.org", "prod", "tidal-all-decider")
+	tests := []struct {
+		name    string
+		args    []string
+		method  string
+		id      identity.ID
+		want    bool
+		wantErr string
+	}{
+		{name: "default names from namespace and prefix", args: []string{"--authz-namespace", "prod", "--authz-account-prefix", "tidal-all", "--authz-trust-domain", "example.org"},
+			method: "/tidal.actuator.v1.ActuatorService/Scale", id: custom, want: true},
+		{name: "the old defaults no longer hold", args: []string{"--authz-namespace", "prod"},
+			method: "/tidal.actuator.v1.ActuatorService/Scale", id: idDecider, want: false},
+		{name: "explicit deciders replace the default", args: []string{"--authz-deciders", custom.String()},
+			method: "/tidal.actuator.v1.ActuatorService/Scale", id: idDecider, want: false},
+		{name: "explicit decider of another trust domain", args: []string{"--authz-deciders", custom.String()},
+			method: "/tidal.actuator.v1.ActuatorService/Deploy", id: custom, want: true},
+		{name: "allow rule by prefix", args: []string{"--authz-allow", "tidal.decider.v1.DeciderService/=" + idStranger.String()},
+			method: "/tidal.decider.v1.DeciderService/Ingest", id: idStranger, want: true},
+		{name: "allow rules separated by ;", args: []string{"--authz-allow", "/a/=" + idPusher.String() + ";/tidal.actuator.v1.ActuatorService/Scale=" + idStranger.String() + "," + idCollector.String()},
+			method: "/tidal.actuator.v1.ActuatorService/Scale", id: idCollector, want: true},
+		{name: "malformed ID", args: []string{"--authz-operators", "spiffe://cluster.local/ns/../x"}, wantErr: "authz-operators"},
+		{name: "rule without =", args: []string{"--authz-allow", "/tidal.actuator.v1.ActuatorService/Scale"}, wantErr: "METHOD_PREFIX="},
+		{name: "rule without identity", args: []string{"--authz-allow", "/x=,"}, wantErr: "no identity"},
+		{name: "bad namespace", args: []string{"--authz-namespace", "a/b"}, wantErr: "--authz-namespace"},
+		{name: "negative rate", args: []string{"--authz-mutating-rate", "-1"}, wantErr: "--authz-mutating-rate"},
+		{name: "rate without burst", args: []string{"--authz-mutating-burst", "0"}, wantErr: "--authz-mutating-burst"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c AuthzConfig
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			c.RegisterFlags(fs)
+			err := fs.Parse(tt.args)
+			if err == nil {
+				err = c.Validate()
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.policy.decide(tt.method, tt.id, nil).allowed; got != tt.want {
+				t.Errorf("%s by %s: allowed = %v, want %v", tt.method, tt.id, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAuthzFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	yamlFile := write("authz.yaml", `
+pushers: [spiffe://cluster.local/ns/default/sa/web]
+operators:
+  - spiffe://cluster.local/ns/ops/sa/oncall
+allow:
+  - method: /tidal.decider.v1.DeciderService/Ingest
+    identities: [spiffe://cluster.local/ns/knative-serving/sa/activator]
+`)
+	jsonFile := write("authz.json", `{"deciders": ["spiffe://cluster.local/ns/default/sa/web"]}`)
+	c := testAuthz(t, "--authz-file", yamlFile)
+	for _, tt := range []struct {
+		method string
+		id     identity.ID
+		want   bool
+	}{
+		{"/tidal.collector.v1.CollectorService/PushStats", idStranger, true},
+		{"/tidal.collector.v1.CollectorService/PushStats", idPusher, true}, // the flag's still holds
+		{"/tidal.actuator.v1.ActuatorService/Scale", idOperator, true},
+		{"/tidal.decider.v1.DeciderService/Ingest", idPusher, true},
+		{"/tidal.decider.v1.DeciderService/Ingest", idStranger, false},
+		{"/tidal.decider.v1.DeciderService/Ingest", idCollector, true}, // defaults stay
+	} {
+		if got := c.policy.decide(tt.method, tt.id, nil).allowed; got != tt.want {
+			t.Errorf("yaml: %s by %s: allowed = %v, want %v", tt.method, tt.id, got, tt.want)
+		}
+	}
+	c = testAuthz(t, "--authz-file", jsonFile)
+	if !c.policy.decide("/tidal.actuator.v1.ActuatorService/Scale", idStranger, nil).allowed {
+		t.Error("json: decider from the file refused Scale")
+	}
+
+	for name, body := range map[string]string{
+		"unknown key": "pusher: [x]\n",
+		"bad ID":      "operators: [spiffe://cluster.local/ns//x]\n",
+		"bad rule":    "allow: [{method: /x, identities: []}]\n",
+	} {
+		var c AuthzConfig
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := fs.Parse([]string{"--authz-file", write("bad.yaml", body)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--authz-file") {
+			t.Errorf("%s: Validate = %v, want an error naming --authz-file", name, err)
+		}
+	}
+	var missing AuthzConfig
+	missing.File = filepath.Join(dir, "nope.yaml")
+	if err := missing.Validate(); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestRateLimiterBounds(t *testing.T) {
+	l := newRateLimiter(rate.Limit(1), 2, 3)
+	now := time.Unix(1000, 0)
+	for i, want := range []bool{true, true, false} {
+		if got := l.allow("a", now); got != want {
+			t.Errorf("call %d of a at once: %v, want %v", i+1, got, want)
+		}
+	}
+	if !l.allow("a", now.Add(time.Second)) {
+		t.Error("a refused a second later: the bucket did not refill")
+	}
+	if !l.allow("b", now) {
+		t.Error("b refused: buckets are per identity")
+	}
+	for _, k := range []string{"c", "d", "e"} {
+		l.allow(k, now)
+	}
+	if got := l.len(); got != 3 {
+		t.Errorf("tracked identities = %d, want the bound 3", got)
+	}
+}

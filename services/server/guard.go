@@ -1,0 +1,188 @@
+package server
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tidalscale/tidal/identity"
+	"github.com/tidalscale/tidal/logkey"
+)
+
+// maxTrackedIdentities bounds the rate limiter's buckets. Only callers the
+// policy allowed reach it, so in practice it holds the few configured
+// identities; the bound only stops a misconfiguration from growing it.
+const maxTrackedIdentities = 1024
+
+// refusalLogPeriod is how often one caller's refusals of one method are
+// logged; every refusal is counted.
+const refusalLogPeriod = 10 * time.Second
+
+// guard is the interceptor that checks who calls: the caller's identity
+// against the policy, then its rate of mutating calls. A nil policy (no
+// TLS) lets every call through.
+type guard struct {
+	policy     *policy
+	commonName bool
+	limiter    *rateLimiter
+	log        *zap.Logger
+	logLimit   *logkey.Limiter
+	refused    *prometheus.CounterVec
+	now        func() time.Time
+}
+
+func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
+	g := &guard{
+		log:      log,
+		logLimit: logkey.NewLimiter(refusalLogPeriod),
+		now:      time.Now,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_grpc_refused_total",
+			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, other, unknown) and reason (permission_denied, rate_limited).",
+		}, []string{"method", "role", "reason"}),
+	}
+	reg.MustRegister(g.refused)
+	if !cfg.TLS.Enabled() {
+		log.Warn("gRPC is PLAINTEXT: callers are not authenticated and anyone who reaches the port may call every method, Scale included; use it only for local development and set --tls-cert-file, --tls-key-file and --tls-ca-file anywhere else")
+		return g
+	}
+	p := cfg.Authz.policy
+	if p == nil {
+		var err error
+		if p, err = cfg.Authz.build(); err != nil {
+			// Validate would have refused it; fail closed.
+			log.Error("authorization policy unusable; refusing every call", zap.Error(err))
+			p = &policy{trustDomain: "", roles: map[string]Role{}, named: map[string]bool{}}
+		}
+	}
+	g.policy = p
+	g.commonName = cfg.Authz.CommonName
+	if cfg.Authz.MutatingRate > 0 {
+		g.limiter = newRateLimiter(rate.Limit(cfg.Authz.MutatingRate), cfg.Authz.MutatingBurst, maxTrackedIdentities)
+	}
+	return g
+}
+
+// check refuses a call the caller may not make, or may not make now.
+func (g *guard) check(ctx context.Context, method string) error {
+	if g.policy == nil {
+		return nil
+	}
+	id, idErr := peerIdentity(ctx, g.commonName)
+	d := g.policy.decide(method, id, idErr)
+	caller := id.String()
+	if idErr != nil {
+		caller = "(no identity)"
+	}
+	if !d.allowed {
+		g.refused.WithLabelValues(method, d.label, "permission_denied").Inc()
+		if g.logLimit.Allow("denied "+method+" "+caller, g.now()) {
+			g.log.Warn("call refused: caller may not call this method",
+				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.String("reason", d.reason))
+		}
+		return status.Errorf(codes.PermissionDenied, "%s: caller %s may not call it: %s", method, identity.Quote(caller), d.reason)
+	}
+	if d.limited && g.limiter != nil && !g.limiter.allow(caller, g.now()) {
+		g.refused.WithLabelValues(method, d.label, "rate_limited").Inc()
+		if g.logLimit.Allow("limited "+caller, g.now()) {
+			g.log.Warn("call refused: caller over its rate of mutating calls",
+				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.Float64("rate", float64(g.limiter.rate)))
+		}
+		return status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g mutating calls per second; retry later", method, identity.Quote(caller), float64(g.limiter.rate))
+	}
+	return nil
+}
+
+func (g *guard) unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := g.check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+func (g *guard) stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := g.check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// errNoClientCert is a caller without a verified certificate; the TLS
+// handshake requires one, so only a misconfigured server sees it.
+var errNoClientCert = errors.New("no verified client certificate")
+
+// peerIdentity is the SPIFFE ID of the caller's verified certificate.
+func peerIdentity(ctx context.Context, commonName bool) (identity.ID, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return identity.ID{}, errNoClientCert
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return identity.ID{}, errNoClientCert
+	}
+	return identity.FromCertificate(info.State.VerifiedChains[0][0], commonName)
+}
+
+// rateLimiter is a token bucket per identity, at most max of them; the
+// least recently used is forgotten first.
+type rateLimiter struct {
+	rate  rate.Limit
+	burst int
+	max   int
+
+	// mu guards byKey and order, which hold the same entries.
+	mu    sync.Mutex
+	byKey map[string]*list.Element
+	order *list.List // of *bucketEntry, most recently used first
+}
+
+type bucketEntry struct {
+	key     string
+	limiter *rate.Limiter
+}
+
+func newRateLimiter(r rate.Limit, burst, maxKeys int) *rateLimiter {
+	return &rateLimiter{rate: r, burst: burst, max: maxKeys, byKey: map[string]*list.Element{}, order: list.New()}
+}
+
+// allow takes one token of key's bucket at now, if it has one.
+func (l *rateLimiter) allow(key string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	el, ok := l.byKey[key]
+	if ok {
+		l.order.MoveToFront(el)
+	} else {
+		if l.order.Len() >= l.max {
+			oldest := l.order.Back()
+			l.order.Remove(oldest)
+			delete(l.byKey, oldest.Value.(*bucketEntry).key)
+		}
+		el = l.order.PushFront(&bucketEntry{key: key, limiter: rate.NewLimiter(l.rate, l.burst)})
+		l.byKey[key] = el
+	}
+	return el.Value.(*bucketEntry).limiter.AllowN(now, 1)
+}
+
+// len is how many identities are tracked.
+func (l *rateLimiter) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.order.Len()
+}

@@ -1,0 +1,408 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/tidalscale/tidal/identity"
+	"github.com/tidalscale/tidal/identity/pki"
+	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+// testPKI is a CA and one certificate directory per caller of the matrix,
+// plus a certificate from another CA.
+type testPKI struct {
+	dirs map[string]string
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	ca, err := pki.NewCA("tidal test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	p := &testPKI{dirs: map[string]string{}}
+	for _, c := range callers {
+		leaf := pki.Leaf{ID: c.id, Validity: time.Hour, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}
+		if c.id.IsZero() {
+			leaf.CommonName = "tidal.tidal.svc"
+		}
+		iss, err := ca.Issue(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(root, strings.ReplaceAll(c.name, " ", "-"))
+		if err := ca.WriteDir(dir, iss); err != nil {
+			t.Fatal(err)
+		}
+		p.dirs[c.name] = dir
+	}
+	other, err := pki.NewCA("another CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := other.Issue(pki.Leaf{ID: idDecider, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.dirs["another CA"] = filepath.Join(root, "another-ca")
+	if err := other.WriteDir(p.dirs["another CA"], iss); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// config is a server Config presenting caller's certificate, with the
+// matrix's pusher and operator.
+func (p *testPKI) config(t *testing.T, caller string, args ...string) Config {
+	t.Helper()
+	f := pki.DirFiles(p.dirs[caller])
+	return Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownGrace: time.Second, LogLevel: "info",
+		TLS:   TLSConfig{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA},
+		Authz: *testAuthz(t, args...),
+	}
+}
+
+// fakeActuator answers Scale; fakeDecider's WatchDecisions blocks until
+// its caller leaves, counting open watches.
+type fakeActuator struct {
+	actuatorv1.UnimplementedActuatorServiceServer
+}
+
+func (fakeActuator) Scale(context.Context, *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
+	return &actuatorv1.ScaleResponse{}, nil
+}
+
+type fakeDecider struct {
+	deciderv1.UnimplementedDeciderServiceServer
+	watching, entered atomic.Int32
+}
+
+func (d *fakeDecider) WatchDecisions(_ *deciderv1.WatchDecisionsRequest, s grpc.ServerStreamingServer[deciderv1.WatchDecisionsResponse]) error {
+	d.entered.Add(1)
+	d.watching.Add(1)
+	defer d.watching.Add(-1)
+	<-s.Context().Done()
+	return nil
+}
+
+// startServer runs a server holding all three services, as the actuator.
+func startServer(t *testing.T, cfg Config, log *zap.Logger, reg *prometheus.Registry) (string, *fakeDecider) {
+	t.Helper()
+	srv := New(cfg, log, reg)
+	dec := &fakeDecider{}
+	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), fakeActuator{})
+	deciderv1.RegisterDeciderServiceServer(srv.GRPC(), dec)
+	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), collectorv1.UnimplementedCollectorServiceServer{})
+	gaddr, _, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetReady(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return gaddr.String(), dec
+}
+
+// dialAs connects to the actuator-identified server at addr with caller's
+// certificate, pinning the server's identity as tidal's services do.
+func (p *testPKI) dialAs(t *testing.T, caller, addr string) *grpc.ClientConn {
+	t.Helper()
+	cfg := p.config(t, caller)
+	opt, err := cfg.DialOption(RoleActuator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// call invokes method with an empty message (every request type decodes
+// from it) and returns the status the server ended the call with.
+func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.StreamDesc) error {
+	if desc == nil {
+		return conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := conn.NewStream(ctx, desc, method)
+	if err != nil {
+		return err
+	}
+	if desc.ClientStreams {
+		if err := s.SendMsg(&emptypb.Empty{}); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	// A stream that passed the check may run for ever (a watch): the first
+	// message, or the end of a stream the server closed, is the answer.
+	err = s.RecvMsg(&emptypb.Empty{})
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// methods lists every method the server serves, with its stream shape.
+func methods() map[string]*grpc.StreamDesc {
+	out := map[string]*grpc.StreamDesc{}
+	for _, sd := range []grpc.ServiceDesc{actuatorv1.ActuatorService_ServiceDesc, deciderv1.DeciderService_ServiceDesc, collectorv1.CollectorService_ServiceDesc} {
+		for _, m := range sd.Methods {
+			out["/"+sd.ServiceName+"/"+m.MethodName] = nil
+		}
+		for i := range sd.Streams {
+			s := sd.Streams[i]
+			out["/"+sd.ServiceName+"/"+s.StreamName] = &s
+		}
+	}
+	out["/grpc.health.v1.Health/Check"] = nil
+	out["/grpc.health.v1.Health/List"] = nil
+	out["/grpc.health.v1.Health/Watch"] = &grpc.StreamDesc{ServerStreams: true}
+	out["/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"] = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+	out["/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"] = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+	return out
+}
+
+func TestMatrixCoversEveryMethod(t *testing.T) {
+	srv := New(Config{}, zap.NewNop(), prometheus.NewRegistry())
+	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), fakeActuator{})
+	deciderv1.RegisterDeciderServiceServer(srv.GRPC(), &fakeDecider{})
+	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), collectorv1.UnimplementedCollectorServiceServer{})
+	for svc, info := range srv.GRPC().GetServiceInfo() {
+		for _, m := range info.Methods {
+			if _, ok := wantAllowed["/"+svc+"/"+m.Name]; !ok {
+				t.Errorf("/%s/%s is in no row of the authorization matrix: decide who may call it", svc, m.Name)
+			}
+		}
+	}
+}
+
+// TestAuthzOverTLS runs the whole matrix over real gRPC with mutual TLS on
+// loopback: every caller calls every method, and is let through exactly
+// when the matrix allows it. A refusal is PERMISSION_DENIED naming the
+// method and the caller, logged and counted by role.
+func TestAuthzOverTLS(t *testing.T) {
+	p := newTestPKI(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	reg := prometheus.NewRegistry()
+	addr, _ := startServer(t, p.config(t, "actuator"), zap.New(core), reg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	for _, c := range callers {
+		conn := p.dialAs(t, c.name, addr)
+		for method, desc := range methods() {
+			want := contains(wantAllowed[method], c.name)
+			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+			err := call(cctx, conn, method, desc)
+			ccancel()
+			code := status.Code(err)
+			switch {
+			case want && (code == codes.PermissionDenied || code == codes.Unauthenticated || code == codes.Unavailable):
+				t.Errorf("%s by %s: %v, want it let through", method, c.name, err)
+			case !want && code != codes.PermissionDenied:
+				t.Errorf("%s by %s: %v, want PERMISSION_DENIED", method, c.name, err)
+			case !want && !strings.Contains(err.Error(), method):
+				t.Errorf("%s by %s: refusal %q does not name the method", method, c.name, err)
+			case !want && !c.id.IsZero() && !strings.Contains(err.Error(), c.id.String()):
+				t.Errorf("%s by %s: refusal %q does not name the caller", method, c.name, err)
+			}
+		}
+	}
+
+	// The decider's Scale succeeds; the collector's is refused.
+	scale := &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: "default", Name: "hello"}, DecisionSequence: 1, DesiredReplicas: 2}
+	if _, err := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "decider", addr)).Scale(ctx, scale); err != nil {
+		t.Errorf("Scale by the decider: %v, want OK", err)
+	}
+	_, err := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "collector", addr)).Scale(ctx, scale)
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), idCollector.String()) {
+		t.Errorf("Scale by the collector: %v, want PERMISSION_DENIED naming %s", err, idCollector)
+	}
+	if got := refusals(t, reg, "/tidal.actuator.v1.ActuatorService/Scale", "collector", "permission_denied"); got != 2 {
+		t.Errorf("refusals of Scale counted for role collector = %v, want 2 (matrix and this call)", got)
+	}
+	if got := refusals(t, reg, "/tidal.decider.v1.DeciderService/Ingest", "unknown", "permission_denied"); got != 2 {
+		t.Errorf("refusals of Ingest counted for role unknown = %v, want 2 (foreign and no identity)", got)
+	}
+	logged := logs.FilterMessageSnippet("call refused").FilterField(zap.String("caller", identity.Quote(idCollector.String()))).All()
+	if len(logged) == 0 {
+		t.Errorf("no log line of the collector's refusal; have %d lines", logs.Len())
+	} else if f := logged[0].ContextMap(); f["method"] == "" || f["role"] != "collector" || f["reason"] == "" {
+		t.Errorf("refusal logged with fields %v, want method, role and reason", f)
+	}
+
+	// A client whose certificate another CA signed never gets through the
+	// handshake.
+	if err := call(ctx, p.dialAs(t, "another CA", addr), "/grpc.health.v1.Health/Check", nil); status.Code(err) != codes.Unavailable {
+		t.Errorf("Check with a certificate of another CA: %v, want the handshake refused", err)
+	}
+}
+
+// refusals is the value of tidal_grpc_refused_total{method, role, reason}.
+func refusals(t *testing.T, reg *prometheus.Registry, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tidal_grpc_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			if got["method"] == labels[0] && got["role"] == labels[1] && got["reason"] == labels[2] {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no tidal_grpc_refused_total%v", labels)
+	return 0
+}
+
+// TestDialPinsServerIdentity: a client calling an actuator refuses a
+// server whose certificate is not an actuator's, though the CA signed it.
+func TestDialPinsServerIdentity(t *testing.T) {
+	p := newTestPKI(t)
+	addr, _ := startServer(t, p.config(t, "collector"), zap.NewNop(), prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := call(ctx, p.dialAs(t, "decider", addr), "/grpc.health.v1.Health/Check", nil)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "is not a actuator identity") {
+		t.Errorf("decider dialling a collector as its actuator: %v, want the handshake refused for the server's identity", err)
+	}
+	cfg := p.config(t, "decider")
+	opt, err := cfg.DialOption(RoleCollector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := call(ctx, conn, "/grpc.health.v1.Health/Check", nil); err != nil {
+		t.Errorf("dialling the collector as a collector: %v", err)
+	}
+}
+
+func TestMutatingRateLimit(t *testing.T) {
+	p := newTestPKI(t)
+	reg := prometheus.NewRegistry()
+	addr, _ := startServer(t, p.config(t, "actuator", "--authz-mutating-rate", "0.001", "--authz-mutating-burst", "3"), zap.NewNop(), reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	scale := &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: "default", Name: "hello"}, DecisionSequence: 1}
+	dec := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "decider", addr))
+	for i := range 3 {
+		if _, err := dec.Scale(ctx, scale); err != nil {
+			t.Fatalf("Scale %d within the burst: %v", i+1, err)
+		}
+	}
+	_, err := dec.Scale(ctx, scale)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), idDecider.String()) {
+		t.Errorf("Scale over the rate: %v, want RESOURCE_EXHAUSTED naming the decider", err)
+	}
+	// Reads are not limited, and the bucket is the decider's alone.
+	if _, err := dec.GetScale(ctx, &actuatorv1.GetScaleRequest{Target: scale.Target}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("GetScale by the rate-limited decider: %v, want it through to the handler", err)
+	}
+	if _, err := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "operator", addr)).Scale(ctx, scale); err != nil {
+		t.Errorf("Scale by the operator: %v, want OK (its own bucket)", err)
+	}
+	if got := refusals(t, reg, "/tidal.actuator.v1.ActuatorService/Scale", "decider", "rate_limited"); got != 1 {
+		t.Errorf("rate-limited Scale calls counted = %v, want 1", got)
+	}
+}
+
+// TestMaxConcurrentStreams: a connection holds at most the configured
+// calls open; the next waits in the client until one ends.
+func TestMaxConcurrentStreams(t *testing.T) {
+	p := newTestPKI(t)
+	cfg := p.config(t, "actuator")
+	cfg.MaxConcurrentStreams = 2
+	addr, dec := startServer(t, cfg, zap.NewNop(), prometheus.NewRegistry())
+	conn := p.dialAs(t, "operator", addr)
+	client := deciderv1.NewDeciderServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var cancels []context.CancelFunc
+	watch := func() {
+		wctx, wcancel := context.WithCancel(ctx)
+		cancels = append(cancels, wcancel)
+		go func() { _, _ = client.WatchDecisions(wctx, &deciderv1.WatchDecisionsRequest{}) }()
+	}
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	waitEntered := func(n int32) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for dec.entered.Load() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("watches entered = %d, want %d", dec.entered.Load(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	watch()
+	watch()
+	waitEntered(2)
+	watch()
+	time.Sleep(300 * time.Millisecond)
+	if got := dec.watching.Load(); got != 2 {
+		t.Fatalf("open watches = %d on one connection, want the bound 2", got)
+	}
+	// Ending one lets the waiting call in.
+	cancels[0]()
+	waitEntered(3)
+}
+
+func TestPlaintextWarns(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	New(Config{}, zap.New(core), prometheus.NewRegistry())
+	if logs.FilterMessageSnippet("PLAINTEXT").Len() != 1 {
+		t.Errorf("no loud warning for plaintext; logged %v", logs.All())
+	}
+}
