@@ -232,7 +232,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		buckets = bucket.New(cfg.kube.bucket, kube, func() { pas.Resync(); fns.Resync() }, reg, log)
 		pas.SetOwnership(buckets.Owner)
 		fns.SetOwnership(buckets.Owner)
-		dial, err := cfg.server.TLS.DialOption()
+		dial, err := cfg.server.DialOption(server.RoleActuator)
 		if err != nil {
 			return err
 		}

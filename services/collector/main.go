@@ -183,7 +183,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples}, stream.NewMetrics(reg), log)
 	var dialOpts []grpc.DialOption
 	if cfg.server.TLS.Enabled() {
-		opt, err := cfg.server.TLS.DialOption()
+		opt, err := cfg.server.DialOption(server.RoleDecider)
 		if err != nil {
 			return err
 		}

@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Help: "Targets this decider holds.",
 	}, func() float64 { return float64(eng.Len()) }))
 
-	creds, err := cfg.server.TLS.DialOption()
+	creds, err := cfg.server.DialOption(server.RoleActuator)
 	if err != nil {
 		return err
 	}
