@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -36,6 +37,9 @@ type Proc struct {
 	bin      string
 	args     []string
 	logPath  string
+	// Creds are what Start's health check and Conn dial with; nil means
+	// plaintext. Set them before Start.
+	Creds credentials.TransportCredentials
 
 	// mu guards cmd and exited.
 	mu     sync.Mutex
@@ -95,7 +99,7 @@ func (p *Proc) Start(ctx context.Context, timeout time.Duration) error {
 }
 
 func (p *Proc) waitServing(ctx context.Context, timeout time.Duration, exited chan struct{}) error {
-	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := p.Conn()
 	if err != nil {
 		return err
 	}
@@ -180,9 +184,13 @@ func (p *Proc) Running() bool {
 	}
 }
 
-// Conn dials the process's gRPC port.
+// Conn dials the process's gRPC port with Creds.
 func (p *Proc) Conn() (*grpc.ClientConn, error) {
-	return grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := p.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	return grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(creds))
 }
 
 // LogTail returns the last n lines of the process's log.
