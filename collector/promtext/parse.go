@@ -32,7 +32,7 @@ func IsContentType(ct string) bool {
 // returned as they are: whether they are acceptable is the caller's call.
 func Sum(body []byte, name string) (sum float64, n int, err error) {
 	if !validName(name) {
-		return 0, 0, fmt.Errorf("metric name %q: want [a-zA-Z_:][a-zA-Z0-9_:]*", name)
+		return 0, 0, fmt.Errorf("metric name %q: want [a-zA-Z_:][a-zA-Z0-9_:]*", clip([]byte(name)))
 	}
 	line := 0
 	for len(body) > 0 {
@@ -56,13 +56,13 @@ func Sum(body []byte, name string) (sum float64, n int, err error) {
 		}
 		v, err := parseSample(rest)
 		if err != nil {
-			return 0, 0, fmt.Errorf("line %d: %s: %w", line, name, err)
+			return 0, 0, fmt.Errorf("line %d: %s: %w", line, clip([]byte(name)), err)
 		}
 		sum += v
 		n++
 	}
 	if n == 0 {
-		return 0, 0, fmt.Errorf("%s: %w", name, ErrNotFound)
+		return 0, 0, fmt.Errorf("%s: %w", clip([]byte(name)), ErrNotFound)
 	}
 	return sum, n, nil
 }
@@ -95,10 +95,10 @@ func parseSample(b []byte) (float64, error) {
 			end++
 		}
 		if _, err := strconv.ParseInt(string(b[:end]), 10, 64); err != nil {
-			return 0, fmt.Errorf("timestamp %q: want integer milliseconds", b[:end])
+			return 0, fmt.Errorf("timestamp %q: want integer milliseconds", clip(b[:end]))
 		}
 		if rest := trimLeft(b[end:]); len(rest) > 0 {
-			return 0, fmt.Errorf("unexpected %q after the timestamp", rest)
+			return 0, fmt.Errorf("unexpected %q after the timestamp", clip(rest))
 		}
 	}
 	return v, nil
@@ -139,7 +139,7 @@ func skipLabels(b []byte) ([]byte, error) {
 				switch b[i+1] {
 				case '\\', '"', 'n':
 				default:
-					return nil, fmt.Errorf("invalid escape \\%c in label value", b[i+1])
+					return nil, fmt.Errorf("invalid escape %q in label value", b[i:i+2])
 				}
 				i++
 				continue
@@ -180,6 +180,8 @@ func parseFloat(b []byte) (float64, error) {
 	return v, nil
 }
 
+// clip is the part of a bad token an error quotes: a pod's body or a
+// tenant's metric name may be long, an error must stay short.
 func clip(b []byte) []byte {
 	if len(b) > 32 {
 		return b[:32]

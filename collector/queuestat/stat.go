@@ -121,7 +121,8 @@ func Unmarshal(b []byte) (Stat, error) {
 				return Stat{}, fmt.Errorf("stat: field %d (%s): %w", num, fieldNames[num], protowire.ParseError(n))
 			}
 			if !utf8.ValidString(v) {
-				return Stat{}, fmt.Errorf("stat: field %d (%s): invalid UTF-8 %q", num, fieldNames[num], v)
+				// Quote a prefix: a pod's name is not ours to echo whole.
+				return Stat{}, fmt.Errorf("stat: field %d (%s): invalid UTF-8 %q (%d bytes)", num, fieldNames[num], v[:min(len(v), 32)], len(v))
 			}
 			s.PodName = v
 			b = b[n:]

@@ -156,6 +156,9 @@ func FuzzUnmarshal(f *testing.F) {
 	}
 	f.Add([]byte{0x08, 0x01})
 	f.Add([]byte{0x3a, 0x00})
+	for _, b := range hostileStats {
+		f.Add(b)
+	}
 	md := statDescriptor(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Unmarshal(b)
@@ -165,6 +168,7 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("Unmarshal(%x) error = %v, protobuf library error = %v", b, err, libErr)
 		}
 		if err != nil {
+			checkErr(t, err)
 			return
 		}
 		if lib := fromDynamic(m); !sameBits(s, lib) {

@@ -3,7 +3,9 @@ package scrape
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tidalscale/tidal/collector/queuestat"
 )
@@ -26,6 +28,10 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Add([]byte("text/plain"), []byte("app_inflight NaN\n"), true)
 	f.Add([]byte("application/json"), []byte("{}"), false)
 	f.Add([]byte(queuestat.ContentType), []byte{0x0a, 0xff}, false)
+	f.Add([]byte(strings.Repeat("\x1b[2J", 1000)), []byte("x"), false)
+	f.Add([]byte("text/plain"), []byte("app_inflight 1 "+strings.Repeat("9", 5000)+"x\n"), true)
+	f.Add([]byte("text/plain"), []byte("app_inflight{a=\"\\\x1b\"} 1\n"), true)
+	f.Add([]byte(queuestat.ContentType), append([]byte{0x0a, 0xc8, 0x02}, strings.Repeat("\xff", 328)...), false)
 	f.Fuzz(func(t *testing.T, ct, body []byte, text bool) {
 		format := Format{}
 		if text {
@@ -36,6 +42,11 @@ func FuzzDecodeBody(f *testing.F) {
 			var fe *fetchError
 			if !errors.As(err, &fe) || fe.reason == "" {
 				t.Fatalf("refusal without a reason: %v", err)
+			}
+			// A pod's answer is not ours to echo: the error quotes a prefix.
+			if msg := err.Error(); len(msg) >= 1024 || !utf8.ValidString(msg) ||
+				strings.ContainsFunc(msg, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+				t.Fatalf("error of %d bytes, want a short line of UTF-8 text: %.200q", len(msg), msg)
 			}
 			return
 		}
