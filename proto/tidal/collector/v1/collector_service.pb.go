@@ -29,14 +29,16 @@ type Stat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The target the stat is about. Required (namespace and name).
 	Target *v1.TargetRef `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
-	// Who sent the stat, e.g. the activator pod's name. Required; at most 253 bytes.
+	// Who sent the stat, e.g. the activator pod's name. Required; at most 253
+	// bytes of UTF-8 without control characters.
 	PodName string `protobuf:"bytes,2,opt,name=pod_name,json=podName,proto3" json:"pod_name,omitempty"`
-	// Average requests in flight at the sender since its last report. At least 0.
+	// Average requests in flight at the sender since its last report. At least 0
+	// and at most 1e9.
 	AverageConcurrency float64 `protobuf:"fixed64,3,opt,name=average_concurrency,json=averageConcurrency,proto3" json:"average_concurrency,omitempty"`
 	// The part of average_concurrency that the sender proxied. At least 0 and at
 	// most average_concurrency.
 	AverageProxiedConcurrency float64 `protobuf:"fixed64,4,opt,name=average_proxied_concurrency,json=averageProxiedConcurrency,proto3" json:"average_proxied_concurrency,omitempty"`
-	// Requests received since the last report. At least 0.
+	// Requests received since the last report. At least 0 and at most 1e9.
 	RequestCount float64 `protobuf:"fixed64,5,opt,name=request_count,json=requestCount,proto3" json:"request_count,omitempty"`
 	// The part of request_count that the sender proxied. At least 0 and at most
 	// request_count.
@@ -301,11 +303,17 @@ func (x *PushStatsStreamResponse) GetAccepted() int64 {
 	return 0
 }
 
-// ListTargetsRequest asks for the collector's targets.
+// ListTargetsRequest asks for one page of the collector's targets.
 type ListTargetsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only targets in this namespace; empty means all namespaces.
-	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The most targets to return. 0 means 500; above 1000 means 1000. At least 0.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page, with the same namespace; empty
+	// for the first page. Opaque; at most 1024 bytes. A token the collector
+	// cannot read is refused with INVALID_ARGUMENT.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +351,20 @@ func (*ListTargetsRequest) Descriptor() ([]byte, []int) {
 func (x *ListTargetsRequest) GetNamespace() string {
 	if x != nil {
 		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListTargetsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTargetsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
 	}
 	return ""
 }
@@ -422,11 +444,16 @@ func (x *TargetSummary) GetDecider() string {
 	return ""
 }
 
-// ListTargetsResponse lists targets sorted by namespace, then name.
+// ListTargetsResponse is one page of targets, sorted by namespace, then
+// name (then group and kind). Pages follow the sort order, so a target added
+// or removed between two calls changes no other target's page: each target
+// present through the whole listing is returned exactly once.
 type ListTargetsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The targets.
-	Targets       []*TargetSummary `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	Targets []*TargetSummary `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	// The token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,6 +493,13 @@ func (x *ListTargetsResponse) GetTargets() []*TargetSummary {
 		return x.Targets
 	}
 	return nil
+}
+
+func (x *ListTargetsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // GetWindowRequest names the target to show.
@@ -690,17 +724,21 @@ const file_tidal_collector_v1_collector_service_proto_rawDesc = "" +
 	"\x16PushStatsStreamRequest\x12.\n" +
 	"\x05stats\x18\x01 \x03(\v2\x18.tidal.collector.v1.StatR\x05stats\"5\n" +
 	"\x17PushStatsStreamResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\x03R\baccepted\"2\n" +
+	"\baccepted\x18\x01 \x01(\x03R\baccepted\"n\n" +
 	"\x12ListTargetsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\xc2\x01\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xc2\x01\n" +
 	"\rTargetSummary\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x12\x1d\n" +
 	"\n" +
 	"ready_pods\x18\x02 \x01(\x05R\treadyPods\x12D\n" +
 	"\x10last_sample_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastSampleTime\x12\x18\n" +
-	"\adecider\x18\x04 \x01(\tR\adecider\"R\n" +
+	"\adecider\x18\x04 \x01(\tR\adecider\"z\n" +
 	"\x13ListTargetsResponse\x12;\n" +
-	"\atargets\x18\x01 \x03(\v2!.tidal.collector.v1.TargetSummaryR\atargets\"F\n" +
+	"\atargets\x18\x01 \x03(\v2!.tidal.collector.v1.TargetSummaryR\atargets\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"F\n" +
 	"\x10GetWindowRequest\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\"\x8a\x01\n" +
 	"\vScrapeError\x12.\n" +

@@ -43,7 +43,7 @@ type CollectorServiceClient interface {
 	// continuously. Each message is validated and recorded as it arrives; the
 	// first invalid message ends the stream with INVALID_ARGUMENT.
 	PushStatsStream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PushStatsStreamRequest, PushStatsStreamResponse], error)
-	// ListTargets lists the targets this collector measures.
+	// ListTargets lists the targets this collector measures, a page at a time.
 	ListTargets(ctx context.Context, in *ListTargetsRequest, opts ...grpc.CallOption) (*ListTargetsResponse, error)
 	// GetWindow returns what the collector holds for one target: its recent
 	// per-second samples, its ready pods and its last scrape errors.
@@ -119,7 +119,7 @@ type CollectorServiceServer interface {
 	// continuously. Each message is validated and recorded as it arrives; the
 	// first invalid message ends the stream with INVALID_ARGUMENT.
 	PushStatsStream(grpc.ClientStreamingServer[PushStatsStreamRequest, PushStatsStreamResponse]) error
-	// ListTargets lists the targets this collector measures.
+	// ListTargets lists the targets this collector measures, a page at a time.
 	ListTargets(context.Context, *ListTargetsRequest) (*ListTargetsResponse, error)
 	// GetWindow returns what the collector holds for one target: its recent
 	// per-second samples, its ready pods and its last scrape errors.

@@ -21,9 +21,11 @@ func (r *PushStatsStreamRequest) Validate() error { return validateStats(r.GetSt
 // Validate implements the validation interceptor's contract.
 func (r *ListTargetsRequest) Validate() error {
 	if ns := r.GetNamespace(); ns != "" {
-		return commonv1.ValidateLabel("namespace", ns)
+		if err := commonv1.ValidateLabel("namespace", ns); err != nil {
+			return err
+		}
 	}
-	return nil
+	return commonv1.ValidatePage(r.GetPageSize(), r.GetPageToken())
 }
 
 // Validate implements the validation interceptor's contract.
@@ -51,19 +53,22 @@ func (s *Stat) validateField(field string) error {
 	if err := s.GetTarget().ValidateField(field + ".target"); err != nil {
 		return err
 	}
-	if p := s.GetPodName(); p == "" || len(p) > 253 {
+	if p := s.GetPodName(); p == "" {
 		return commonv1.Invalid(field+".pod_name", p, "1 to 253 bytes")
 	}
-	if err := commonv1.ValidateNonNegative(field+".average_concurrency", s.GetAverageConcurrency()); err != nil {
+	if err := commonv1.ValidateText(field+".pod_name", s.GetPodName(), 253); err != nil {
 		return err
 	}
-	if err := commonv1.ValidatePart(field+".average_proxied_concurrency", s.GetAverageProxiedConcurrency(), s.GetAverageConcurrency()); err != nil {
+	if err := commonv1.ValidateCount(field+".average_concurrency", s.GetAverageConcurrency()); err != nil {
 		return err
 	}
-	if err := commonv1.ValidateNonNegative(field+".request_count", s.GetRequestCount()); err != nil {
+	if err := commonv1.ValidateCountPart(field+".average_proxied_concurrency", s.GetAverageProxiedConcurrency(), s.GetAverageConcurrency()); err != nil {
 		return err
 	}
-	return commonv1.ValidatePart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount())
+	if err := commonv1.ValidateCount(field+".request_count", s.GetRequestCount()); err != nil {
+		return err
+	}
+	return commonv1.ValidateCountPart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount())
 }
 
 // valid is the allocation-free fast path of validateField: PushStats checks
@@ -71,10 +76,11 @@ func (s *Stat) validateField(field string) error {
 // half the handler's CPU. validateField runs only when this says no.
 func (s *Stat) valid() bool {
 	if s == nil || s.Target == nil || !commonv1.IsLabel(s.Target.Namespace) || !commonv1.IsSubdomain(s.Target.Name) ||
-		len(s.Target.ApiVersion) > 253 || len(s.Target.Kind) > 63 || s.PodName == "" || len(s.PodName) > 253 {
+		!commonv1.IsAPIVersion(s.Target.ApiVersion) || !commonv1.IsKind(s.Target.Kind) ||
+		s.PodName == "" || len(s.PodName) > 253 || !commonv1.IsText(s.PodName) {
 		return false
 	}
-	ok := func(v float64) bool { return v >= 0 && v <= 1.7976931348623157e308 }
+	ok := commonv1.IsCount
 	return ok(s.AverageConcurrency) && ok(s.AverageProxiedConcurrency) && s.AverageProxiedConcurrency <= s.AverageConcurrency &&
 		ok(s.RequestCount) && ok(s.ProxiedRequestCount) && s.ProxiedRequestCount <= s.RequestCount
 }

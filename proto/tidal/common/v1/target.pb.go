@@ -35,8 +35,11 @@ type TargetRef struct {
 	// Name of the target object. Required. A DNS-1123 subdomain: at most 253 bytes.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// API version of the target, e.g. "apps/v1". Empty means "apps/v1".
+	// Otherwise a version of the core group ("v1") or group/version, the group
+	// a DNS-1123 subdomain and the version a DNS-1123 label; at most 253 bytes.
 	ApiVersion string `protobuf:"bytes,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	// Kind of the target, e.g. "Deployment". Empty means "Deployment".
+	// Otherwise 1-63 ASCII letters and digits, starting with a letter.
 	Kind          string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -7,7 +7,6 @@ package commonv1
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 	"unicode"
@@ -16,6 +15,7 @@ import (
 )
 
 // FieldError is a refused field: its path in the request, its value, and why.
+// Its message quotes at most MaxQuoted bytes of the value (Prefix).
 type FieldError struct {
 	Field string
 	Value any
@@ -23,7 +23,7 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("invalid %s %q: want %s", e.Field, fmt.Sprint(e.Value), e.Want)
+	return fmt.Sprintf("invalid %s %q: want %s", e.Field, quoted(e.Value), e.Want)
 }
 
 // Invalid returns a *FieldError.
@@ -47,26 +47,6 @@ func ValidateSubdomain(field, v string) error {
 	return nil
 }
 
-// ValidateNonNegative checks a finite value that is at least 0.
-func ValidateNonNegative(field string, v float64) error {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return Invalid(field, v, "a finite number at least 0")
-	}
-	return nil
-}
-
-// ValidatePart checks that part is a valid count no larger than whole
-// (proxied concurrency within concurrency, say).
-func ValidatePart(field string, part, whole float64) error {
-	if err := ValidateNonNegative(field, part); err != nil {
-		return err
-	}
-	if part > whole {
-		return Invalid(field, part, fmt.Sprintf("at most %v", whole))
-	}
-	return nil
-}
-
 // ValidateField checks a required target reference at path field.
 func (t *TargetRef) ValidateField(field string) error {
 	if t == nil {
@@ -78,11 +58,11 @@ func (t *TargetRef) ValidateField(field string) error {
 	if err := ValidateSubdomain(field+".name", t.GetName()); err != nil {
 		return err
 	}
-	if len(t.GetApiVersion()) > 253 {
-		return Invalid(field+".api_version", t.GetApiVersion(), "at most 253 bytes")
+	if !IsAPIVersion(t.GetApiVersion()) {
+		return Invalid(field+".api_version", t.GetApiVersion(), "empty, a version (v1) or group/version (apps/v1), at most 253 bytes")
 	}
-	if len(t.GetKind()) > 63 {
-		return Invalid(field+".kind", t.GetKind(), "at most 63 bytes")
+	if !IsKind(t.GetKind()) {
+		return Invalid(field+".kind", t.GetKind(), "empty or a kind: 1-63 ASCII letters and digits, starting with a letter")
 	}
 	return nil
 }
@@ -137,23 +117,28 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 	if _, ok := SampleSource_name[int32(s.GetSource())]; !ok || s.GetSource() == SampleSource_SAMPLE_SOURCE_UNSPECIFIED {
 		return Invalid(field+".source", s.GetSource(), "SCRAPE, PUSH or KAFKA")
 	}
-	if err := ValidateNonNegative(field+".average_concurrency", s.GetAverageConcurrency()); err != nil {
+	if err := ValidateCount(field+".average_concurrency", s.GetAverageConcurrency()); err != nil {
 		return err
 	}
-	if err := ValidatePart(field+".average_proxied_concurrency", s.GetAverageProxiedConcurrency(), s.GetAverageConcurrency()); err != nil {
+	if err := ValidateCountPart(field+".average_proxied_concurrency", s.GetAverageProxiedConcurrency(), s.GetAverageConcurrency()); err != nil {
 		return err
 	}
-	if err := ValidateNonNegative(field+".request_count", s.GetRequestCount()); err != nil {
+	if err := ValidateCount(field+".request_count", s.GetRequestCount()); err != nil {
 		return err
 	}
-	if err := ValidatePart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount()); err != nil {
+	if err := ValidateCountPart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount()); err != nil {
 		return err
 	}
-	if s.ReadyPods != nil && s.GetReadyPods() < 0 {
-		return Invalid(field+".ready_pods", s.GetReadyPods(), "at least 0")
+	if s.ReadyPods != nil {
+		if err := ValidatePods(field+".ready_pods", s.GetReadyPods()); err != nil {
+			return err
+		}
 	}
 	if s.PartitionCount != nil && s.GetPartitionCount() < 0 {
 		return Invalid(field+".partition_count", s.GetPartitionCount(), "at least 0")
+	}
+	if n := len(s.GetPartitionLags()); n > MaxPartitionLags {
+		return Invalid(field+".partition_lags", fmt.Sprintf("%d entries", n), fmt.Sprintf("at most %d", MaxPartitionLags))
 	}
 	seen := make(map[int32]bool, len(s.GetPartitionLags()))
 	for i, p := range s.GetPartitionLags() {

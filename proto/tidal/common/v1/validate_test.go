@@ -30,6 +30,14 @@ func TestSampleValidation(t *testing.T) {
 		{"negative requests", func(s *MetricSample) { s.RequestCount = -1 }, "s.request_count"},
 		{"proxied above total", func(s *MetricSample) { s.AverageProxiedConcurrency = 4 }, "s.average_proxied_concurrency"},
 		{"negative ready", func(s *MetricSample) { s.ReadyPods = i32(-1) }, "s.ready_pods"},
+		{"ready pods 2^31-1", func(s *MetricSample) { s.ReadyPods = i32(math.MaxInt32) }, "s.ready_pods"},
+		{"concurrency 1e300", func(s *MetricSample) { s.AverageConcurrency = 1e300 }, "s.average_concurrency"},
+		{"requests above 1e9", func(s *MetricSample) { s.RequestCount = 1e9 + 1 }, "s.request_count"},
+		{"too many partitions", func(s *MetricSample) {
+			for p := range MaxPartitionLags + 1 {
+				s.PartitionLags = append(s.PartitionLags, &PartitionLag{Partition: int32(p)})
+			}
+		}, "s.partition_lags"},
 		{"negative partition", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{Partition: -1}} }, "s.partition_lags[0].partition"},
 		{"partition twice", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{Partition: 1}, {Partition: 1}} }, "s.partition_lags[1].partition"},
 		{"negative end", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{EndOffset: -2}} }, "s.partition_lags[0].end_offset"},
@@ -67,6 +75,12 @@ func TestTargetRefValidation(t *testing.T) {
 		{&TargetRef{Namespace: "Bad_NS", Name: "a"}, "t.namespace"},
 		{&TargetRef{Namespace: "ns"}, "t.name"},
 		{&TargetRef{Namespace: "ns", Name: strings.Repeat("a", 254)}, "t.name"},
+		{&TargetRef{Namespace: "ns", Name: "a", Kind: "Pod\n"}, "t.kind"},
+		{&TargetRef{Namespace: "ns", Name: "a", Kind: "1Deployment"}, "t.kind"},
+		{&TargetRef{Namespace: "ns", Name: "a", Kind: strings.Repeat("K", 64)}, "t.kind"},
+		{&TargetRef{Namespace: "ns", Name: "a", ApiVersion: "apps/v1/x"}, "t.api_version"},
+		{&TargetRef{Namespace: "ns", Name: "a", ApiVersion: "Apps/v1"}, "t.api_version"},
+		{&TargetRef{Namespace: "ns", Name: "a", ApiVersion: "/v1"}, "t.api_version"},
 	} {
 		if err := tt.ref.ValidateField("t"); err == nil || !strings.Contains(err.Error(), "invalid "+tt.field+" ") {
 			t.Errorf("ValidateField(%v) = %v, want an error naming %s", tt.ref, err, tt.field)

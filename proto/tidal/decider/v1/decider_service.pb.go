@@ -87,9 +87,12 @@ type TargetSpec struct {
 	// Strategy parameters as annotations. For KPA the keys are Knative's
 	// autoscaling.knative.dev/* annotations, accepted verbatim; for lag targets
 	// the keys are lag.tidal.dev/* parameters. An unknown key in either prefix
-	// is refused.
+	// is refused. At most 64 entries; a key at most 317 bytes (a Kubernetes
+	// annotation key), a value at most 4096 bytes, keys and values together
+	// at most 65536 bytes.
 	Annotations map[string]string `protobuf:"bytes,3,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Container concurrency of the target's pods (KPA): 0 means unlimited. At least 0.
+	// Container concurrency of the target's pods (KPA): 0 means unlimited. At
+	// least 0 and at most 100000.
 	ContainerConcurrency int32 `protobuf:"varint,4,opt,name=container_concurrency,json=containerConcurrency,proto3" json:"container_concurrency,omitempty"`
 	// Whether the target receives traffic (KPA).
 	Reachability  Reachability `protobuf:"varint,5,opt,name=reachability,proto3,enum=tidal.decider.v1.Reachability" json:"reachability,omitempty"`
@@ -171,11 +174,13 @@ type TargetMetrics struct {
 	Samples []*v1.MetricSample `protobuf:"bytes,2,rep,name=samples,proto3" json:"samples,omitempty"`
 	// Set when the collector could not measure the target (e.g. the Kafka
 	// broker was unreachable): the decider treats the target as having no data
-	// and keeps its scale. Empty when the samples are good.
+	// and keeps its scale. Empty when the samples are good. The decider keeps
+	// at most its first 1024 bytes, control characters replaced by spaces;
+	// above 16384 bytes the batch is refused. Collectors send at most 1024.
 	MeasureError string `protobuf:"bytes,3,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
 	// Pods of the target ready now, when it changed since the last batch (and
 	// in every replay). It tells the decider what no sample can: a target
-	// whose last pod went has nothing to scrape. At least 0.
+	// whose last pod went has nothing to scrape. At least 0 and at most 100000.
 	ReadyPods     *int32 `protobuf:"varint,4,opt,name=ready_pods,json=readyPods,proto3,oneof" json:"ready_pods,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -471,11 +476,17 @@ func (x *GetDecisionResponse) GetDecision() *v1.Decision {
 	return nil
 }
 
-// ListDecisionsRequest filters the listing.
+// ListDecisionsRequest asks for one page of decisions.
 type ListDecisionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only targets in this namespace; empty means all namespaces.
-	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The most decisions to return. 0 means 500; above 1000 means 1000. At least 0.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page, with the same namespace; empty
+	// for the first page. Opaque; at most 1024 bytes. A token the decider
+	// cannot read is refused with INVALID_ARGUMENT.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,11 +528,31 @@ func (x *ListDecisionsRequest) GetNamespace() string {
 	return ""
 }
 
-// ListDecisionsResponse lists decisions sorted by namespace, then name.
+func (x *ListDecisionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListDecisionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListDecisionsResponse is one page of decisions, sorted by target key
+// (namespace first, then name for an apps Deployment and Kind.group/name
+// for other kinds). Pages follow the sort order, so a target added or
+// removed between two calls changes no other target's page; a target added
+// in the second before a call may be missing from it.
 type ListDecisionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The latest decision of each target.
-	Decisions     []*v1.Decision `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	Decisions []*v1.Decision `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// The token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +592,13 @@ func (x *ListDecisionsResponse) GetDecisions() []*v1.Decision {
 		return x.Decisions
 	}
 	return nil
+}
+
+func (x *ListDecisionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // WatchDecisionsRequest filters the stream.
@@ -1435,11 +1473,15 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\x12GetDecisionRequest\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\"L\n" +
 	"\x13GetDecisionResponse\x125\n" +
-	"\bdecision\x18\x01 \x01(\v2\x19.tidal.common.v1.DecisionR\bdecision\"4\n" +
+	"\bdecision\x18\x01 \x01(\v2\x19.tidal.common.v1.DecisionR\bdecision\"p\n" +
 	"\x14ListDecisionsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"P\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"x\n" +
 	"\x15ListDecisionsResponse\x127\n" +
-	"\tdecisions\x18\x01 \x03(\v2\x19.tidal.common.v1.DecisionR\tdecisions\"5\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x19.tidal.common.v1.DecisionR\tdecisions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"5\n" +
 	"\x15WatchDecisionsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"O\n" +
 	"\x16WatchDecisionsResponse\x125\n" +

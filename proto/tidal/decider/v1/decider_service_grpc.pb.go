@@ -41,10 +41,14 @@ type DeciderServiceClient interface {
 	Ingest(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[IngestRequest, IngestResponse], error)
 	// GetDecision returns the latest decision for one target.
 	GetDecision(ctx context.Context, in *GetDecisionRequest, opts ...grpc.CallOption) (*GetDecisionResponse, error)
-	// ListDecisions returns the latest decision of every target this decider owns.
+	// ListDecisions returns the latest decision of every target this decider
+	// owns, a page at a time.
 	ListDecisions(ctx context.Context, in *ListDecisionsRequest, opts ...grpc.CallOption) (*ListDecisionsResponse, error)
 	// WatchDecisions streams decisions as they are made, starting with the
-	// latest decision of each matching target.
+	// latest decision of each matching target. Streams are bounded per decider
+	// and per caller: one more is refused with RESOURCE_EXHAUSTED. A watcher
+	// that falls a whole buffer of decisions behind is dropped: its stream ends
+	// with RESOURCE_EXHAUSTED ("too slow"), and it may reconnect to resume.
 	WatchDecisions(ctx context.Context, in *WatchDecisionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDecisionsResponse], error)
 	// Explain returns every input of the latest decision for one target and
 	// each clamp that changed the number.
@@ -136,10 +140,14 @@ type DeciderServiceServer interface {
 	Ingest(grpc.ClientStreamingServer[IngestRequest, IngestResponse]) error
 	// GetDecision returns the latest decision for one target.
 	GetDecision(context.Context, *GetDecisionRequest) (*GetDecisionResponse, error)
-	// ListDecisions returns the latest decision of every target this decider owns.
+	// ListDecisions returns the latest decision of every target this decider
+	// owns, a page at a time.
 	ListDecisions(context.Context, *ListDecisionsRequest) (*ListDecisionsResponse, error)
 	// WatchDecisions streams decisions as they are made, starting with the
-	// latest decision of each matching target.
+	// latest decision of each matching target. Streams are bounded per decider
+	// and per caller: one more is refused with RESOURCE_EXHAUSTED. A watcher
+	// that falls a whole buffer of decisions behind is dropped: its stream ends
+	// with RESOURCE_EXHAUSTED ("too slow"), and it may reconnect to resume.
 	WatchDecisions(*WatchDecisionsRequest, grpc.ServerStreamingServer[WatchDecisionsResponse]) error
 	// Explain returns every input of the latest decision for one target and
 	// each clamp that changed the number.

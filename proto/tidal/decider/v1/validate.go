@@ -7,9 +7,32 @@ package deciderv1
 
 import (
 	"fmt"
+	"slices"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
+
+// Bounds of a TargetSpec's annotations. A strategy reads a few dozen keys
+// with short values; the largest is lagconfig's partitionLimitation, at
+// most 4096 bytes. Collectors apply the same bounds before they send
+// (ValidateAnnotations), so a spec never ends an Ingest stream.
+const (
+	MaxAnnotations      = 64
+	MaxAnnotationKey    = 317 // a Kubernetes annotation key: a 253-byte prefix, '/', a 63-byte name
+	MaxAnnotationValue  = 4096
+	MaxAnnotationsTotal = 65536 // keys and values together
+)
+
+// Bounds of TargetMetrics.measure_error. The decider keeps the first
+// MaxMeasureError bytes; a longer error says nothing more a person reads.
+// Above MaxMeasureErrorHard the batch is refused, as no collector sends that.
+const (
+	MaxMeasureError     = 1024
+	MaxMeasureErrorHard = 16384
+)
+
+// MaxContainerConcurrency bounds TargetSpec.container_concurrency.
+const MaxContainerConcurrency = 100000
 
 // Validate implements the validation interceptor's contract.
 func (r *IngestRequest) Validate() error {
@@ -26,8 +49,13 @@ func (r *IngestRequest) Validate() error {
 		if err := m.GetTarget().ValidateField(f + ".target"); err != nil {
 			return err
 		}
-		if m.ReadyPods != nil && m.GetReadyPods() < 0 {
-			return commonv1.Invalid(f+".ready_pods", m.GetReadyPods(), "at least 0")
+		if m.ReadyPods != nil {
+			if err := commonv1.ValidatePods(f+".ready_pods", m.GetReadyPods()); err != nil {
+				return err
+			}
+		}
+		if e := m.GetMeasureError(); len(e) > MaxMeasureErrorHard {
+			return commonv1.Invalid(f+".measure_error", e, fmt.Sprintf("at most %d bytes (the decider keeps %d)", MaxMeasureErrorHard, MaxMeasureError))
 		}
 	}
 	for i, t := range r.GetRemoved() {
@@ -50,11 +78,40 @@ func (s *TargetSpec) validateField(field string) error {
 	default:
 		return commonv1.Invalid(field+".strategy", s.GetStrategy(), "STRATEGY_KPA or STRATEGY_LAG")
 	}
-	if cc := s.GetContainerConcurrency(); cc < 0 {
-		return commonv1.Invalid(field+".container_concurrency", cc, "at least 0")
+	if cc := s.GetContainerConcurrency(); cc < 0 || cc > MaxContainerConcurrency {
+		return commonv1.Invalid(field+".container_concurrency", cc, fmt.Sprintf("0 to %d", MaxContainerConcurrency))
 	}
 	if _, ok := Reachability_name[int32(s.GetReachability())]; !ok {
 		return commonv1.Invalid(field+".reachability", s.GetReachability(), "a known reachability")
+	}
+	return ValidateAnnotations(field+".annotations", s.GetAnnotations())
+}
+
+// ValidateAnnotations checks a spec's annotations against the bounds above;
+// field is their path. Keys are checked in sorted order, so the error names
+// the same key every time.
+func ValidateAnnotations(field string, ann map[string]string) error {
+	if n := len(ann); n > MaxAnnotations {
+		return commonv1.Invalid(field, fmt.Sprintf("%d entries", n), fmt.Sprintf("at most %d entries", MaxAnnotations))
+	}
+	keys := make([]string, 0, len(ann))
+	for k := range ann {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	total := 0
+	for _, k := range keys {
+		v := ann[k]
+		kf := fmt.Sprintf("%s[%q]", field, commonv1.Prefix(k))
+		if k == "" || len(k) > MaxAnnotationKey || !commonv1.IsText(k) {
+			return commonv1.Invalid(kf, k, fmt.Sprintf("a key of 1 to %d bytes without control characters", MaxAnnotationKey))
+		}
+		if len(v) > MaxAnnotationValue {
+			return commonv1.Invalid(kf, v, fmt.Sprintf("a value of at most %d bytes", MaxAnnotationValue))
+		}
+		if total += len(k) + len(v); total > MaxAnnotationsTotal {
+			return commonv1.Invalid(field, fmt.Sprintf("more than %d bytes", MaxAnnotationsTotal), fmt.Sprintf("keys and values of at most %d bytes together", MaxAnnotationsTotal))
+		}
 	}
 	return nil
 }
@@ -66,7 +123,12 @@ func (r *GetDecisionRequest) Validate() error { return r.GetTarget().ValidateFie
 func (r *ExplainRequest) Validate() error { return r.GetTarget().ValidateField("target") }
 
 // Validate implements the validation interceptor's contract.
-func (r *ListDecisionsRequest) Validate() error { return validateNamespaceFilter(r.GetNamespace()) }
+func (r *ListDecisionsRequest) Validate() error {
+	if err := validateNamespaceFilter(r.GetNamespace()); err != nil {
+		return err
+	}
+	return commonv1.ValidatePage(r.GetPageSize(), r.GetPageToken())
+}
 
 // Validate implements the validation interceptor's contract.
 func (r *WatchDecisionsRequest) Validate() error { return validateNamespaceFilter(r.GetNamespace()) }
