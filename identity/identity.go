@@ -17,6 +17,12 @@ const scheme = "spiffe://"
 // MaxLen bounds an ID, as the SPIFFE ID specification does (2048 bytes).
 const MaxLen = 2048
 
+// The bytes a trust domain and a path segment may hold.
+const (
+	trustDomainChars = "abcdefghijklmnopqrstuvwxyz0123456789.-_"
+	pathChars        = trustDomainChars + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
 // quoteLen bounds how much of a refused value an error quotes.
 const quoteLen = 64
 
@@ -76,7 +82,7 @@ func checkTrustDomain(td string) error {
 	}
 	for i := 0; i < len(td); i++ {
 		c := td[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+		if strings.IndexByte(trustDomainChars, c) < 0 {
 			return fmt.Errorf("trust domain: byte %q at %d: want a-z, 0-9, '.', '-' or '_'", c, i)
 		}
 	}
@@ -92,7 +98,7 @@ func checkSegment(seg string) error {
 	}
 	for i := 0; i < len(seg); i++ {
 		c := seg[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+		if strings.IndexByte(pathChars, c) < 0 {
 			return fmt.Errorf("byte %q at %d: want a-z, A-Z, 0-9, '.', '-' or '_'", c, i)
 		}
 	}

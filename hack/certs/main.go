@@ -78,7 +78,7 @@ func validName(s string) bool {
 		return false
 	}
 	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+		if !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz0123456789-", c) {
 			return false
 		}
 	}

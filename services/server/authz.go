@@ -231,7 +231,7 @@ func (l *allowList) Set(v string) error {
 		}
 		prefix, ids, ok := strings.Cut(part, "=")
 		if !ok {
-			return fmt.Errorf("rule %s: want METHOD_PREFIX=SPIFFE_ID,...", identity.Quote(part))
+			return fmt.Errorf("rule %s: want METHOD_PREFIX=SPIFFE_ID[,SPIFFE_ID]", identity.Quote(part))
 		}
 		r, err := newAllowRule(prefix, strings.Split(ids, ","))
 		if err != nil {
