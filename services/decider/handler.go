@@ -5,16 +5,41 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/peer"
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/sender"
 	"github.com/tidalscale/tidal/decider/watch"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
+
+// snapshotPage is how many decisions a new watcher's first part fetches at
+// a time: the most a stream holds while its client is slow to read.
+const snapshotPage = 256
+
+// callerOf names the caller of a call, for the per-caller bound on watchers.
+type callerOf func(ctx context.Context) string
+
+// peerHost is a callerOf: the peer's IP address, without the port, so one
+// host's connections count together. It stands in until callers are
+// authenticated.
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		return p.Addr.String()
+	}
+	return host
+}
 
 // handler serves DeciderService. Requests arrive validated by the server's
 // interceptor chain; Ingest's samples are checked one by one here, so a bad
@@ -22,7 +47,10 @@ import (
 type handler struct {
 	deciderv1.UnimplementedDeciderServiceServer
 	engine *engine.Engine
+	// index pages ListDecisions and a new watcher's first decisions.
+	index  *engine.Index
 	hub    *watch.Hub
+	caller callerOf
 	sender *sender.Sender
 	now    func() time.Time
 	log    *zap.Logger
@@ -84,8 +112,10 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 		}
 		if m.GetMeasureError() != "" {
 			// The error is the target's state now: lag strategies hold
-			// their scale on it; it is never read as zero lag.
-			samples = append(samples, engine.Sample{At: now, ReadyPods: -1, MeasureError: m.GetMeasureError()})
+			// their scale on it; it is never read as zero lag. It is kept
+			// per target and shown by Explain: bounded, printable.
+			msg := commonv1.Printable(commonv1.Truncate(m.GetMeasureError(), deciderv1.MaxMeasureError))
+			samples = append(samples, engine.Sample{At: now, ReadyPods: -1, MeasureError: msg})
 		}
 		if req.GetReplay() && !replayed[t.Key()] {
 			replayed[t.Key()] = true
@@ -136,30 +166,67 @@ func (h *handler) GetDecision(_ context.Context, req *deciderv1.GetDecisionReque
 }
 
 func (h *handler) ListDecisions(_ context.Context, req *deciderv1.ListDecisionsRequest) (*deciderv1.ListDecisionsResponse, error) {
-	resp := &deciderv1.ListDecisionsResponse{}
-	for _, d := range h.engine.List(req.GetNamespace()) {
+	after, err := commonv1.PageCursor(req.GetPageToken())
+	if err != nil {
+		return nil, err // the validator checked it already
+	}
+	ds, next := h.index.Page(req.GetNamespace(), after, commonv1.PageSize(req.GetPageSize()))
+	resp := &deciderv1.ListDecisionsResponse{Decisions: make([]*commonv1.Decision, 0, len(ds))}
+	for _, d := range ds {
 		resp.Decisions = append(resp.Decisions, decisionOf(d))
+	}
+	if next != "" {
+		resp.NextPageToken = commonv1.PageToken(next)
 	}
 	return resp, nil
 }
 
+// WatchDecisions runs on the stream's own goroutine and starts none: it
+// sends the current decisions a page at a time, then what the hub queues.
+// The hub never waits for it; when it falls a buffer behind, the hub drops
+// it and the stream ends as too slow as soon as a send returns.
 func (h *handler) WatchDecisions(req *deciderv1.WatchDecisionsRequest, st deciderv1.DeciderService_WatchDecisionsServer) error {
-	w := h.hub.Subscribe(req.GetNamespace())
-	defer h.hub.Unsubscribe(w)
-	for _, d := range h.engine.List(req.GetNamespace()) {
-		if err := st.Send(&deciderv1.WatchDecisionsResponse{Decision: decisionOf(d)}); err != nil {
-			return err
-		}
+	ctx := st.Context()
+	w, err := h.hub.Subscribe(req.GetNamespace(), h.caller(ctx))
+	if err != nil {
+		return errWatchRefused(err)
 	}
-	for {
+	defer h.hub.Unsubscribe(w)
+	send := func(d engine.Decision) error {
+		return st.Send(&deciderv1.WatchDecisionsResponse{Decision: decisionOf(d)})
+	}
+	for after := ""; ; {
+		ds, next := h.index.Page(req.GetNamespace(), after, snapshotPage)
+		for _, d := range ds {
+			if err := send(d); err != nil {
+				return err
+			}
+		}
 		select {
-		case <-st.Context().Done():
+		case <-ctx.Done():
 			return nil
 		case <-w.Dropped():
 			return errWatcherTooSlow
-		case d := <-w.C():
-			if err := st.Send(&deciderv1.WatchDecisionsResponse{Decision: decisionOf(d)}); err != nil {
-				return err
+		default:
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	var batch []engine.Decision
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.Dropped():
+			return errWatcherTooSlow
+		case <-w.Ready():
+			batch = w.Take(batch)
+			for _, d := range batch {
+				if err := send(d); err != nil {
+					return err
+				}
 			}
 		}
 	}

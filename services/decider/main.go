@@ -35,6 +35,7 @@ type config struct {
 	tickResolution time.Duration
 	tickLateness   time.Duration
 	send           sender.Config
+	watch          watch.Config
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -50,6 +51,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.send.Timeout, "scale-timeout", 5*time.Second, "Timeout of one Scale call.")
 	fs.DurationVar(&c.send.RetryMin, "scale-retry-min", 100*time.Millisecond, "First backoff before a failed Scale call is retried; it doubles per failure.")
 	fs.DurationVar(&c.send.RetryMax, "scale-retry-max", 5*time.Second, "Longest backoff before a failed Scale call is retried.")
+	c.watch.RegisterFlagsWithPrefix("", fs)
 }
 
 func (c *config) Validate() error {
@@ -71,7 +73,7 @@ func (c *config) Validate() error {
 	if err := c.send.Validate(); err != nil {
 		return fmt.Errorf("--scale-*: %w", err)
 	}
-	return nil
+	return c.watch.Validate()
 }
 
 func loadEngineConfig(c *config) (engine.Config, error) {
@@ -93,6 +95,11 @@ func loadEngineConfig(c *config) (engine.Config, error) {
 	}
 	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval, Lateness: c.tickLateness}, nil
 }
+
+// indexAge is how stale the sorted index behind ListDecisions and a new
+// watcher's first decisions may be: rebuilding it costs a sort of every
+// target, so a burst of page requests shares one.
+const indexAge = time.Second
 
 func main() { server.Main("tidal-decider", run) }
 
@@ -134,7 +141,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = conn.Close() }()
 	snd := sender.New(cfg.send, actuatorv1.NewActuatorServiceClient(conn), log.With(zap.String("actuator", cfg.actuatorAddr)), reg)
-	h := &handler{engine: eng, hub: watch.NewHub(), sender: snd, now: time.Now, log: log, drops: drops}
+	h := &handler{
+		engine: eng,
+		// A listing may miss a target added in its last second (indexAge).
+		index: engine.NewIndex(eng, indexAge, time.Now),
+		hub:   watch.NewHub(cfg.watch, reg),
+		// The peer's address until callers are authenticated.
+		caller: peerHost,
+		sender: snd,
+		now:    time.Now,
+		log:    log,
+		drops:  drops,
+	}
 
 	srv := server.New(cfg.server, log, reg)
 	deciderv1.RegisterDeciderServiceServer(srv.GRPC(), h)

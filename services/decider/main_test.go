@@ -54,7 +54,14 @@ func listen(t *testing.T) net.Listener {
 }
 
 // startDecider runs the binary's run in-process against a recording actuator.
-func startDecider(t *testing.T) (deciderv1.DeciderServiceClient, *actuator) {
+func startDecider(t *testing.T, args ...string) (deciderv1.DeciderServiceClient, *actuator) {
+	t.Helper()
+	client, act, _ := startDeciderAt(t, args...)
+	return client, act
+}
+
+// startDeciderAt is startDecider that also returns the gRPC address.
+func startDeciderAt(t *testing.T, args ...string) (deciderv1.DeciderServiceClient, *actuator, string) {
 	t.Helper()
 	act := &actuator{}
 	al := listen(t)
@@ -70,7 +77,7 @@ func startDecider(t *testing.T) (deciderv1.DeciderServiceClient, *actuator) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--grpc-addr", gaddr, "--http-addr", haddr, "--actuator-addr", al.Addr().String(), "--log-level", "error"}, io.Discard)
+		done <- run(ctx, append([]string{"--grpc-addr", gaddr, "--http-addr", haddr, "--actuator-addr", al.Addr().String(), "--log-level", "error"}, args...), io.Discard)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -94,7 +101,7 @@ func startDecider(t *testing.T) (deciderv1.DeciderServiceClient, *actuator) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return deciderv1.NewDeciderServiceClient(conn), act
+	return deciderv1.NewDeciderServiceClient(conn), act, gaddr
 }
 
 var hello = &commonv1.TargetRef{Namespace: "default", Name: "hello"}

@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Index lists an engine's decisions a page at a time, in target key order,
+// for ListDecisions and the first part of a watch. It keeps the engine's
+// targets sorted by key, rebuilt at most once per maxAge and shared by every
+// caller, so a page costs a binary search and the page's own decisions
+// under the engine's lock, not a walk of every target: a listing of n
+// targets in pages of k holds the lock O(n) in all, not O(n²/k), and
+// copies at most one page of decisions at a time.
+type Index struct {
+	e      *Engine
+	maxAge time.Duration
+	now    func() time.Time
+
+	// mu guards sorted and built, and serialises rebuilds: callers that find
+	// the index stale while it is rebuilt wait for that rebuild.
+	mu sync.Mutex
+	// sorted holds the targets by key as of built; it is never changed in
+	// place, so a caller may read the slice it got after mu is released.
+	// A target removed since is skipped; one added since is missing until
+	// the next rebuild.
+	sorted []*target
+	built  time.Time
+}
+
+// NewIndex returns an index over e, rebuilt when older than maxAge (by now).
+func NewIndex(e *Engine, maxAge time.Duration, now func() time.Time) *Index {
+	return &Index{e: e, maxAge: maxAge, now: now}
+}
+
+func (x *Index) snapshot() []*target {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := x.now()
+	if x.sorted != nil && now.Sub(x.built) <= x.maxAge {
+		return x.sorted
+	}
+	x.e.mu.Lock()
+	ts := make([]*target, 0, len(x.e.targets))
+	for _, t := range x.e.targets {
+		ts = append(ts, t)
+	}
+	x.e.mu.Unlock()
+	// A target's key never changes, so the sort needs no engine lock.
+	slices.SortFunc(ts, func(a, b *target) int { return strings.Compare(a.key, b.key) })
+	x.sorted, x.built = ts, now
+	return ts
+}
+
+// Page returns the latest decisions of up to limit targets whose keys sort
+// after the cursor after ("" for the first page), in key order, only those
+// in namespace unless it is empty. next is the cursor of the following
+// page, or "" when this page is the last.
+func (x *Index) Page(namespace, after string, limit int) (ds []Decision, next string) {
+	ts := x.snapshot()
+	prefix := ""
+	if namespace != "" {
+		prefix = namespace + "/"
+	}
+	// Keys with one prefix sort together: start at the first one after the cursor.
+	i := sort.Search(len(ts), func(i int) bool { return ts[i].key > after && ts[i].key >= prefix })
+	x.e.mu.Lock()
+	defer x.e.mu.Unlock()
+	for ; i < len(ts); i++ {
+		t := ts[i]
+		if !strings.HasPrefix(t.key, prefix) {
+			break
+		}
+		if x.e.targets[keyOf(t.ref)] != t {
+			continue // removed since the index was built
+		}
+		if len(ds) == limit {
+			return ds, ds[len(ds)-1].Target.Key()
+		}
+		ds = append(ds, x.e.decisionLocked(t))
+	}
+	return ds, ""
+}
