@@ -28,3 +28,9 @@ func errNotOwner(field string, ref *commonv1.TargetRef, owner string) error {
 func errStopping(err error) error {
 	return status.Error(codes.Unavailable, fmt.Sprintf("collector busy or stopping: %v", err))
 }
+
+// errBadPageToken refuses a page token that decodes but is no cursor of
+// this collector's (a decider's, say).
+func errBadPageToken(token string) error {
+	return status.Error(codes.InvalidArgument, commonv1.Invalid("page_token", token, "empty or the next_page_token of an earlier ListTargets response").Error())
+}

@@ -132,13 +132,20 @@ func (h *handler) PushStatsStream(st collectorv1.CollectorService_PushStatsStrea
 }
 
 func (h *handler) ListTargets(_ context.Context, req *collectorv1.ListTargetsRequest) (*collectorv1.ListTargetsResponse, error) {
-	resp := &collectorv1.ListTargetsResponse{}
-	for _, w := range h.hub.Targets(req.GetNamespace()) {
-		sum := &collectorv1.TargetSummary{Target: w.Target, ReadyPods: w.ReadyPods, Decider: w.Decider}
-		if n := len(w.Samples); n > 0 {
-			sum.LastSampleTime = w.Samples[n-1].GetTime()
-		}
-		resp.Targets = append(resp.Targets, sum)
+	cursor, err := commonv1.PageCursor(req.GetPageToken())
+	if err != nil {
+		return nil, err // the validator checked it already
+	}
+	page, next, err := h.hub.TargetsPage(req.GetNamespace(), cursor, commonv1.PageSize(req.GetPageSize()))
+	if err != nil {
+		return nil, errBadPageToken(req.GetPageToken())
+	}
+	resp := &collectorv1.ListTargetsResponse{Targets: make([]*collectorv1.TargetSummary, 0, len(page))}
+	for _, s := range page {
+		resp.Targets = append(resp.Targets, &collectorv1.TargetSummary{Target: s.Target, ReadyPods: s.ReadyPods, LastSampleTime: s.LastSampleTime, Decider: s.Decider})
+	}
+	if next != "" {
+		resp.NextPageToken = commonv1.PageToken(next)
 	}
 	return resp, nil
 }

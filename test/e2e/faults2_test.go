@@ -40,17 +40,24 @@ func owners(ctx context.Context, procs []*system.Proc, ns, name string) map[int]
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := collectorv1.NewCollectorServiceClient(conn).ListTargets(cctx, &collectorv1.ListTargetsRequest{Namespace: ns})
-		cancel()
-		_ = conn.Close()
-		if err != nil {
-			continue
-		}
-		for _, tg := range resp.GetTargets() {
-			if tg.GetTarget().GetName() == name {
-				out[i] = tg.GetLastSampleTime().AsTime()
+		client := collectorv1.NewCollectorServiceClient(conn)
+		req := &collectorv1.ListTargetsRequest{Namespace: ns}
+		for {
+			resp, err := client.ListTargets(cctx, req)
+			if err != nil {
+				break
+			}
+			for _, tg := range resp.GetTargets() {
+				if tg.GetTarget().GetName() == name {
+					out[i] = tg.GetLastSampleTime().AsTime()
+				}
+			}
+			if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+				break
 			}
 		}
+		cancel()
+		_ = conn.Close()
 	}
 	return out
 }
@@ -67,8 +74,8 @@ func describeCollector(p *system.Proc, ns, name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var b strings.Builder
-	list, err := client.ListTargets(ctx, &collectorv1.ListTargetsRequest{})
-	fmt.Fprintf(&b, "ListTargets: %v (err %v); ", list.GetTargets(), err)
+	list, err := client.ListTargets(ctx, &collectorv1.ListTargetsRequest{Namespace: ns})
+	fmt.Fprintf(&b, "ListTargets of %s (first page): %v (err %v); ", ns, list.GetTargets(), err)
 	win, err := client.GetWindow(ctx, &collectorv1.GetWindowRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: name}})
 	fmt.Fprintf(&b, "GetWindow: %d samples, ready %v, errors %v (err %v)", len(win.GetSamples()), win.GetReadyPods(), win.GetErrors(), err)
 	return b.String()
