@@ -252,6 +252,9 @@ func (e *Engine) recordKPALocked(t *target, s Sample, now time.Time) (bool, erro
 			return false, err
 		}
 	}
+	if s.ReadyOnly {
+		return false, nil
+	}
 	src := kpa.SourceScraper
 	if s.Activator {
 		src = kpa.SourceActivator
@@ -299,7 +302,8 @@ func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {
 }
 
 // flushLocked records a target's pending samples stamped at or before at,
-// oldest first, and keeps the rest waiting.
+// oldest first, and keeps the rest waiting. It returns how many of them were
+// measurements (not ready-count changes).
 func (e *Engine) flushLocked(t *target, at time.Time) (applied int) {
 	if len(t.pending) == 0 {
 		return 0
@@ -319,25 +323,34 @@ func (e *Engine) flushLocked(t *target, at time.Time) (applied int) {
 		}
 	} else {
 		for i := range t.pending[:n] {
-			e.applySampleLocked(t, &t.pending[i], at)
+			if e.applySampleLocked(t, &t.pending[i], at) {
+				applied++
+			}
 		}
 	}
 	rest := copy(t.pending, t.pending[n:])
 	clear(t.pending[rest:])
 	t.pending = t.pending[:rest]
-	return n
+	return applied
 }
 
-func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) {
+// applySampleLocked applies one due sample and reports whether it was a
+// measurement.
+func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) bool {
 	switch t.strategy {
 	case KPA:
-		t.measureErr = ""
+		if !s.ReadyOnly {
+			t.measureErr = ""
+		}
 		_, _ = e.recordKPALocked(t, *s, now) // refusals are counted through OnDrop
 	case Lag:
-		t.measureErr = s.MeasureError
 		if s.ReadyPods >= 0 {
 			t.ready = s.ReadyPods
 		}
+		if s.ReadyOnly {
+			return false
+		}
+		t.measureErr = s.MeasureError
 		in := lag.Input{
 			Partitions:     s.Partitions,
 			PartitionCount: s.PartitionCount,
@@ -347,12 +360,13 @@ func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) {
 		}
 		if err := e.lag.Observe(t.key, in); err != nil {
 			e.cfg.OnDrop("bad_lag_input")
-			return
+			return true
 		}
 		if s.MeasureError == "" {
 			t.lagIn, t.lagAt = in, s.At
 		}
 	}
+	return !s.ReadyOnly
 }
 
 // lagFreshness is how many of a lag target's intervals its latest sample
@@ -546,6 +560,9 @@ func (e *Engine) replayLagLocked(t *target, samples []Sample, now time.Time) err
 		}
 		if s.ReadyPods >= 0 {
 			t.ready = s.ReadyPods
+		}
+		if s.ReadyOnly {
+			continue
 		}
 		history = append(history, lag.Observation{Time: s.At, Input: lag.Input{
 			Partitions:     s.Partitions,

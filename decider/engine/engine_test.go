@@ -641,3 +641,88 @@ func TestReplayedTargetIsAnnounced(t *testing.T) {
 		t.Errorf("announced desired %d, want the replayed decision's %d (1)", got[0].Desired, before.Desired)
 	}
 }
+
+// TestReadyChangeCountsAtItsTick: a change of ready pods stamped after a
+// tick's grid time but arriving before the tick is made must not be seen by
+// that tick, or a decider rebuilt from history (where the change sits at
+// its time) decides differently from the live one. As a ReadyOnly sample it
+// waits for its tick; applied at arrival (SetReady), it did not.
+func TestReadyChangeCountsAtItsTick(t *testing.T) {
+	cfg := Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second, Lateness: 500 * time.Millisecond}
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	ann := map[string]string{"autoscaling.knative.dev/target": "10"}
+	first := Sample{At: at(100), ReadyPods: 1, ReadyOnly: true}
+	measured := Sample{At: at(1500), Stat: kpa.Stat{AverageConcurrentRequests: 30}, ReadyPods: -1}
+	change := Sample{At: at(2100), ReadyPods: 10, ReadyOnly: true} // arrives at 2.2 s, before the 2 s tick is made at 2.5 s
+	tests := []struct {
+		name     string
+		asSample bool
+		wantSame bool
+	}{
+		{"a change as a sample waits for its tick", true, true},
+		{"a change applied at arrival leaks into the earlier tick", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			live := New(cfg)
+			if err := live.Upsert(kpaSpec(ann), at(0)); err != nil {
+				t.Fatal(err)
+			}
+			var got *Decision
+			for ms := 0; ms <= 3000; ms += 100 {
+				now := at(ms)
+				switch ms {
+				case 100:
+					var err error
+					if tt.asSample {
+						_, err = live.Record(app, first, now)
+					} else {
+						err = live.SetReady(app, first.ReadyPods)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				case 1500:
+					if _, err := live.Record(app, measured, now); err != nil {
+						t.Fatal(err)
+					}
+				case 2200:
+					var err error
+					if tt.asSample {
+						_, err = live.Record(app, change, now)
+					} else {
+						err = live.SetReady(app, change.ReadyPods)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				live.Tick(now)
+				if d, _ := live.Get(app); d.At.Equal(at(2000)) && got == nil {
+					got = &d
+				}
+			}
+			if got == nil {
+				t.Fatal("no decision at 2 s")
+			}
+			rebuilt := New(cfg)
+			if err := rebuilt.Upsert(kpaSpec(ann), at(2600)); err != nil {
+				t.Fatal(err)
+			}
+			if err := rebuilt.Replay(app, []Sample{first, measured, change}, at(2600)); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := rebuilt.Get(app)
+			if !want.At.Equal(at(2000)) {
+				t.Fatalf("rebuilt decision at %v, want 2 s", want.At)
+			}
+			if !want.Panicking {
+				t.Fatalf("rebuilt decision at 2 s not panicking (%s): the scenario needs 30 in flight on 1 pod to panic", want.Reason)
+			}
+			if same := got.Desired == want.Desired && got.Panicking == want.Panicking; same != tt.wantSame {
+				t.Errorf("live decision at 2 s: %d, panicking %v (%s); rebuilt: %d, panicking %v (%s); same = %v, want %v",
+					got.Desired, got.Panicking, got.Reason, want.Desired, want.Panicking, want.Reason, same, tt.wantSame)
+			}
+		})
+	}
+}

@@ -64,6 +64,10 @@ type Sample struct {
 	Stat kpa.Stat
 	// ReadyPods is the ready pod count when measured; negative means unknown.
 	ReadyPods int32
+	// ReadyOnly marks a change of the ready pod count at At and nothing
+	// measured. It waits for its tick like a measurement, so a live decider
+	// and one rebuilt from history apply it at the same tick.
+	ReadyOnly bool
 	// Partitions and PartitionCount are the lag of a lag target's input.
 	Partitions     []lag.Partition
 	PartitionCount int32

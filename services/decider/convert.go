@@ -40,6 +40,7 @@ func sampleOf(m *commonv1.MetricSample) engine.Sample {
 	s := engine.Sample{
 		At:        m.GetTime().AsTime(),
 		Activator: m.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH,
+		ReadyOnly: m.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PODS,
 		Stat: kpa.Stat{
 			AverageConcurrentRequests:        m.GetAverageConcurrency(),
 			AverageProxiedConcurrentRequests: m.GetAverageProxiedConcurrency(),

@@ -35,6 +35,11 @@ const (
 	SampleSource_SAMPLE_SOURCE_PUSH SampleSource = 2
 	// Read from the Kafka consumer group of a lag target.
 	SampleSource_SAMPLE_SOURCE_KAFKA SampleSource = 3
+	// Not a measurement: the target's ready pod count changed at this time. Only
+	// time and ready_pods are set. Sent in the stream and kept in history in
+	// time order with the measurements, so a decider rebuilt from history sees
+	// each change at the tick a live one saw it.
+	SampleSource_SAMPLE_SOURCE_PODS SampleSource = 4
 )
 
 // Enum value maps for SampleSource.
@@ -44,12 +49,14 @@ var (
 		1: "SAMPLE_SOURCE_SCRAPE",
 		2: "SAMPLE_SOURCE_PUSH",
 		3: "SAMPLE_SOURCE_KAFKA",
+		4: "SAMPLE_SOURCE_PODS",
 	}
 	SampleSource_value = map[string]int32{
 		"SAMPLE_SOURCE_UNSPECIFIED": 0,
 		"SAMPLE_SOURCE_SCRAPE":      1,
 		"SAMPLE_SOURCE_PUSH":        2,
 		"SAMPLE_SOURCE_KAFKA":       3,
+		"SAMPLE_SOURCE_PODS":        4,
 	}
 )
 
@@ -294,12 +301,13 @@ const file_tidal_common_v1_sample_proto_rawDesc = "" +
 	"ready_pods\x18\b \x01(\x05H\x00R\treadyPods\x88\x01\x01\x12,\n" +
 	"\x0fpartition_count\x18\t \x01(\x05H\x01R\x0epartitionCount\x88\x01\x01B\r\n" +
 	"\v_ready_podsB\x12\n" +
-	"\x10_partition_count*x\n" +
+	"\x10_partition_count*\x90\x01\n" +
 	"\fSampleSource\x12\x1d\n" +
 	"\x19SAMPLE_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14SAMPLE_SOURCE_SCRAPE\x10\x01\x12\x16\n" +
 	"\x12SAMPLE_SOURCE_PUSH\x10\x02\x12\x17\n" +
-	"\x13SAMPLE_SOURCE_KAFKA\x10\x03B\xbc\x01\n" +
+	"\x13SAMPLE_SOURCE_KAFKA\x10\x03\x12\x16\n" +
+	"\x12SAMPLE_SOURCE_PODS\x10\x04B\xbc\x01\n" +
 	"\x13com.tidal.common.v1B\vSampleProtoP\x01Z:github.com/tidalscale/tidal/proto/tidal/common/v1;commonv1\xa2\x02\x03TCX\xaa\x02\x0fTidal.Common.V1\xca\x02\x0fTidal\\Common\\V1\xe2\x02\x1bTidal\\Common\\V1\\GPBMetadata\xea\x02\x11Tidal::Common::V1b\x06proto3"
 
 var (

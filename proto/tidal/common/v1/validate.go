@@ -115,7 +115,10 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 		return Invalid(field+".time", t.Format(time.RFC3339Nano), fmt.Sprintf("within %s of now (%s)", maxSampleSkew, now.Format(time.RFC3339)))
 	}
 	if _, ok := SampleSource_name[int32(s.GetSource())]; !ok || s.GetSource() == SampleSource_SAMPLE_SOURCE_UNSPECIFIED {
-		return Invalid(field+".source", s.GetSource(), "SCRAPE, PUSH or KAFKA")
+		return Invalid(field+".source", s.GetSource(), "SCRAPE, PUSH, KAFKA or PODS")
+	}
+	if s.GetSource() == SampleSource_SAMPLE_SOURCE_PODS {
+		return s.validatePods(field)
 	}
 	if err := ValidateCount(field+".average_concurrency", s.GetAverageConcurrency()); err != nil {
 		return err
@@ -156,6 +159,22 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 		if p.CommittedOffset != nil && p.GetCommittedOffset() < 0 {
 			return Invalid(pf+".committed_offset", p.GetCommittedOffset(), "at least 0, or absent when never committed")
 		}
+	}
+	return nil
+}
+
+// validatePods checks a ready-count change: the count and nothing measured.
+func (s *MetricSample) validatePods(field string) error {
+	if s.ReadyPods == nil {
+		return Invalid(field+".ready_pods", "<missing>", "set on a PODS sample")
+	}
+	if err := ValidatePods(field+".ready_pods", s.GetReadyPods()); err != nil {
+		return err
+	}
+	switch {
+	case s.GetAverageConcurrency() != 0 || s.GetAverageProxiedConcurrency() != 0 || s.GetRequestCount() != 0 ||
+		s.GetProxiedRequestCount() != 0 || len(s.GetPartitionLags()) > 0 || s.PartitionCount != nil:
+		return Invalid(field+".source", s.GetSource(), "a PODS sample to carry only time and ready_pods")
 	}
 	return nil
 }

@@ -42,6 +42,11 @@ func TestSampleValidation(t *testing.T) {
 		{"partition twice", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{Partition: 1}, {Partition: 1}} }, "s.partition_lags[1].partition"},
 		{"negative end", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{EndOffset: -2}} }, "s.partition_lags[0].end_offset"},
 		{"negative commit", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{CommittedOffset: i64(-1)}} }, "s.partition_lags[0].committed_offset"},
+		{"PODS without a count", func(s *MetricSample) { s.Source, s.AverageConcurrency, s.RequestCount = SampleSource_SAMPLE_SOURCE_PODS, 0, 0 }, "s.ready_pods"},
+		{"PODS count 2^31-1", func(s *MetricSample) {
+			s.Source, s.AverageConcurrency, s.RequestCount, s.ReadyPods = SampleSource_SAMPLE_SOURCE_PODS, 0, 0, i32(math.MaxInt32)
+		}, "s.ready_pods"},
+		{"PODS with a measurement", func(s *MetricSample) { s.Source, s.ReadyPods = SampleSource_SAMPLE_SOURCE_PODS, i32(2) }, "s.source"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,6 +60,10 @@ func TestSampleValidation(t *testing.T) {
 	}
 	if err := good().ValidateField("s", now); err != nil {
 		t.Errorf("good sample refused: %v", err)
+	}
+	pods := &MetricSample{Time: timestamppb.New(now), Source: SampleSource_SAMPLE_SOURCE_PODS, ReadyPods: i32(0)}
+	if err := pods.ValidateField("s", now); err != nil {
+		t.Errorf("a change to 0 ready pods refused: %v", err)
 	}
 	// A committed offset ahead of the end is a documented rule of the lag
 	// strategies, not malformed input.

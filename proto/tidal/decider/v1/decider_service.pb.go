@@ -178,9 +178,10 @@ type TargetMetrics struct {
 	// at most its first 1024 bytes, control characters replaced by spaces;
 	// above 16384 bytes the batch is refused. Collectors send at most 1024.
 	MeasureError string `protobuf:"bytes,3,opt,name=measure_error,json=measureError,proto3" json:"measure_error,omitempty"`
-	// Pods of the target ready now, when it changed since the last batch (and
-	// in every replay). It tells the decider what no sample can: a target
-	// whose last pod went has nothing to scrape. At least 0 and at most 100000.
+	// Pods of the target ready now, taken as of the batch's arrival. A replay
+	// carries it when the history holds no change of the count (the count held
+	// throughout). Changes go as samples of source PODS, which a decider applies
+	// at their time, live or replayed alike. At least 0 and at most 100000.
 	ReadyPods     *int32 `protobuf:"varint,4,opt,name=ready_pods,json=readyPods,proto3,oneof" json:"ready_pods,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
