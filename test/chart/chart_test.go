@@ -34,11 +34,14 @@ type scenario struct {
 	createAccounts  bool
 	pdb             map[string]bool
 	rbac            bool
-	tls             bool
-	networkPolicy   bool
-	serviceMonitor  bool
-	scrapeAnnots    bool
-	images          map[string]string
+	// tlsSecrets are the services' TLS Secrets; nil means mTLS is off.
+	tlsSecrets map[string]string
+	// env are environment variables every service must have, and their values.
+	env            map[string]string
+	networkPolicy  bool
+	serviceMonitor bool
+	scrapeAnnots   bool
+	images         map[string]string
 }
 
 var scenarios = []scenario{
@@ -53,7 +56,17 @@ var scenarios = []scenario{
 		createAccounts: true,
 		pdb:            map[string]bool{"collector": true, "decider": true, "actuator": true},
 		rbac:           true,
-		scrapeAnnots:   true,
+		tlsSecrets:     map[string]string{"collector": "tidal-collector-tls", "decider": "tidal-decider-tls", "actuator": "tidal-actuator-tls"},
+		env: map[string]string{
+			"TIDAL_AUTHZ_TRUST_DOMAIN":         "cluster.local",
+			"TIDAL_AUTHZ_COLLECTORS":           "spiffe://cluster.local/ns/tidal-system/sa/tidal-collector",
+			"TIDAL_AUTHZ_DECIDERS":             "spiffe://cluster.local/ns/tidal-system/sa/tidal-decider",
+			"TIDAL_AUTHZ_ACTUATORS":            "spiffe://cluster.local/ns/tidal-system/sa/tidal-actuator",
+			"TIDAL_AUTHZ_COMMON_NAME_IDENTITY": "true",
+			"TIDAL_AUTHZ_MUTATING_RATE":        "5000",
+			"TIDAL_MAX_CONCURRENT_STREAMS":     "1024",
+		},
+		scrapeAnnots: true,
 		images: map[string]string{
 			"collector": "ghcr.io/tidalscale/tidal-collector:0.1.0",
 			"decider":   "ghcr.io/tidalscale/tidal-decider:0.1.0",
@@ -71,7 +84,18 @@ var scenarios = []scenario{
 		createAccounts: true,
 		pdb:            map[string]bool{"collector": true, "decider": true, "actuator": false},
 		rbac:           true,
-		tls:            true,
+		tlsSecrets:     map[string]string{"collector": "tidal-collector-certs", "decider": "tidal-all-decider-tls", "actuator": "tidal-all-actuator-tls"},
+		env: map[string]string{
+			"TIDAL_AUTHZ_TRUST_DOMAIN":     "example.org",
+			"TIDAL_AUTHZ_COLLECTORS":       "spiffe://example.org/ns/autoscaling/sa/tidal-collector-sa",
+			"TIDAL_AUTHZ_DECIDERS":         "spiffe://example.org/ns/autoscaling/sa/tidal-all-decider",
+			"TIDAL_AUTHZ_PUSHERS":          "spiffe://example.org/ns/knative-serving/sa/activator",
+			"TIDAL_AUTHZ_OPERATORS":        "spiffe://example.org/ns/ops/sa/oncall,spiffe://example.org/ns/ops/sa/deployer",
+			"TIDAL_AUTHZ_ALLOW":            "/tidal.decider.v1.DeciderService/=spiffe://example.org/ns/ops/sa/debugger;/tidal.actuator.v1.ActuatorService/Scale=spiffe://example.org/ns/ci/sa/load-test",
+			"TIDAL_AUTHZ_MUTATING_RATE":    "800",
+			"TIDAL_AUTHZ_MUTATING_BURST":   "1600",
+			"TIDAL_MAX_CONCURRENT_STREAMS": "256",
+		},
 		networkPolicy:  true,
 		serviceMonitor: true,
 		scrapeAnnots:   true,
@@ -89,7 +113,7 @@ var scenarios = []scenario{
 			"decider.serviceAccount.create=false", "decider.serviceAccount.name=sa-d",
 			"actuator.serviceAccount.create=false", "actuator.serviceAccount.name=sa-a",
 			"collector.podDisruptionBudget.enabled=false", "decider.podDisruptionBudget.enabled=false",
-			"actuator.podDisruptionBudget.enabled=false", "actuator.replicas=0",
+			"actuator.podDisruptionBudget.enabled=false", "actuator.replicas=0", "tls.mode=disabled",
 		}},
 		fullname:        "bare-tidal",
 		replicas:        map[string]int64{"collector": 2, "decider": 2, "actuator": 0},
@@ -268,27 +292,37 @@ func checkComponent(t *testing.T, m manifest, sc scenario, c string) {
 			t.Errorf("volume mount %s has no volume", n)
 		}
 	}
-	if sc.tls {
+	if sc.tlsSecrets != nil {
 		tlsMount, ok := mounts["tls"]
-		if !ok || volumes["tls"].Secret == nil || volumes["tls"].Secret.SecretName == "" {
-			t.Errorf("tls enabled: want the Secret mounted; mounts %v volumes %v", mounts, volumes)
+		if !ok || volumes["tls"].Secret == nil {
+			t.Fatalf("mTLS on: want the Secret mounted; mounts %v volumes %v", mounts, volumes)
+		}
+		if got, want := volumes["tls"].Secret.SecretName, sc.tlsSecrets[c]; got != want {
+			t.Errorf("TLS Secret %q, want the service's own %q", got, want)
 		}
 		for key, file := range map[string]string{"TIDAL_TLS_CERT_FILE": "tls.crt", "TIDAL_TLS_KEY_FILE": "tls.key", "TIDAL_TLS_CA_FILE": "ca.crt"} {
 			if got, want := env[key].Value, tlsMount.MountPath+"/"+file; got != want {
 				t.Errorf("%s = %q, want %q", key, got, want)
 			}
 		}
-		if env["TIDAL_TLS_SERVER_NAME"].Value == "" {
-			t.Errorf("TIDAL_TLS_SERVER_NAME unset with tls enabled")
+		// Identities are pinned, not host names: deciders and actuator
+		// replicas are dialled by pod IP.
+		if _, ok := env["TIDAL_TLS_SERVER_NAME"]; ok {
+			t.Errorf("TIDAL_TLS_SERVER_NAME set; peers are checked by identity")
 		}
 	} else {
 		for k := range env {
-			if strings.HasPrefix(k, "TIDAL_TLS_") {
-				t.Errorf("%s set with tls disabled", k)
+			if strings.HasPrefix(k, "TIDAL_TLS_") || strings.HasPrefix(k, "TIDAL_AUTHZ_") {
+				t.Errorf("%s set with mTLS off", k)
 			}
 		}
 		if _, ok := mounts["tls"]; ok {
-			t.Errorf("tls volume mounted with tls disabled")
+			t.Errorf("tls volume mounted with mTLS off")
+		}
+	}
+	for k, want := range sc.env {
+		if got := env[k].Value; got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
 	_, annotated := pod.Annotations["prometheus.io/scrape"]

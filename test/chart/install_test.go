@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -12,14 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tidalscale/tidal/identity"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // helmOn runs the pinned Helm against the test cluster.
@@ -74,11 +73,33 @@ func TestHelmInstall(t *testing.T) {
 			t.Errorf("%s: %d Deployments rolled out, want %d:\n%s", line, n, len(components), out)
 		}
 	})
-	t.Run("notes grpcurl commands", func(t *testing.T) { runNotesCommands(t, notes) })
+	t.Run("notes grpcurl commands", func(t *testing.T) { runNotesCommands(t, c, ns, notes) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The generated certificates and their CA survive an upgrade (Helm's
+	// lookup of the Secrets), so no pod is handed a new CA mid-flight.
+	tlsSecrets := []string{"tidal-tls-ca", "tidal-collector-tls", "tidal-decider-tls", "tidal-actuator-tls", "tidal-reader-tls"}
+	before := map[string]map[string][]byte{}
+	for _, name := range tlsSecrets {
+		sec, err := c.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("after install: Secret %s: %v", name, err)
+		}
+		before[name] = sec.Data
+	}
 	helmOn(t, c, "upgrade", rel, "charts/tidal", "--namespace", ns, "--reuse-values", "--set", "decider.replicas=3", "--wait", "--timeout", "3m")
+	for _, name := range tlsSecrets {
+		sec, err := c.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("after upgrade: Secret %s: %v", name, err)
+		}
+		for k, v := range before[name] {
+			if !bytes.Equal(sec.Data[k], v) {
+				t.Errorf("after upgrade: Secret %s key %s changed; want the generated certificates kept", name, k)
+			}
+		}
+	}
 	for _, svc := range components {
 		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "tidal-"+svc, metav1.GetOptions{})
 		if err != nil {
@@ -111,10 +132,12 @@ func TestHelmInstall(t *testing.T) {
 }
 
 // runNotesCommands runs every grpcurl command of the NOTES against the three
-// services run as local processes (a port-forward's far end), with the
-// chart's ports replaced by theirs. A target "default/hello" is given
-// stats first, as an activator would.
-func runNotesCommands(t *testing.T, notes string) {
+// services run as local processes (a port-forward's far end) with the
+// certificates and settings the install made (its Secrets and its
+// Deployments' environment), with the chart's ports replaced by theirs, in
+// a directory holding the reader's certificate as the NOTES fetch it. A
+// target "default/hello" is given stats first, as an activator would.
+func runNotesCommands(t *testing.T, c *cluster.Cluster, ns, notes string) {
 	grpcurl, err := rel.GrpcurlBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -123,11 +146,29 @@ func runNotesCommands(t *testing.T, notes string) {
 	logDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	secretDir := func(name string) string {
+		sec, err := c.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return writeSecret(t, sec)
+	}
+	readerDir := secretDir("tidal-reader-tls")
+	readerID, err := identity.FromCertificate(leafOf(t, readerDir), true)
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := func(name string, args ...string) *system.Proc {
+		dep, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "tidal-"+name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, serviceFlags(t, dep, secretDir("tidal-"+name+"-tls"))...)
 		p, err := system.NewProc(name, dir, name, logDir, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
+		p.Creds = creds(t, readerDir, "tidal-"+name+"."+ns+".svc")
 		if err := p.Start(ctx, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -136,10 +177,11 @@ func runNotesCommands(t *testing.T, notes string) {
 	}
 	act := start("actuator", "--scaler", "memory")
 	dec := start("decider", "--actuator-addr", act.GRPCAddr)
-	col := start("collector", "--discovery", "push", "--decider-addr", dec.GRPCAddr)
+	// The reader pushes here in the activator's place.
+	col := start("collector", "--discovery", "push", "--decider-addr", dec.GRPCAddr, "--authz-pushers", readerID.String())
 	ports := map[string]string{"127.0.0.1:9001": col.GRPCAddr, "127.0.0.1:9002": dec.GRPCAddr, "127.0.0.1:9003": act.GRPCAddr}
 
-	conn, err := grpc.NewClient(col.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := col.Conn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +225,9 @@ func runNotesCommands(t *testing.T, notes string) {
 		if stream {
 			args = append([]string{"-max-time", "3"}, args...)
 		}
-		out, err := exec.CommandContext(ctx, grpcurl, args...).CombinedOutput()
+		cmd := exec.CommandContext(ctx, grpcurl, args...)
+		cmd.Dir = readerDir // ca.crt, tls.crt and tls.key, as the NOTES fetch them
+		out, err := cmd.CombinedOutput()
 		switch {
 		case err == nil:
 		case stream && strings.Contains(string(out), "DeadlineExceeded") && strings.Contains(string(out), "decision"):

@@ -2,114 +2,109 @@ package chart_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tidalscale/tidal/identity"
+	"github.com/tidalscale/tidal/identity/pki"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/system"
 )
 
-// pki is a CA and one certificate it signed, laid out as the chart's TLS
-// Secret (tls.crt, tls.key, ca.crt) in dir.
-type pki struct {
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	caPool *x509.CertPool
-}
+// pusherID is the activator the TLS tests name in authz.pushers.
+const pusherID = "spiffe://cluster.local/ns/knative-serving/sa/activator"
 
-func newPKI(t *testing.T, dnsName string) *pki {
+// writeSecret lays a kubernetes.io/tls Secret out as the kubelet mounts it:
+// one file per data key.
+func writeSecret(t *testing.T, sec *corev1.Secret) string {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tidal test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pki{dir: t.TempDir(), ca: ca, caKey: caKey, caPool: x509.NewCertPool()}
-	p.caPool.AddCert(ca)
-	certPEM, keyPEM := p.issue(t, dnsName)
-	for name, data := range map[string][]byte{
-		"ca.crt":  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.crt": certPEM,
-		"tls.key": keyPEM,
-	} {
-		if err := os.WriteFile(filepath.Join(p.dir, name), data, 0o600); err != nil {
+	dir := t.TempDir()
+	for _, key := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		data, ok := sec.Data[key]
+		if !ok {
+			t.Fatalf("Secret %s lacks key %s", sec.Name, key)
+		}
+		if err := os.WriteFile(filepath.Join(dir, key), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return p
+	return dir
 }
 
-// issue signs a certificate for dnsName usable as server and as client.
-func (p *pki) issue(t *testing.T, dnsName string) (certPEM, keyPEM []byte) {
+// leafOf parses the certificate of a Secret mounted in dir.
+func leafOf(t *testing.T, dir string) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	b, err := os.ReadFile(filepath.Join(dir, "tls.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: dnsName},
-		DNSNames:  []string{dnsName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s/tls.crt holds no PEM", dir)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+	return cert
 }
 
-func (p *pki) clientCreds(t *testing.T, serverName string) credentials.TransportCredentials {
+// serviceFlags turns the TIDAL_TLS_, TIDAL_AUTHZ_ and TIDAL_MAX_ variables
+// the chart gives a service into flags, with the Secret's mount path
+// replaced by dir: the same mapping services/server.ParseFlags makes.
+func serviceFlags(t *testing.T, dep *appsv1.Deployment, dir string) []string {
 	t.Helper()
-	return secretCreds(t, p.dir, serverName)
+	spec := dep.Spec.Template.Spec
+	mount := ""
+	for _, vm := range spec.Containers[0].VolumeMounts {
+		if vm.Name == "tls" {
+			mount = vm.MountPath
+		}
+	}
+	var flags []string
+	for _, e := range spec.Containers[0].Env {
+		name, ok := strings.CutPrefix(e.Name, "TIDAL_")
+		if !ok || !(strings.HasPrefix(name, "TLS_") || strings.HasPrefix(name, "AUTHZ_") || strings.HasPrefix(name, "MAX_")) {
+			continue
+		}
+		v := e.Value
+		if rest, ok := strings.CutPrefix(v, mount+"/"); ok && mount != "" {
+			v = filepath.Join(dir, rest)
+		}
+		flags = append(flags, "--"+strings.ToLower(strings.ReplaceAll(name, "_", "-"))+"="+v)
+	}
+	if len(flags) < 6 {
+		t.Fatalf("%s: TLS and authz flags %v, want cert, key, CA and the identities", dep.Name, flags)
+	}
+	return flags
 }
 
-// secretCreds are a client's credentials from a directory laid out as the
-// TLS Secret: its certificate, and its CA as the roots.
-func secretCreds(t *testing.T, dir, serverName string) credentials.TransportCredentials {
+// creds are a client's credentials from a directory laid out as a TLS
+// Secret, checking the server's name.
+func creds(t *testing.T, dir, serverName string) credentials.TransportCredentials {
 	t.Helper()
 	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
 	if err != nil {
@@ -126,74 +121,8 @@ func secretCreds(t *testing.T, dir, serverName string) credentials.TransportCred
 	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS13})
 }
 
-// scriptSecret runs hack/chart-tls-secret.sh and mounts the Secret it
-// writes the way the kubelet does: one file per data key.
-func scriptSecret(t *testing.T, fullname, namespace string) string {
-	t.Helper()
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("hack/chart-tls-secret.sh needs openssl, which this machine lacks")
-	}
-	out := t.TempDir()
-	cmd := exec.Command(filepath.Join(repoRoot(), "hack", "chart-tls-secret.sh"), fullname, namespace, out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hack/chart-tls-secret.sh: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(filepath.Join(out, "secret.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sec corev1.Secret
-	if err := yaml.UnmarshalStrict(b, &sec); err != nil {
-		t.Fatalf("secret.yaml: %v", err)
-	}
-	if sec.Type != corev1.SecretTypeTLS || sec.Name != fullname+"-mtls" || sec.Namespace != namespace {
-		t.Errorf("secret.yaml: %s/%s of type %s, want %s/%s-mtls of type %s", sec.Namespace, sec.Name, sec.Type, namespace, fullname, corev1.SecretTypeTLS)
-	}
-	mount := t.TempDir()
-	for _, key := range []string{"tls.crt", "tls.key", "ca.crt"} {
-		data, ok := sec.Data[key]
-		if !ok {
-			t.Fatalf("secret.yaml lacks key %s", key)
-		}
-		if err := os.WriteFile(filepath.Join(mount, key), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return mount
-}
-
-// tlsFlags turns the TIDAL_TLS_ variables the chart gives a service into
-// flags, with the Secret's mount path replaced by dir: the same mapping
-// services/server.ParseFlags makes.
-func tlsFlags(t *testing.T, dep *appsv1.Deployment, dir string) []string {
-	t.Helper()
-	spec := dep.Spec.Template.Spec
-	mount := ""
-	for _, vm := range spec.Containers[0].VolumeMounts {
-		if vm.Name == "tls" {
-			mount = vm.MountPath
-		}
-	}
-	var flags []string
-	for _, e := range spec.Containers[0].Env {
-		name, ok := strings.CutPrefix(e.Name, "TIDAL_TLS_")
-		if !ok {
-			continue
-		}
-		v := e.Value
-		if rest, ok := strings.CutPrefix(v, mount+"/"); ok && mount != "" {
-			v = filepath.Join(dir, rest)
-		}
-		flags = append(flags, "--tls-"+strings.ToLower(strings.ReplaceAll(name, "_", "-"))+"="+v)
-	}
-	if len(flags) != 4 {
-		t.Fatalf("%s: TLS flags %v, want cert, key, CA and server name", dep.Name, flags)
-	}
-	return flags
-}
-
-// tlsProc is a service process started with TLS; test/system's Proc checks
-// health in plaintext, so this waits on the plain HTTP /readyz instead.
+// tlsProc is a service process started with TLS; it waits on the plain
+// HTTP /readyz.
 type tlsProc struct {
 	grpcAddr, httpAddr string
 	cmd                *exec.Cmd
@@ -254,36 +183,174 @@ func startTLSProc(t *testing.T, bin string, args ...string) *tlsProc {
 	}
 }
 
-// TestMTLS runs the three services with the TLS settings the chart renders
-// and a Secret whose certificate carries only the chart's default
-// tls.serverName: pushed stats flow collector → decider → actuator over
-// mutual TLS, and clients without a certificate of the CA, or checking
-// another name, are refused. The Secret comes from a CA made here, and from
-// hack/chart-tls-secret.sh.
+// TestGeneratedCertificates checks the default rendering: a CA Secret no
+// pod mounts, and one certificate per service and one for people, each
+// naming its ServiceAccount's SPIFFE ID (in the common name: Helm cannot
+// write URI SANs) and its Service's DNS names, all signed by that CA.
+func TestGeneratedCertificates(t *testing.T) {
+	t.Parallel()
+	r := release{name: "tidal", namespace: "tidal-system"}
+	m := manifest(render(t, r))
+	caSec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-tls-ca"))
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caSec.Data["tls.crt"]) {
+		t.Fatal("tidal-tls-ca holds no certificate")
+	}
+	for _, dep := range m.ofKind("Deployment") {
+		for _, v := range typed[appsv1.Deployment](t, dep).Spec.Template.Spec.Volumes {
+			if v.Secret != nil && v.Secret.SecretName == caSec.Name {
+				t.Errorf("Deployment %s mounts the CA's Secret: its key must reach no pod", dep.GetName())
+			}
+		}
+	}
+	for _, name := range []string{"collector", "decider", "actuator", "reader"} {
+		sec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-"+name+"-tls"))
+		leaf := leafOf(t, writeSecret(t, sec))
+		want := "spiffe://cluster.local/ns/tidal-system/sa/tidal-" + name
+		id, err := identity.FromCertificate(leaf, true)
+		if err != nil || id.String() != want {
+			t.Errorf("%s: identity %v, %v; want %s", name, id, err, want)
+		}
+		if got := sec.Annotations["tidal.dev/spiffe-id"]; got != want {
+			t.Errorf("%s: annotation tidal.dev/spiffe-id %q, want %q", name, got, want)
+		}
+		opts := x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		if name != "reader" {
+			opts.DNSName = "tidal-" + name + ".tidal-system.svc"
+			opts.KeyUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}
+		if _, err := leaf.Verify(opts); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestCertManagerCertificates: with tls.mode=cert-manager the chart asks
+// cert-manager for a Certificate per identity whose URI SAN is the SPIFFE
+// ID, and the services read identities from URI SANs only.
+func TestCertManagerCertificates(t *testing.T) {
+	t.Parallel()
+	r := release{name: "tidal", namespace: "tidal-system", set: []string{"tls.mode=cert-manager", "tls.certManager.issuerRef.name=tidal-ca", "tls.certManager.issuerRef.kind=ClusterIssuer"}}
+	m := manifest(render(t, r))
+	if m.find("Secret", "tidal-tls-ca") != nil {
+		t.Error("cert-manager mode renders a CA Secret")
+	}
+	for _, name := range []string{"collector", "decider", "actuator", "reader"} {
+		cert := m.get(t, "Certificate", "tidal-"+name)
+		spec, _ := cert.Object["spec"].(map[string]any)
+		want := "spiffe://cluster.local/ns/tidal-system/sa/tidal-" + name
+		if got := fmt.Sprint(spec["uris"]); got != "["+want+"]" {
+			t.Errorf("%s: uris %s, want [%s]", name, got, want)
+		}
+		if got := spec["secretName"]; got != "tidal-"+name+"-tls" {
+			t.Errorf("%s: secretName %v", name, got)
+		}
+		usages := fmt.Sprint(spec["usages"])
+		if !strings.Contains(usages, "server auth") || !strings.Contains(usages, "client auth") {
+			t.Errorf("%s: usages %s, want server auth and client auth", name, usages)
+		}
+		issuer, _ := spec["issuerRef"].(map[string]any)
+		if issuer["name"] != "tidal-ca" || issuer["kind"] != "ClusterIssuer" {
+			t.Errorf("%s: issuerRef %v", name, issuer)
+		}
+	}
+	for _, c := range components {
+		dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "tidal-"+c))
+		for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "TIDAL_AUTHZ_COMMON_NAME_IDENTITY" {
+				t.Errorf("%s: identities from the common name with cert-manager's certificates", c)
+			}
+		}
+	}
+}
+
+// TestMTLS runs the three services with the settings and certificates the
+// chart renders: the chart's generated Secrets, and Secrets made by
+// go run ./hack/certs -secrets for tls.mode=secret. Stats pushed by an
+// activator flow collector → decider → actuator, each service presenting
+// its own certificate; only the decider's may Scale; clients without a
+// certificate of the CA are refused at the handshake.
 func TestMTLS(t *testing.T) {
 	t.Parallel()
-	serverName := "sec-tidal.tidal.svc" // the default: FULLNAME.NAMESPACE.svc
 	t.Run("generated", func(t *testing.T) {
 		t.Parallel()
-		testMTLS(t, newPKI(t, serverName).dir, serverName)
+		r := release{name: "sec", namespace: "tidal", set: []string{"authz.pushers[0]=" + pusherID}}
+		m := manifest(render(t, r))
+		dirs := map[string]string{}
+		for _, name := range []string{"collector", "decider", "actuator", "reader"} {
+			dirs[name] = writeSecret(t, typed[corev1.Secret](t, m.get(t, "Secret", "sec-tidal-"+name+"-tls")))
+		}
+		// The activator's certificate comes from the chart's CA, with its
+		// identity as URI SAN, as an operator would make it with hack/certs.
+		caSec := typed[corev1.Secret](t, m.get(t, "Secret", "sec-tidal-tls-ca"))
+		caDir := t.TempDir()
+		for k, v := range map[string][]byte{"ca.crt": caSec.Data["tls.crt"], "ca.key": caSec.Data["tls.key"]} {
+			if err := os.WriteFile(filepath.Join(caDir, k), v, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ca, err := pki.LoadCA(filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "ca.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := identity.Parse(pusherID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		iss, err := ca.Issue(pki.Leaf{ID: id, Validity: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs["pusher"] = filepath.Join(t.TempDir(), "pusher")
+		if err := ca.WriteDir(dirs["pusher"], iss); err != nil {
+			t.Fatal(err)
+		}
+		testMTLS(t, m, "sec-tidal", dirs)
 	})
-	t.Run("hack/chart-tls-secret.sh", func(t *testing.T) {
+	t.Run("secret from hack/certs", func(t *testing.T) {
 		t.Parallel()
-		testMTLS(t, scriptSecret(t, "sec-tidal", "tidal"), serverName)
+		out := t.TempDir()
+		cmd := exec.Command("go", "run", "./hack/certs", "-namespace", "tidal", "-prefix", "sec-tidal", "-secrets",
+			"-identity", "activator="+pusherID, out)
+		cmd.Dir = repoRoot()
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go run ./hack/certs: %v\n%s", err, b)
+		}
+		dirs := map[string]string{}
+		for _, name := range []string{"collector", "decider", "actuator", "reader", "activator"} {
+			b, err := os.ReadFile(filepath.Join(out, name, "secret.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sec corev1.Secret
+			if err := yaml.UnmarshalStrict(b, &sec); err != nil {
+				t.Fatalf("%s/secret.yaml: %v", name, err)
+			}
+			if want := "sec-tidal-" + name + "-tls"; sec.Name != want || sec.Namespace != "tidal" || sec.Type != corev1.SecretTypeTLS {
+				t.Errorf("%s/secret.yaml: %s/%s of type %s, want tidal/%s of type %s", name, sec.Namespace, sec.Name, sec.Type, want, corev1.SecretTypeTLS)
+			}
+			dirs[name] = writeSecret(t, &sec)
+		}
+		dirs["pusher"] = dirs["activator"]
+		r := release{name: "sec", namespace: "tidal", set: []string{"tls.mode=secret", "authz.pushers[0]=" + pusherID}}
+		m := manifest(render(t, r))
+		for _, c := range components {
+			dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "sec-tidal-"+c))
+			if got := dep.Spec.Template.Spec.Volumes; !slices.ContainsFunc(got, func(v corev1.Volume) bool {
+				return v.Secret != nil && v.Secret.SecretName == "sec-tidal-"+c+"-tls"
+			}) {
+				t.Errorf("%s mounts no Secret sec-tidal-%s-tls, the name hack/certs gives", c, c)
+			}
+		}
+		testMTLS(t, m, "sec-tidal", dirs)
 	})
 }
 
-func testMTLS(t *testing.T, secretDir, serverName string) {
-	r := release{name: "sec", namespace: "tidal", set: []string{"tls.enabled=true", "tls.secretName=tidal-mtls"}}
-	m := manifest(render(t, r))
+func testMTLS(t *testing.T, m manifest, fullname string, dirs map[string]string) {
 	bins := serviceBinaries(t)
 	flags := map[string][]string{}
 	for _, c := range components {
-		dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "sec-tidal-"+c))
-		flags[c] = tlsFlags(t, dep, secretDir)
-		if want := "--tls-server-name=" + serverName; !strings.Contains(strings.Join(flags[c], " "), want) {
-			t.Fatalf("%s flags %v lack %s", c, flags[c], want)
-		}
+		flags[c] = serviceFlags(t, typed[appsv1.Deployment](t, m.get(t, "Deployment", fullname+"-"+c)), dirs[c])
 	}
 	act := startTLSProc(t, bins["actuator"], append([]string{"--scaler", "memory"}, flags["actuator"]...)...)
 	dec := startTLSProc(t, bins["decider"], append([]string{"--actuator-addr", act.grpcAddr}, flags["decider"]...)...)
@@ -299,12 +366,25 @@ func testMTLS(t *testing.T, secretDir, serverName string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	host := func(c string) string { return fullname + "-" + c + ".tidal.svc" }
 
-	// Refused: plaintext, and a certificate from another CA.
+	// Refused at the handshake: plaintext, another CA, the wrong name.
+	other, err := pki.NewCA("another CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := other.Issue(pki.Leaf{ID: identity.MustNew("cluster.local", "tidal", fullname+"-collector"), DNSNames: []string{host("decider")}, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherDir := t.TempDir()
+	if err := other.WriteDir(otherDir, iss); err != nil {
+		t.Fatal(err)
+	}
 	for name, creds := range map[string]credentials.TransportCredentials{
 		"plaintext":        insecure.NewCredentials(),
-		"another CA":       newPKI(t, serverName).clientCreds(t, serverName),
-		"wrong serverName": secretCreds(t, secretDir, "decider.example.com"),
+		"another CA":       creds(t, otherDir, host("decider")),
+		"wrong serverName": creds(t, dirs["reader"], host("actuator")),
 	} {
 		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
 		_, err := healthpb.NewHealthClient(dial(dec.grpcAddr, creds)).Check(cctx, &healthpb.HealthCheckRequest{})
@@ -314,20 +394,38 @@ func testMTLS(t *testing.T, secretDir, serverName string) {
 		}
 	}
 
-	// Accepted: a certificate of the CA; the stat travels to the actuator.
-	creds := secretCreds(t, secretDir, serverName)
+	// Only a decider (or an operator) may Scale.
+	scale := &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: "default", Name: "by-hand"}, DecisionSequence: 1, DesiredReplicas: 2}
+	for _, caller := range []string{"collector", "reader", "pusher"} {
+		_, err := actuatorv1.NewActuatorServiceClient(dial(act.grpcAddr, creds(t, dirs[caller], host("actuator")))).Scale(ctx, scale)
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Scale with the %s's certificate: %v, want PERMISSION_DENIED", caller, err)
+		}
+	}
+	if _, err := actuatorv1.NewActuatorServiceClient(dial(act.grpcAddr, creds(t, dirs["decider"], host("actuator")))).Scale(ctx, scale); err != nil {
+		t.Errorf("Scale with the decider's certificate: %v, want OK", err)
+	}
+	// Only pushers may push.
+	push := func(caller string) error {
+		_, err := collectorv1.NewCollectorServiceClient(dial(col.grpcAddr, creds(t, dirs[caller], host("collector")))).PushStats(ctx, &collectorv1.PushStatsRequest{Stats: []*collectorv1.Stat{{
+			Target: &commonv1.TargetRef{Namespace: "default", Name: "hello"}, PodName: "activator-0", AverageConcurrency: 12, RequestCount: 12,
+		}}})
+		return err
+	}
+	if err := push("reader"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("PushStats with the reader's certificate: %v, want PERMISSION_DENIED", err)
+	}
+
+	// The loop: the activator's stats reach the actuator through the
+	// collector's and the decider's own certificates.
+	reader := actuatorv1.NewActuatorServiceClient(dial(act.grpcAddr, creds(t, dirs["reader"], host("actuator"))))
 	target := &commonv1.TargetRef{Namespace: "default", Name: "hello"}
-	collector := collectorv1.NewCollectorServiceClient(dial(col.grpcAddr, creds))
-	actuator := actuatorv1.NewActuatorServiceClient(dial(act.grpcAddr, creds))
 	var last error
 	for ctx.Err() == nil {
-		_, err := collector.PushStats(ctx, &collectorv1.PushStatsRequest{Stats: []*collectorv1.Stat{{
-			Target: target, PodName: "activator-0", AverageConcurrency: 12, RequestCount: 12,
-		}}})
-		if err != nil {
-			t.Fatalf("PushStats over mTLS: %v", err)
+		if err := push("pusher"); err != nil {
+			t.Fatalf("PushStats with the pusher's certificate: %v", err)
 		}
-		got, err := actuator.GetScale(ctx, &actuatorv1.GetScaleRequest{Target: target})
+		got, err := reader.GetScale(ctx, &actuatorv1.GetScaleRequest{Target: target})
 		if err == nil && got.GetReplicas() >= 1 {
 			t.Logf("collector → decider → actuator over mTLS: %s at %d replicas", target.Key(), got.GetReplicas())
 			return
@@ -335,5 +433,5 @@ func testMTLS(t *testing.T, secretDir, serverName string) {
 		last = err
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Fatalf("the actuator never scaled %s over mTLS (last GetScale: %v)", target.Key(), fmt.Sprint(last))
+	t.Fatalf("the actuator never scaled %s over mTLS (last GetScale: %v)", target.Key(), last)
 }

@@ -83,9 +83,33 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s.%s.svc" (include "tidal.componentName" .) .root.Release.Namespace }}
 {{- end }}
 
-{{/* The name the services' certificates carry and clients verify. */}}
-{{- define "tidal.tlsServerName" -}}
-{{- default (printf "%s.%s.svc" (include "tidal.fullname" .) .Release.Namespace) .Values.tls.serverName }}
+{{/* Whether the services run mutual TLS. */}}
+{{- define "tidal.tlsOn" -}}
+{{- if ne .Values.tls.mode "disabled" }}true{{ end }}
+{{- end }}
+
+{{/* SPIFFE ID of one service's ServiceAccount; call with (dict "root" $ "component" "collector"). */}}
+{{- define "tidal.spiffeID" -}}
+{{- printf "spiffe://%s/ns/%s/sa/%s" .root.Values.tls.trustDomain .root.Release.Namespace (include "tidal.serviceAccountName" .) }}
+{{- end }}
+
+{{/* SPIFFE ID of the read-only client certificate for people. */}}
+{{- define "tidal.readerID" -}}
+{{- printf "spiffe://%s/ns/%s/sa/%s-reader" .Values.tls.trustDomain .Release.Namespace (include "tidal.fullname" .) }}
+{{- end }}
+
+{{/* Name of one service's TLS Secret; call with (dict "root" $ "component" "collector"). */}}
+{{- define "tidal.tlsSecretName" -}}
+{{- $given := "" }}
+{{- if eq .root.Values.tls.mode "secret" }}{{ $given = index .root.Values.tls.secrets .component }}{{ end }}
+{{- default (printf "%s-tls" (include "tidal.componentName" .)) $given }}
+{{- end }}
+
+{{/* DNS names of one service's Service, for its certificate; call with (dict "root" $ "component" "collector"). */}}
+{{- define "tidal.serviceDNSNames" -}}
+{{- $svc := include "tidal.componentName" . }}
+{{- $ns := .root.Release.Namespace }}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
 {{- end }}
 
 {{/* Mount path of the TLS Secret. */}}
