@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -65,21 +68,91 @@ func (c *TLSConfig) load() (tls.Certificate, *x509.CertPool, error) {
 	return cert, pool, nil
 }
 
-// serverOption returns the transport credentials of a server.
+// serverOption returns the transport credentials of a server. The
+// certificate and the CA are read again when their files change, so a
+// renewed certificate (cert-manager, the chart) is served without a restart.
 func (c *TLSConfig) serverOption() (grpc.ServerOption, error) {
 	if !c.Enabled() {
 		return nil, nil
+	}
+	files, err := newReloader(*c)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.Creds(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cert, pool := files.get()
+			return &tls.Config{
+				Certificates: []tls.Certificate{*cert},
+				ClientCAs:    pool,
+				ClientAuth:   tls.RequireAndVerifyClientCert,
+				MinVersion:   tls.VersionTLS13,
+				// This config replaces the one gRPC completed, so it names
+				// HTTP/2 for ALPN itself.
+				NextProtos: []string{"h2"},
+			}, nil
+		},
+	})), nil
+}
+
+// reloadCheck is how often the files are looked at, at most: on a
+// handshake, not by a timer.
+var reloadCheck = 10 * time.Second
+
+// reloader holds the loaded certificate and CA pool and reloads them when
+// the files' size or modification time changes; a failed reload keeps the
+// last good pair (a half-written Secret update must not end service).
+type reloader struct {
+	cfg TLSConfig
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	checked time.Time
+	stamp   string
+	cert    *tls.Certificate
+	pool    *x509.CertPool
+}
+
+func newReloader(c TLSConfig) (*reloader, error) {
+	r := &reloader{cfg: c}
+	stamp, err := r.stat()
+	if err != nil {
+		return nil, err
 	}
 	cert, pool, err := c.load()
 	if err != nil {
 		return nil, err
 	}
-	return grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS13,
-	})), nil
+	r.stamp, r.cert, r.pool, r.checked = stamp, &cert, pool, time.Now()
+	return r, nil
+}
+
+func (r *reloader) stat() (string, error) {
+	var b strings.Builder
+	for _, f := range []string{r.cfg.CertFile, r.cfg.KeyFile, r.cfg.CAFile} {
+		st, err := os.Stat(f)
+		if err != nil {
+			return "", fmt.Errorf("TLS file: %w", err)
+		}
+		fmt.Fprintf(&b, "%d/%d;", st.Size(), st.ModTime().UnixNano())
+	}
+	return b.String(), nil
+}
+
+// get returns the current certificate and CA pool.
+func (r *reloader) get() (*tls.Certificate, *x509.CertPool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checked) >= reloadCheck {
+		r.checked = now
+		if stamp, err := r.stat(); err == nil && stamp != r.stamp {
+			if cert, pool, err := r.cfg.load(); err == nil {
+				r.stamp, r.cert, r.pool = stamp, &cert, pool
+			}
+		}
+	}
+	return r.cert, r.pool
 }
 
 // DialOption returns the transport credentials for calling a server whose
@@ -110,14 +183,17 @@ func (c *TLSConfig) DialOption() (grpc.DialOption, error) {
 // names, so the identity takes the place of the host name; ServerName, when
 // set, is checked as well.
 func (c *TLSConfig) peerTLS(want map[string]bool, role Role, commonName bool) (*tls.Config, error) {
-	cert, pool, err := c.load()
+	files, err := newReloader(*c)
 	if err != nil {
 		return nil, err
 	}
 	serverName := c.ServerName
 	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			cert, _ := files.get()
+			return cert, nil
+		},
+		MinVersion: tls.VersionTLS13,
 		// The chain, the name and the identity are checked in
 		// VerifyConnection below, which runs whatever this says.
 		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
@@ -125,6 +201,7 @@ func (c *TLSConfig) peerTLS(want map[string]bool, role Role, commonName bool) (*
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("server sent no certificate")
 			}
+			_, pool := files.get()
 			leaf := cs.PeerCertificates[0]
 			inter := x509.NewCertPool()
 			for _, ic := range cs.PeerCertificates[1:] {
