@@ -11,8 +11,10 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tidalscale/tidal/collector/history"
+	"github.com/tidalscale/tidal/logkey"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/shard/route"
@@ -60,6 +62,7 @@ type Hub struct {
 	retention time.Duration
 	highWater int
 	batch     int
+	now       func() time.Time
 	metrics   *Metrics
 	log       *zap.Logger
 
@@ -67,6 +70,9 @@ type Hub struct {
 	mu       sync.Mutex
 	targets  map[tkey]*target
 	members  []string // sorted decider endpoints
+	// shadows are the shadow deciders' outboxes (HubConfig.Shadows), fixed
+	// for the hub's life; outboxes holds them too, by address.
+	shadows  []*outbox
 	outboxes map[string]*outbox
 	// room is closed and replaced when outboxes drain below the high water
 	// mark, waking PushStats callers that wait.
@@ -85,7 +91,10 @@ type target struct {
 
 // outbox is what one decider has yet to receive. Guarded by Hub.mu.
 type outbox struct {
-	addr      string
+	addr string
+	// shadow is set for a shadow decider: it streams every target, and
+	// falling behind never slows PushStats.
+	shadow    bool
 	connected bool
 	// replay holds targets whose whole history goes out next, in a replay
 	// batch; their live entries are dropped when they are marked.
@@ -109,8 +118,6 @@ type pendingTarget struct {
 	samples []*commonv1.MetricSample
 	errSet  bool
 	errMsg  string
-	// ready is the target's ready pod count when it changed, else nil.
-	ready *int32
 }
 
 // HubConfig tunes a Hub.
@@ -123,20 +130,59 @@ type HubConfig struct {
 	// Batch is the backlog at which a sender is woken before its flush
 	// interval ends (the streams' BatchSamples); 0 means 4096.
 	Batch int
+	// Shadows are deciders that receive every target's stream besides its
+	// owner, to compare a configuration or a version with the deciders in
+	// charge; their decisions should go to an actuator that changes
+	// nothing. They must not be among the deciders.
+	Shadows []string
+	// Now stamps ready-count changes; nil means time.Now.
+	Now func() time.Time
 }
 
 // NewHub returns an empty Hub.
 func NewHub(cfg HubConfig, m *Metrics, log *zap.Logger) *Hub {
-	return &Hub{
+	h := &Hub{
 		retention: cfg.Retention,
 		highWater: cfg.HighWater,
 		batch:     cmp.Or(cfg.Batch, 4096),
+		now:       cfg.Now,
 		metrics:   m,
 		log:       log,
 		targets:   map[tkey]*target{},
 		outboxes:  map[string]*outbox{},
 		room:      make(chan struct{}),
 	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	for _, a := range cfg.Shadows {
+		if _, dup := h.outboxes[a]; dup {
+			continue
+		}
+		ob := newOutbox(a)
+		ob.shadow = true
+		h.outboxes[a] = ob
+		h.shadows = append(h.shadows, ob)
+	}
+	return h
+}
+
+func newOutbox(addr string) *outbox {
+	return &outbox{addr: addr, replay: map[tkey]bool{}, pending: map[tkey]*pendingTarget{}, wake: make(chan struct{}, 1)}
+}
+
+// streamingLocked appends the connected outboxes that stream t live (not
+// waiting to replay it) to dst: its owner's and every shadow's.
+func (h *Hub) streamingLocked(dst []*outbox, key tkey, t *target) []*outbox {
+	if ob := h.outboxes[t.owner]; ob != nil && !ob.shadow && ob.connected && !ob.replay[key] {
+		dst = append(dst, ob)
+	}
+	for _, ob := range h.shadows {
+		if ob.connected && !ob.replay[key] {
+			dst = append(dst, ob)
+		}
+	}
+	return dst
 }
 
 // SetSpec adds a target or changes its spec. retention, if longer than the
@@ -167,7 +213,8 @@ func (h *Hub) addLocked(key tkey, spec *deciderv1.TargetSpec, retention time.Dur
 		return
 	}
 	t.spec = spec
-	if ob := h.outboxes[t.owner]; ob != nil && ob.connected && !ob.replay[key] {
+	var buf [4]*outbox
+	for _, ob := range h.streamingLocked(buf[:0], key, t) {
 		ob.entryLocked(key, t.ref).spec = spec
 		ob.signal()
 	}
@@ -182,7 +229,11 @@ func (h *Hub) Known(ref *commonv1.TargetRef) bool {
 }
 
 // SetReadyPods records the target's ready pod count, which decides whether
-// a pushed stat wakes its decider at once.
+// a pushed stat wakes its decider at once. A change is also a sample (source
+// PODS) in the stream and in history: with no pod left nothing is scraped,
+// and only this tells the decider the target has none; kept in time order
+// with the measurements, it reaches a decider rebuilt from history at the
+// same tick as the live one.
 func (h *Hub) SetReadyPods(ref *commonv1.TargetRef, n int32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -192,13 +243,11 @@ func (h *Hub) SetReadyPods(ref *commonv1.TargetRef, n int32) {
 		return
 	}
 	t.ready = n
-	// The decider hears of the change too: with no pod left nothing is
-	// scraped, and only this tells it the target has none.
-	if ob := h.outboxes[t.owner]; ob != nil && ob.connected && !ob.replay[key] {
-		p := ob.entryLocked(key, t.ref)
-		p.ready = &n
-		ob.signal()
-	}
+	h.recordLocked(key, &commonv1.MetricSample{
+		Time:      timestamppb.New(h.now()),
+		Source:    commonv1.SampleSource_SAMPLE_SOURCE_PODS,
+		ReadyPods: &n,
+	})
 }
 
 // Record adds a sample to a known target, keeps it in history and queues it
@@ -244,28 +293,35 @@ func (h *Hub) recordLocked(key tkey, s *commonv1.MetricSample) bool {
 		return false
 	}
 	t.hist.Append(s)
-	if t.errMsg != "" && s.GetSource() != commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
+	if t.errMsg != "" && s.GetSource() != commonv1.SampleSource_SAMPLE_SOURCE_PUSH && s.GetSource() != commonv1.SampleSource_SAMPLE_SOURCE_PODS {
 		t.errMsg = "" // a good measurement ends the error state
 	}
-	ob := h.outboxes[t.owner]
-	if ob == nil || !ob.connected || ob.replay[key] {
-		return true // a replay will carry it
+	// Outboxes not streaming t live get s with their next replay.
+	var buf [4]*outbox
+	for _, ob := range h.streamingLocked(buf[:0], key, t) {
+		h.queueLocked(ob, key, t, s)
 	}
+	return true
+}
+
+// queueLocked queues s for one decider streaming t.
+func (h *Hub) queueLocked(ob *outbox, key tkey, t *target, s *commonv1.MetricSample) {
 	if ob.depth >= h.highWater {
 		// The decider is behind. Drop its backlog and end its stream: the
 		// next stream replays everything from history, which already holds
 		// s. (A replay on the same stream would be added to, not replace,
-		// what the decider holds.)
+		// what the decider holds.) Only a decider in charge makes PushStats
+		// wait; a shadow's lag is its own.
 		h.metrics.replays.WithLabelValues(ob.addr, "overflow").Inc()
-		ob.behind = true
+		ob.behind = !ob.shadow
 		h.resetLocked(ob)
-		return true
+		return
 	}
 	p := ob.entryLocked(key, t.ref)
 	if n := len(p.samples); n > 0 && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
 		if last := p.samples[n-1]; last.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && sameTime(last, s) {
 			history.AddInto(last, s)
-			return true
+			return
 		}
 	}
 	// The outbox gets its own copy: history merges into its sample later.
@@ -275,12 +331,12 @@ func (h *Hub) recordLocked(key tkey, s *commonv1.MetricSample) bool {
 		ob.urgent = true
 	}
 	// Wake the sender only when it has something new to decide: the first
-	// sample (to start its flush timer), a full batch, or a poke. A wake
-	// per sample would cost a goroutine switch per sample.
-	if ob.depth == 1 || ob.depth == h.batch || ob.urgent {
+	// sample (to start its flush timer), a full batch, a poke, or a change
+	// of ready pods (which may be the last news of a target whose pods
+	// went). A wake per sample would cost a goroutine switch per sample.
+	if ob.depth == 1 || ob.depth == h.batch || ob.urgent || s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PODS {
 		ob.signal()
 	}
-	return true
 }
 
 // SetError puts the target in (or, with "", out of) an error state: the
@@ -294,7 +350,8 @@ func (h *Hub) SetError(ref *commonv1.TargetRef, msg string) {
 		return
 	}
 	t.errMsg = msg
-	if ob := h.outboxes[t.owner]; ob != nil && ob.connected && !ob.replay[key] {
+	var buf [4]*outbox
+	for _, ob := range h.streamingLocked(buf[:0], key, t) {
 		p := ob.entryLocked(key, t.ref)
 		p.errSet, p.errMsg = true, msg
 		ob.signal()
@@ -334,12 +391,18 @@ func (h *Hub) remove(ref *commonv1.TargetRef, tell bool) {
 	}
 	delete(h.targets, key)
 	h.metrics.targets.Set(float64(len(h.targets)))
-	if ob := h.outboxes[t.owner]; ob != nil {
+	forget := func(ob *outbox) {
 		ob.dropLocked(key)
 		if tell && ob.connected {
 			ob.removed = append(ob.removed, t.ref)
 			ob.signal()
 		}
+	}
+	if ob := h.outboxes[t.owner]; ob != nil && !ob.shadow {
+		forget(ob)
+	}
+	for _, ob := range h.shadows {
+		forget(ob)
 	}
 }
 
@@ -347,17 +410,23 @@ func (h *Hub) remove(ref *commonv1.TargetRef, tell bool) {
 // are removed from the old owner's stream and replayed to the new one.
 // It returns the outboxes to start and the endpoints to stop.
 func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
-	addrs = slices.Clone(addrs)
-	sort.Strings(addrs)
-	addrs = slices.Compact(addrs)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	addrs = slices.DeleteFunc(slices.Clone(addrs), func(a string) bool {
+		if ob := h.outboxes[a]; ob != nil && ob.shadow {
+			h.log.Warn("a shadow decider is among the deciders; it stays a shadow", logkey.Decider(a))
+			return true
+		}
+		return false
+	})
+	sort.Strings(addrs)
+	addrs = slices.Compact(addrs)
 	if slices.Equal(addrs, h.members) {
 		return nil, nil
 	}
 	for _, a := range addrs {
 		if _, ok := h.outboxes[a]; !ok {
-			h.outboxes[a] = &outbox{addr: a, replay: map[tkey]bool{}, pending: map[tkey]*pendingTarget{}, wake: make(chan struct{}, 1)}
+			h.outboxes[a] = newOutbox(a)
 			added = append(added, a)
 		}
 	}
@@ -399,6 +468,9 @@ func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
 func (h *Hub) forgetDecider(addr string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if ob := h.outboxes[addr]; ob != nil && ob.shadow {
+		return
+	}
 	if _, member := slices.BinarySearch(h.members, addr); !member {
 		h.metrics.deleteDecider(addr)
 	}
@@ -444,7 +516,7 @@ func (h *Hub) connect(addr string, cancel func()) *outbox {
 	ob.removed = nil
 	ob.depth = 0
 	for key, t := range h.targets {
-		if t.owner == addr {
+		if t.owner == addr || ob.shadow {
 			ob.replay[key] = true
 		}
 	}
@@ -490,14 +562,17 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		n := 0
 		for _, k := range keys {
 			t := h.targets[k]
-			if t == nil || t.owner != addr {
+			if t == nil || (t.owner != addr && !ob.shadow) {
 				continue
 			}
 			if t.spec != nil {
 				cur.Specs = append(cur.Specs, t.spec)
 			}
 			tm := &deciderv1.TargetMetrics{Target: t.ref, MeasureError: t.errMsg, Samples: t.hist.AppendTo(nil)}
-			if t.ready >= 0 {
+			if t.ready >= 0 && !hasReady(tm.Samples) {
+				// The count has not changed within the history (a change
+				// is a sample): it held all along, so the decider may
+				// take it as of now.
 				ready := t.ready
 				tm.ReadyPods = &ready
 			}
@@ -526,8 +601,8 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 			if p.spec != nil {
 				cur.Specs = append(cur.Specs, p.spec)
 			}
-			if len(p.samples) > 0 || p.errSet || p.ready != nil {
-				cur.Metrics = append(cur.Metrics, &deciderv1.TargetMetrics{Target: p.ref, Samples: p.samples, MeasureError: p.errMsg, ReadyPods: p.ready})
+			if len(p.samples) > 0 || p.errSet {
+				cur.Metrics = append(cur.Metrics, &deciderv1.TargetMetrics{Target: p.ref, Samples: p.samples, MeasureError: p.errMsg})
 				n += len(p.samples)
 			}
 			if n >= maxSamples {
@@ -569,7 +644,7 @@ func (h *Hub) WaitRoom(ctx context.Context) error {
 		h.mu.Lock()
 		full := false
 		for _, ob := range h.outboxes {
-			if ob.behind || (ob.connected && ob.depth >= h.highWater) {
+			if !ob.shadow && (ob.behind || (ob.connected && ob.depth >= h.highWater)) {
 				full = true
 				break
 			}
@@ -672,6 +747,16 @@ func (h *Hub) Targets(namespace string) []Window {
 		out = append(out, h.windowLocked(h.targets[k]))
 	}
 	return out
+}
+
+// hasReady reports whether any sample carries a ready pod count.
+func hasReady(samples []*commonv1.MetricSample) bool {
+	for _, s := range samples {
+		if s.ReadyPods != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func sameTime(a, b *commonv1.MetricSample) bool {

@@ -363,28 +363,126 @@ func TestOverflowEndsStreamAndHoldsPushers(t *testing.T) {
 }
 
 func TestReadyPodsReachTheDecider(t *testing.T) {
-	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 100}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 100, Now: clock}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	hub.setDeciders([]string{"d:1"})
 	hub.SetSpec(spec("x"), 0)
 	hub.SetReadyPods(ref("x"), 3)
 	hub.connect("d:1", func() {})
 	bs := hub.take("d:1", 100)
-	if len(bs.replay) != 1 || bs.replay[0].GetMetrics()[0].ReadyPods == nil || bs.replay[0].GetMetrics()[0].GetReadyPods() != 3 {
-		t.Fatalf("replay = %v, want the ready count 3 with it", bs.replay)
+	if len(bs.replay) != 1 {
+		t.Fatalf("replay = %v, want one batch", bs.replay)
+	}
+	// The change is history: the replay carries it as a sample at its time,
+	// not as a count to take as of the replay.
+	m := bs.replay[0].GetMetrics()[0]
+	if m.ReadyPods != nil || len(m.GetSamples()) != 1 || !isReady(m.GetSamples()[0], now, 3) {
+		t.Fatalf("replayed metrics = %v, want one PODS sample of 3 at %s and no ready_pods", m, now)
 	}
 	hub.caughtUp("d:1")
 	// The last pod goes: nothing is scraped, but the decider must hear of it.
+	now = now.Add(1500 * time.Millisecond)
 	hub.SetReadyPods(ref("x"), 0)
 	bs = hub.take("d:1", 100)
 	if len(bs.live) != 1 || len(bs.live[0].GetMetrics()) != 1 {
 		t.Fatalf("live batches after ready 3 → 0 = %v, want one with the target", bs.live)
 	}
-	if m := bs.live[0].GetMetrics()[0]; m.ReadyPods == nil || m.GetReadyPods() != 0 || len(m.GetSamples()) != 0 {
-		t.Errorf("live metrics = %v, want ready_pods 0 and no sample", m)
+	if m := bs.live[0].GetMetrics()[0]; m.ReadyPods != nil || len(m.GetSamples()) != 1 || !isReady(m.GetSamples()[0], now, 0) {
+		t.Errorf("live metrics = %v, want one PODS sample of 0 at %s", m, now)
 	}
 	// An unchanged count is not sent again.
 	hub.SetReadyPods(ref("x"), 0)
 	if bs = hub.take("d:1", 100); len(bs.live) != 0 {
 		t.Errorf("unchanged ready count sent again: %v", bs.live)
+	}
+	// A target whose count never changed within its history gets the
+	// count itself with a replay.
+	hub.SetSpec(spec("y"), 0)
+	hub.targets[keyOf(ref("y"))].ready = 2
+	hub.disconnect("d:1")
+	hub.connect("d:1", func() {})
+	for _, b := range hub.take("d:1", 100).replay {
+		for _, m := range b.GetMetrics() {
+			if m.GetTarget().GetName() == "y" && (m.ReadyPods == nil || m.GetReadyPods() != 2) {
+				t.Errorf("replay of y = %v, want ready_pods 2", m)
+			}
+			if m.GetTarget().GetName() == "x" && (m.ReadyPods != nil || len(m.GetSamples()) != 2) {
+				t.Errorf("replay of x = %v, want its two changes and no ready_pods", m)
+			}
+		}
+	}
+}
+
+func isReady(s *commonv1.MetricSample, at time.Time, n int32) bool {
+	return s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PODS && s.ReadyPods != nil && s.GetReadyPods() == n && s.GetTime().AsTime().Equal(at)
+}
+
+func TestShadowDeciderGetsEveryTarget(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 4, Shadows: []string{"shadow:1"}}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	// A shadow listed among the deciders stays a shadow, not an owner.
+	hub.setDeciders([]string{"d:1", "d:2", "shadow:1"})
+	if !slices.Equal(hub.members, []string{"d:1", "d:2"}) {
+		t.Fatalf("members = %v, want the shadow left out", hub.members)
+	}
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for _, n := range names {
+		hub.SetSpec(spec(n), 0)
+		hub.Record(ref(n), scrapeSample(at, 1, 1))
+	}
+	for _, a := range []string{"d:1", "d:2", "shadow:1"} {
+		hub.connect(a, func() {})
+	}
+	targetsOf := func(reqs []*deciderv1.IngestRequest) []string {
+		var out []string
+		for _, r := range reqs {
+			for _, m := range r.GetMetrics() {
+				out = append(out, m.GetTarget().GetName())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	owned := append(targetsOf(hub.take("d:1", 100).replay), targetsOf(hub.take("d:2", 100).replay)...)
+	slices.Sort(owned)
+	if !slices.Equal(owned, names) {
+		t.Errorf("owners replayed %v, want each target once: %v", owned, names)
+	}
+	if got := targetsOf(hub.take("shadow:1", 100).replay); !slices.Equal(got, names) {
+		t.Errorf("shadow replayed %v, want every target %v", got, names)
+	}
+	// Live samples reach the owner and the shadow.
+	hub.Record(ref("a"), scrapeSample(at.Add(time.Second), 2, 1))
+	owner := hub.targets[keyOf(ref("a"))].owner
+	if got := targetsOf(hub.take(owner, 100).live); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("owner %s got %v, want a", owner, got)
+	}
+	if got := targetsOf(hub.take("shadow:1", 100).live); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("shadow got %v, want a", got)
+	}
+	// A shadow that falls behind is reset for a replay, but PushStats does
+	// not wait for it.
+	for i := range 5 {
+		hub.Record(ref("a"), scrapeSample(at.Add(time.Duration(2+i)*time.Second), 2, 1))
+		_ = hub.take(owner, 100)
+	}
+	if hub.outboxes["shadow:1"].connected {
+		t.Error("shadow still connected after overflowing its queue")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := hub.WaitRoom(ctx); err != nil {
+		t.Errorf("WaitRoom with only a shadow behind: %v, want no wait", err)
+	}
+	// Removing a target tells the owner and the shadow.
+	hub.connect("shadow:1", func() {})
+	_ = hub.take("shadow:1", 100)
+	bOwner := hub.targets[keyOf(ref("b"))].owner
+	hub.Remove(ref("b"))
+	for _, a := range []string{bOwner, "shadow:1"} {
+		if r := hub.outboxes[a].removed; len(r) != 1 || r[0].GetName() != "b" {
+			t.Errorf("%s removed = %v, want b", a, r)
+		}
 	}
 }

@@ -115,6 +115,9 @@ func (s *Streams) Run(ctx context.Context) error {
 	pending := make([]string, 0, len(s.hub.members))
 	s.hub.mu.Lock()
 	pending = append(pending, s.hub.members...)
+	for _, ob := range s.hub.shadows {
+		pending = append(pending, ob.addr)
+	}
 	s.hub.mu.Unlock()
 	for _, a := range pending {
 		s.startLocked(a)

@@ -226,8 +226,8 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	}
 	r.scraper.ScrapeNow(context.Background())
 	w, _ = r.hub.Get(ref)
-	if len(w.Samples) != 1 || w.Samples[0].GetAverageConcurrency() != 6 || w.Samples[0].GetRequestCount() != 9 || w.Samples[0].GetReadyPods() != 3 {
-		t.Fatalf("samples after a scrape: %v, failures %v; want concurrency 6, 9 rps, 3 pods", w.Samples, w.Failures)
+	if len(measured(w)) != 1 || measured(w)[0].GetAverageConcurrency() != 6 || measured(w)[0].GetRequestCount() != 9 || measured(w)[0].GetReadyPods() != 3 {
+		t.Fatalf("samples after a scrape: %v, failures %v; want concurrency 6, 9 rps, 3 pods", measured(w), w.Failures)
 	}
 
 	// A pod goes away: the ready count follows through the informer.
@@ -238,7 +238,7 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	eventually(t, "2 ready pods", 30*time.Second, func() bool { w, _ := r.hub.Get(ref); return w.ReadyPods == 2 })
 	r.scraper.ScrapeNow(context.Background())
 	w, _ = r.hub.Get(ref)
-	if last := w.Samples[len(w.Samples)-1]; last.GetReadyPods() != 2 || last.GetAverageConcurrency() != 4 {
+	if last := measured(w)[len(measured(w))-1]; last.GetReadyPods() != 2 || last.GetAverageConcurrency() != 4 {
 		t.Errorf("sample after the pod left: %v, want 2 pods, concurrency 4", last)
 	}
 
@@ -309,11 +309,11 @@ func TestDiscoveryLagTargets(t *testing.T) {
 	if w.Spec.GetStrategy() != commonv1.Strategy_STRATEGY_LAG || w.Spec.GetAnnotations()["lag.tidal.dev/topic"] != "orders" || w.Spec.GetAnnotations()["lag.tidal.dev/mode"] != "riff-queue" {
 		t.Errorf("function spec = %v", w.Spec)
 	}
-	if len(w.Samples) != 1 || w.Samples[0].GetPartitionCount() != 2 || w.Error != "" {
-		t.Fatalf("function samples %v error %q; want one sample of 2 partitions", w.Samples, w.Error)
+	if len(measured(w)) != 1 || measured(w)[0].GetPartitionCount() != 2 || w.Error != "" {
+		t.Fatalf("function samples %v error %q; want one sample of 2 partitions", measured(w), w.Error)
 	}
 	var end int64
-	for _, p := range w.Samples[0].GetPartitionLags() {
+	for _, p := range measured(w)[0].GetPartitionLags() {
 		end += p.GetEndOffset()
 		if p.CommittedOffset != nil {
 			t.Errorf("partition %d has a committed offset; the group never committed", p.GetPartition())
@@ -368,7 +368,7 @@ func TestDiscoveryLagTargets(t *testing.T) {
 	eventually(t, "a lag sample for the PodAutoscaler", 30*time.Second, func() bool {
 		r.fetcher.FetchNow(ctx)
 		w, _ := r.hub.Get(billing)
-		return len(w.Samples) > 0 && w.Error == ""
+		return len(measured(w)) > 0 && w.Error == ""
 	})
 }
 
@@ -454,4 +454,16 @@ func TestReplicasSplitTargetsAndTakeOver(t *testing.T) {
 	began := time.Now()
 	eventually(t, "replica b to hold every target", 3*time.Second+2*550*time.Millisecond+time.Second, split(b))
 	t.Logf("b held all %d targets %s after a stopped (lease duration 3s)", n, time.Since(began))
+}
+
+// measured returns the window's measurements, without the ready-count
+// changes (PODS samples) the hub keeps among them.
+func measured(w stream.Window) []*commonv1.MetricSample {
+	var out []*commonv1.MetricSample
+	for _, s := range w.Samples {
+		if s.GetSource() != commonv1.SampleSource_SAMPLE_SOURCE_PODS {
+			out = append(out, s)
+		}
+	}
+	return out
 }

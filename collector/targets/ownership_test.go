@@ -50,8 +50,8 @@ func TestTargetScrapedAgainWhenOwnershipReturns(t *testing.T) {
 		})
 		r.scraper.ScrapeNow(context.Background())
 		w, _ := r.hub.Get(ref)
-		if len(w.Samples) != 1 || w.Samples[0].GetReadyPods() != 2 || w.Samples[0].GetAverageConcurrency() != 2 {
-			t.Fatalf("%s: samples after a scrape %v, failures %v; want one of 2 pods, concurrency 2", what, w.Samples, w.Failures)
+		if len(measured(w)) != 1 || measured(w)[0].GetReadyPods() != 2 || measured(w)[0].GetAverageConcurrency() != 2 {
+			t.Fatalf("%s: samples after a scrape %v, failures %v; want one of 2 pods, concurrency 2", what, measured(w), w.Failures)
 		}
 		if names := r.disc.ReadyPodNames(ref); len(names) != 2 {
 			t.Errorf("%s: ReadyPodNames = %v, want 2", what, names)
@@ -119,8 +119,8 @@ func TestTargetReturnsToItsFirstReplicaAfterFailover(t *testing.T) {
 		})
 		r.scraper.ScrapeNow(context.Background())
 		w, _ := r.hub.Get(ref)
-		if n := len(w.Samples); n == 0 || w.Samples[n-1].GetReadyPods() != int32(ready) {
-			t.Fatalf("%s: samples after a scrape %v, failures %v; want the last of %d pods", what, w.Samples, w.Failures, ready)
+		if n := len(measured(w)); n == 0 || measured(w)[n-1].GetReadyPods() != int32(ready) {
+			t.Fatalf("%s: samples after a scrape %v, failures %v; want the last of %d pods", what, measured(w), w.Failures, ready)
 		}
 		if names := r.disc.ReadyPodNames(ref); len(names) != ready {
 			t.Errorf("%s: ReadyPodNames = %v, want %d", what, names, ready)

@@ -89,8 +89,8 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 		return ann()["lag.tidal.dev/lagForMax"] == "20"
 	})
 	r.fetcher.FetchNow(ctx)
-	if w, _ := r.hub.Get(ref); len(w.Samples) != 1 {
-		t.Fatalf("samples %v error %q; want one lag sample", w.Samples, w.Error)
+	if w, _ := r.hub.Get(ref); len(measured(w)) != 1 {
+		t.Fatalf("samples %v error %q; want one lag sample", measured(w), w.Error)
 	}
 
 	// The deployer's PodAutoscaler, as actuator/deployer writes it.
@@ -138,8 +138,8 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	eventually(t, "the Function measuring the target again", 30*time.Second, func() bool {
 		return ann()["lag.tidal.dev/lagForMax"] == "30" && ann()["lag.tidal.dev/mode"] == "riff-queue"
 	})
-	if w, ok := r.hub.Get(ref); !ok || len(w.Samples) != 1 {
-		t.Errorf("after the handover: known %v, samples %v; want the target with its history", ok, w.Samples)
+	if w, ok := r.hub.Get(ref); !ok || len(measured(w)) != 1 {
+		t.Errorf("after the handover: known %v, samples %v; want the target with its history", ok, measured(w))
 	}
 
 	// The deployer's PodAutoscaler goes: the Function's target stays.
@@ -152,8 +152,8 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	settled()
 	r.fetcher.FetchNow(ctx)
 	w, ok := r.hub.Get(ref)
-	if !ok || len(w.Samples) != 2 || w.Error != "" {
-		t.Errorf("after the deployer's PodAutoscaler went: known %v, samples %v, error %q; want the target still measured", ok, w.Samples, w.Error)
+	if !ok || len(measured(w)) != 2 || w.Error != "" {
+		t.Errorf("after the deployer's PodAutoscaler went: known %v, samples %v, error %q; want the target still measured", ok, measured(w), w.Error)
 	}
 
 	// The Function goes: so does its target.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ type config struct {
 	retention time.Duration
 
 	deciderAddrs   []string
+	shadowAddrs    []string
 	deciderService string
 	deciderDNS     string
 	dnsInterval    time.Duration
@@ -68,17 +70,13 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.discovery, "discovery", discoveryAuto, "Where targets come from: kubernetes (Metric, PodAutoscaler and Function objects), push (any target PushStats names becomes a KPA target), or auto (kubernetes when --kubeconfig is set or in a cluster, else push).")
 	c.kube.RegisterFlags(fs, 50, 100)
 	fs.DurationVar(&c.retention, "history", 2*time.Minute, "Least history kept per target and replayed to a decider that reconnects or takes the target over; a target keeps at least its stable window plus scale-down delay.")
-	fs.Func("decider-addr", "Comma-separated static decider addresses, host:port each; targets are split among them by rendezvous hashing (default "+defaultDecider+" when no other decider flag is set).", func(v string) error {
-		c.deciderAddrs = nil
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				if _, _, err := net.SplitHostPort(a); err != nil {
-					return fmt.Errorf("%q: want host:port", a)
-				}
-				c.deciderAddrs = append(c.deciderAddrs, a)
-			}
-		}
-		return nil
+	fs.Func("decider-addr", "Comma-separated static decider addresses, host:port each; targets are split among them by rendezvous hashing (default "+defaultDecider+" when no other decider flag is set).", func(v string) (err error) {
+		c.deciderAddrs, err = parseAddrs(v)
+		return err
+	})
+	fs.Func("shadow-decider-addr", "Comma-separated shadow decider addresses, host:port each: every target streams to each of them besides its decider, to compare a configuration or a version on live data. Point their --actuator-addr at an actuator with --scaler=memory, so they change nothing.", func(v string) (err error) {
+		c.shadowAddrs, err = parseAddrs(v)
+		return err
 	})
 	fs.StringVar(&c.deciderService, "decider-service", "", "Decider endpoints from a Service's ready pods through the Pods API, as namespace/name:port; needs Kubernetes.")
 	fs.StringVar(&c.deciderDNS, "decider-dns", "", "Decider endpoints from a headless Service's DNS name, as host:port, looked up every --decider-dns-interval.")
@@ -118,6 +116,11 @@ func (c *config) Validate() error {
 	}
 	if n == 0 {
 		c.deciderAddrs = []string{defaultDecider}
+	}
+	for _, a := range c.shadowAddrs {
+		if slices.Contains(c.deciderAddrs, a) {
+			return fmt.Errorf("--shadow-decider-addr %q: is also a --decider-addr; a shadow only watches", a)
+		}
 	}
 	if c.deciderService != "" {
 		if _, _, _, err := parseService(c.deciderService); err != nil {
@@ -180,7 +183,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 
 	reg := prometheus.NewRegistry()
-	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples}, stream.NewMetrics(reg), log)
+	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples, Shadows: cfg.shadowAddrs}, stream.NewMetrics(reg), log)
 	var dialOpts []grpc.DialOption
 	if cfg.server.TLS.Enabled() {
 		opt, err := cfg.server.DialOption(server.RoleDecider)
@@ -306,4 +309,18 @@ func (r scrapeRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample
 
 func (r scrapeRecorder) Failed(ref *commonv1.TargetRef, f scrape.Failure) {
 	r.hub.Failed(ref, stream.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
+}
+
+// parseAddrs parses a comma-separated list of host:port addresses.
+func parseAddrs(v string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("%q: want host:port", a)
+			}
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }

@@ -44,9 +44,10 @@ type Options struct {
 	Collectors int
 	// Args adds flags per service ("collector", "decider", "actuator").
 	Args map[string][]string
-	// Reference also runs a second, independent loop for comparison: a
-	// collector measuring every target into its own decider, which sends
-	// its decisions to an in-memory actuator, so it changes nothing. Fault
+	// Reference also runs a second decider for comparison: every collector
+	// streams every target to it as a shadow (--shadow-decider-addr), so it
+	// sees exactly the samples the main decider sees, and it sends its
+	// decisions to an in-memory actuator, so it changes nothing. Fault
 	// tests compare the main decider's decisions with it.
 	Reference bool
 	// StartTimeout bounds each process's start; 0 means 30 s.
@@ -66,9 +67,8 @@ type System struct {
 	// Kafka is the broker when Options.Kafka is set; Brokers its addresses.
 	Kafka   *kfake.Cluster
 	Brokers []string
-	// RefActuator, RefDecider and RefCollector are the reference loop
-	// (Options.Reference).
-	RefActuator, RefDecider, RefCollector *Proc
+	// RefActuator and RefDecider are the reference loop (Options.Reference).
+	RefActuator, RefDecider *Proc
 	// LogDir holds each process's log.
 	LogDir string
 
@@ -159,12 +159,20 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 		return nil, err
 	}
 	fmt.Fprintf(opts.Log, "system: decider serving on %s\n", s.Decider.GRPCAddr)
+	if opts.Reference {
+		if err := s.startReference(ctx, cfgDir); err != nil {
+			return nil, err
+		}
+	}
 
 	for i := range opts.Collectors {
 		name := fmt.Sprintf("collector-%d", i)
 		args := []string{"--decider-addr", s.Decider.GRPCAddr, "--collector-id", name, "--kubeconfig", opts.Cluster.Kubeconfig}
 		if len(s.Brokers) > 0 {
 			args = append(args, "--kafka-brokers", strings.Join(s.Brokers, ","))
+		}
+		if s.RefDecider != nil {
+			args = append(args, "--shadow-decider-addr", s.RefDecider.GRPCAddr)
 		}
 		p, err := s.newProc(name, "collector", append(args, opts.Args["collector"]...)...)
 		if err != nil {
@@ -175,11 +183,6 @@ func Start(ctx context.Context, opts Options) (_ *System, err error) {
 			return nil, err
 		}
 		fmt.Fprintf(opts.Log, "system: %s serving on %s\n", name, p.GRPCAddr)
-	}
-	if opts.Reference {
-		if err := s.startReference(ctx, cfgDir); err != nil {
-			return nil, err
-		}
 	}
 	return s, nil
 }
@@ -198,18 +201,8 @@ func (s *System) startReference(ctx context.Context, cfgDir string) error {
 	if err := s.RefDecider.Start(ctx, s.opts.StartTimeout); err != nil {
 		return err
 	}
-	args := []string{"--decider-addr", s.RefDecider.GRPCAddr, "--collector-id", "ref-collector", "--kubeconfig", s.Cluster.Kubeconfig}
-	if len(s.Brokers) > 0 {
-		args = append(args, "--kafka-brokers", strings.Join(s.Brokers, ","))
-	}
-	if s.RefCollector, err = s.newProc("ref-collector", "collector", args...); err != nil {
-		return err
-	}
-	if err := s.RefCollector.Start(ctx, s.opts.StartTimeout); err != nil {
-		return err
-	}
-	fmt.Fprintf(s.opts.Log, "system: reference loop: collector %s → decider %s → in-memory actuator %s\n",
-		s.RefCollector.GRPCAddr, s.RefDecider.GRPCAddr, s.RefActuator.GRPCAddr)
+	fmt.Fprintf(s.opts.Log, "system: reference loop: the collectors' shadow decider %s → in-memory actuator %s\n",
+		s.RefDecider.GRPCAddr, s.RefActuator.GRPCAddr)
 	return nil
 }
 
@@ -254,7 +247,7 @@ func (s *System) Procs() []*Proc {
 		}
 	}
 	ps = append(ps, s.Collectors...)
-	for _, p := range []*Proc{s.RefCollector, s.RefDecider, s.RefActuator} {
+	for _, p := range []*Proc{s.RefDecider, s.RefActuator} {
 		if p != nil {
 			ps = append(ps, p)
 		}
@@ -269,7 +262,7 @@ func (s *System) Procs() []*Proc {
 func (s *System) Stop() error {
 	var errs []error
 	s.stopOnce.Do(func() {
-		for _, p := range append([]*Proc{s.RefCollector}, s.Collectors...) {
+		for _, p := range s.Collectors {
 			if p != nil {
 				errs = append(errs, p.Stop(10*time.Second))
 			}
