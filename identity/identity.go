@@ -23,8 +23,9 @@ const (
 	pathChars        = trustDomainChars + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
 
-// quoteLen bounds how much of a refused value an error quotes.
-const quoteLen = 64
+// quoteLen bounds how much of a refused value an error quotes: room for
+// any ServiceAccount ID of a reasonable namespace and name.
+const quoteLen = 100
 
 // ID is a parsed SPIFFE ID. The zero ID is no identity.
 type ID struct {

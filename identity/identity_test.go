@@ -43,7 +43,7 @@ func TestParse(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Parse(%q) = %v, %v; want an error containing %q", tt.in, id, err, tt.wantErr)
 				}
-				if len(err.Error()) > 200 {
+				if len(err.Error()) > 250 {
 					t.Errorf("error quotes too much of the input: %d bytes", len(err.Error()))
 				}
 				return
