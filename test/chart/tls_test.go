@@ -87,7 +87,7 @@ func serviceFlags(t *testing.T, dep *appsv1.Deployment, dir string) []string {
 	var flags []string
 	for _, e := range spec.Containers[0].Env {
 		name, ok := strings.CutPrefix(e.Name, "TIDAL_")
-		if !ok || !(strings.HasPrefix(name, "TLS_") || strings.HasPrefix(name, "AUTHZ_") || strings.HasPrefix(name, "MAX_")) {
+		if !ok || !slices.ContainsFunc([]string{"TLS_", "AUTHZ_", "MAX_"}, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
 		v := e.Value
