@@ -2,6 +2,7 @@ package stream
 
 import (
 	"cmp"
+	"container/list"
 	"context"
 	"slices"
 	"sort"
@@ -62,14 +63,21 @@ type Hub struct {
 	retention time.Duration
 	highWater int
 	batch     int
+	maxTgts   int
+	pushTTL   time.Duration
 	now       func() time.Time
 	metrics   *Metrics
 	log       *zap.Logger
 
 	// mu guards everything below and every outbox's fields.
-	mu       sync.Mutex
-	targets  map[tkey]*target
-	members  []string // sorted decider endpoints
+	mu      sync.Mutex
+	targets map[tkey]*target
+	// pushedLRU holds the targets created by a pushed stat (implicit), least
+	// recently pushed first, so idle ones expire in O(1) each.
+	pushedLRU list.List
+	// full is set while a new target is being refused, to log once per spell.
+	full    bool
+	members []string // sorted decider endpoints
 	// shadows are the shadow deciders' outboxes (HubConfig.Shadows), fixed
 	// for the hub's life; outboxes holds them too, by address.
 	shadows  []*outbox
@@ -87,6 +95,10 @@ type target struct {
 	owner    string
 	ready    int32 // -1 unknown
 	failures []Failure
+	// pushed is the target's place in Hub.pushedLRU when a pushed stat
+	// created it; lastPush is when one last came.
+	pushed   *list.Element
+	lastPush time.Time
 }
 
 // outbox is what one decider has yet to receive. Guarded by Hub.mu.
@@ -135,7 +147,13 @@ type HubConfig struct {
 	// charge; their decisions should go to an actuator that changes
 	// nothing. They must not be among the deciders.
 	Shadows []string
-	// Now stamps ready-count changes; nil means time.Now.
+	// MaxTargets bounds the targets the hub holds; a new one beyond it is
+	// refused and counted. 0 means no bound.
+	MaxTargets int
+	// PushedTTL is how long a target that a pushed stat created (implicit)
+	// lives without another push; 0 means forever.
+	PushedTTL time.Duration
+	// Now stamps ready-count changes and pushes; nil means time.Now.
 	Now func() time.Time
 }
 
@@ -145,6 +163,8 @@ func NewHub(cfg HubConfig, m *Metrics, log *zap.Logger) *Hub {
 		retention: cfg.Retention,
 		highWater: cfg.HighWater,
 		batch:     cmp.Or(cfg.Batch, 4096),
+		maxTgts:   cfg.MaxTargets,
+		pushTTL:   cfg.PushedTTL,
 		now:       cfg.Now,
 		metrics:   m,
 		log:       log,
@@ -193,10 +213,52 @@ func (h *Hub) SetSpec(spec *deciderv1.TargetSpec, retention time.Duration) {
 	key := keyOf(spec.GetTarget())
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.expireLocked()
+	t := h.targets[key]
+	if t == nil && !h.roomLocked(1) {
+		return
+	}
+	if t != nil && t.pushed != nil {
+		// Discovered now: it lives as long as its object does.
+		h.pushedLRU.Remove(t.pushed)
+		t.pushed = nil
+	}
 	h.addLocked(key, spec, retention)
 }
 
-// addLocked adds or updates a target.
+// roomLocked reports whether the hub may take n new targets; a refusal is
+// counted and logged once a spell. Callers expire idle pushed targets first.
+func (h *Hub) roomLocked(n int) bool {
+	if h.maxTgts <= 0 || len(h.targets)+n <= h.maxTgts {
+		h.full = false
+		return true
+	}
+	h.metrics.refused.Add(float64(n))
+	if !h.full {
+		h.full = true
+		h.log.Warn("target limit reached; new targets are refused until some go", zap.Int("max_targets", h.maxTgts))
+	}
+	return false
+}
+
+// expireLocked removes the pushed targets idle for longer than PushedTTL
+// and tells their deciders to forget them.
+func (h *Hub) expireLocked() {
+	if h.pushTTL <= 0 {
+		return
+	}
+	now := h.now()
+	for e := h.pushedLRU.Front(); e != nil; e = h.pushedLRU.Front() {
+		t := e.Value.(*target)
+		if now.Sub(t.lastPush) <= h.pushTTL {
+			return
+		}
+		h.metrics.expired.Inc()
+		h.removeLocked(keyOf(t.ref), true)
+	}
+}
+
+// addLocked adds or updates a target; the caller has made room for a new one.
 func (h *Hub) addLocked(key tkey, spec *deciderv1.TargetSpec, retention time.Duration) {
 	t, ok := h.targets[key]
 	if !ok {
@@ -263,28 +325,47 @@ func (h *Hub) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) bool {
 }
 
 // RecordPushed records pushed samples (samples[i] for refs[i]) under one
-// lock, all or nothing: if a target is unknown, nothing is recorded and its
-// index is returned. With implicit set, an unknown target is created as a
-// KPA target with the decider's defaults instead (a collector without
-// target discovery). It returns -1 when everything was recorded.
-func (h *Hub) RecordPushed(refs []*commonv1.TargetRef, samples []*commonv1.MetricSample, implicit bool) (unknown int) {
+// lock, all or nothing. With implicit set, an unknown target is created as a
+// KPA target with the decider's defaults (a collector without target
+// discovery), and expires after PushedTTL without a push; otherwise it is
+// refused. It returns -1 when everything was recorded, else the index of the
+// first target it could not take: unknown, or new while the hub holds
+// MaxTargets (full is then true).
+func (h *Hub) RecordPushed(refs []*commonv1.TargetRef, samples []*commonv1.MetricSample, implicit bool) (refused int, full bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !implicit {
-		for i, ref := range refs {
-			if _, ok := h.targets[keyOf(ref)]; !ok {
-				return i
+	h.expireLocked()
+	first, fresh := -1, 0
+	for i, ref := range refs {
+		if _, ok := h.targets[keyOf(ref)]; !ok {
+			if !implicit {
+				return i, false
 			}
+			if first < 0 {
+				first = i
+			}
+			fresh++ // a target named twice counts twice: a bound, not a count
 		}
 	}
+	if fresh > 0 && !h.roomLocked(fresh) {
+		return first, true
+	}
+	now := h.now()
 	for i, ref := range refs {
 		key := keyOf(ref)
-		if _, ok := h.targets[key]; !ok {
+		t, ok := h.targets[key]
+		if !ok {
 			h.addLocked(key, &deciderv1.TargetSpec{Target: proto.CloneOf(ref), Strategy: commonv1.Strategy_STRATEGY_KPA}, 0)
+			t = h.targets[key]
+			t.pushed = h.pushedLRU.PushBack(t)
+		}
+		if t.pushed != nil {
+			t.lastPush = now
+			h.pushedLRU.MoveToBack(t.pushed)
 		}
 		h.recordLocked(key, samples[i])
 	}
-	return -1
+	return -1, false
 }
 
 func (h *Hub) recordLocked(key tkey, s *commonv1.MetricSample) bool {
@@ -382,12 +463,19 @@ func (h *Hub) Remove(ref *commonv1.TargetRef) { h.remove(ref, true) }
 func (h *Hub) Drop(ref *commonv1.TargetRef) { h.remove(ref, false) }
 
 func (h *Hub) remove(ref *commonv1.TargetRef, tell bool) {
-	key := keyOf(ref)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.removeLocked(keyOf(ref), tell)
+}
+
+func (h *Hub) removeLocked(key tkey, tell bool) {
 	t, ok := h.targets[key]
 	if !ok {
 		return
+	}
+	if t.pushed != nil {
+		h.pushedLRU.Remove(t.pushed)
+		t.pushed = nil
 	}
 	delete(h.targets, key)
 	h.metrics.targets.Set(float64(len(h.targets)))

@@ -14,6 +14,8 @@ type Metrics struct {
 	batches   *prometheus.CounterVec
 	connected *prometheus.GaugeVec
 	failures  *prometheus.CounterVec
+	refused   prometheus.Counter
+	expired   prometheus.Counter
 }
 
 // NewMetrics registers the streams' metrics with reg.
@@ -48,6 +50,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "tidal_collector_stream_failures_total",
 			Help: "Decider streams that failed or could not be opened.",
 		}, []string{"decider"}),
+		refused: f.NewCounter(prometheus.CounterOpts{
+			Name: "tidal_collector_targets_over_limit_total",
+			Help: "New targets refused because the collector held --max-targets.",
+		}),
+		expired: f.NewCounter(prometheus.CounterOpts{
+			Name: "tidal_collector_pushed_targets_expired_total",
+			Help: "Targets created by pushed stats and forgotten after --pushed-target-ttl without a push.",
+		}),
 	}
 }
 

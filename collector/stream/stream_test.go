@@ -486,3 +486,66 @@ func TestShadowDeciderGetsEveryTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestPushedTargetsAreBoundedAndExpire(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	hub := NewHub(HubConfig{Retention: time.Minute, HighWater: 1000, MaxTargets: 3, PushedTTL: time.Minute, Now: func() time.Time { return now }},
+		NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub.setDeciders([]string{"d:1"})
+	hub.connect("d:1", func() {})
+	push := func(names ...string) (int, bool) {
+		refs := make([]*commonv1.TargetRef, len(names))
+		samples := make([]*commonv1.MetricSample, len(names))
+		for i, n := range names {
+			refs[i], samples[i] = ref(n), scrapeSample(now, 1, 1)
+		}
+		return hub.RecordPushed(refs, samples, true)
+	}
+	if i, full := push("a", "b"); i >= 0 || full {
+		t.Fatalf("push a, b = %d, %v; want recorded", i, full)
+	}
+	// Two new targets do not fit in the one place left: nothing of the call
+	// is recorded.
+	if i, full := push("a", "c", "d"); i != 1 || !full {
+		t.Fatalf("push a, c, d = %d, %v; want refused at 1 (full)", i, full)
+	}
+	if hub.Known(ref("c")) || len(hub.targets) != 2 {
+		t.Fatalf("targets after a refused call: %d, c known %v; want a and b only", len(hub.targets), hub.Known(ref("c")))
+	}
+	// A discovered target counts against the bound too.
+	hub.SetSpec(spec("x"), 0)
+	hub.SetSpec(spec("y"), 0)
+	if !hub.Known(ref("x")) || hub.Known(ref("y")) {
+		t.Fatalf("x known %v, y known %v; want x taken and y refused at the bound", hub.Known(ref("x")), hub.Known(ref("y")))
+	}
+	// a keeps pushing; b goes quiet and expires after a minute, making room.
+	_ = hub.take("d:1", 1000)
+	now = now.Add(40 * time.Second)
+	if i, _ := push("a"); i >= 0 {
+		t.Fatal("push a refused")
+	}
+	now = now.Add(30 * time.Second)
+	if i, full := push("c"); i >= 0 || full {
+		t.Fatalf("push c after b expired = %d, %v; want recorded", i, full)
+	}
+	if hub.Known(ref("b")) || !hub.Known(ref("a")) || !hub.Known(ref("x")) {
+		t.Errorf("after expiry: a %v, b %v, x %v; want a and x kept, b gone", hub.Known(ref("a")), hub.Known(ref("b")), hub.Known(ref("x")))
+	}
+	var removed []string
+	for _, b := range hub.take("d:1", 1000).live {
+		for _, r := range b.GetRemoved() {
+			removed = append(removed, r.GetName())
+		}
+	}
+	if !slices.Equal(removed, []string{"b"}) {
+		t.Errorf("decider told to forget %v, want [b]", removed)
+	}
+	// A discovered target never expires.
+	now = now.Add(time.Hour)
+	if i, _ := push("z"); i >= 0 {
+		t.Fatal("push z refused after everything pushed expired")
+	}
+	if !hub.Known(ref("x")) || hub.Known(ref("a")) {
+		t.Errorf("an hour later: x %v, a %v; want the discovered x kept and the pushed a expired", hub.Known(ref("x")), hub.Known(ref("a")))
+	}
+}

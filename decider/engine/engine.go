@@ -32,10 +32,17 @@ type Config struct {
 	// OnDrop, when set, is called for every refused sample with a short
 	// reason suitable for a metric label.
 	OnDrop func(reason string)
+	// MaxTargets bounds the targets the engine holds; a new target beyond
+	// it is refused with ErrTooManyTargets. 0 means no bound.
+	MaxTargets int
 }
 
 // ErrUnknownTarget is returned for a target the engine does not hold.
 var ErrUnknownTarget = errors.New("unknown target")
+
+// ErrTooManyTargets is returned for a new target when the engine holds
+// Config.MaxTargets.
+var ErrTooManyTargets = errors.New("the decider holds its most targets")
 
 // Engine holds every target of one decider. It is safe for concurrent use.
 type Engine struct {
@@ -133,6 +140,9 @@ func (e *Engine) Upsert(spec Spec, now time.Time) error {
 	defer e.mu.Unlock()
 	t, ok := e.targets[keyOf(spec.Target)]
 	if !ok {
+		if e.cfg.MaxTargets > 0 && len(e.targets) >= e.cfg.MaxTargets {
+			return fmt.Errorf("target %s: %w (%d)", spec.Target.Key(), ErrTooManyTargets, e.cfg.MaxTargets)
+		}
 		t = &target{ref: spec.Target, key: spec.Target.Key(), kkey: kpaKey(spec.Target), ready: -1}
 		e.targets[keyOf(spec.Target)] = t
 	}

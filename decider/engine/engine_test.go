@@ -726,3 +726,27 @@ func TestReadyChangeCountsAtItsTick(t *testing.T) {
 		})
 	}
 }
+
+func TestMaxTargets(t *testing.T) {
+	e := New(Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second, MaxTargets: 2})
+	spec := func(name string) Spec { return Spec{Target: Target{Namespace: "ns", Name: name}, Strategy: KPA, Reachable: true} }
+	for _, n := range []string{"a", "b"} {
+		if err := e.Upsert(spec(n), epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Upsert(spec("c"), epoch); !errors.Is(err, ErrTooManyTargets) {
+		t.Fatalf("third target: %v, want ErrTooManyTargets", err)
+	}
+	// A held target's spec still changes, and a removal makes room.
+	if err := e.Upsert(Spec{Target: Target{Namespace: "ns", Name: "a"}, Strategy: KPA, Annotations: map[string]string{"autoscaling.knative.dev/target": "5"}, Reachable: true}, epoch); err != nil {
+		t.Errorf("spec change of a held target at the bound: %v", err)
+	}
+	e.Remove(Target{Namespace: "ns", Name: "b"})
+	if err := e.Upsert(spec("c"), epoch); err != nil {
+		t.Errorf("new target after a removal: %v", err)
+	}
+	if n := e.Len(); n != 2 {
+		t.Errorf("engine holds %d targets, want 2", n)
+	}
+}

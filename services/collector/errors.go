@@ -19,6 +19,12 @@ func errUnknownPushed(field string, ref *commonv1.TargetRef) error {
 	return status.Errorf(codes.NotFound, "invalid %s %q: want a target with a Metric, PodAutoscaler or Function this collector measures; no stat of the call was recorded", field, ref.Key())
 }
 
+// errTargetLimit refuses a PushStats call that would create a target beyond
+// --max-targets; nothing in the call is recorded.
+func errTargetLimit(field string, ref *commonv1.TargetRef) error {
+	return status.Errorf(codes.ResourceExhausted, "%s %q: this collector holds --max-targets targets; idle pushed targets expire after --pushed-target-ttl; no stat of the call was recorded", field, commonv1.Prefix(ref.Key()))
+}
+
 // errNotOwner refuses a stat for a target another collector replica owns;
 // the message names the owner so the caller can send it there.
 func errNotOwner(field string, ref *commonv1.TargetRef, owner string) error {

@@ -99,7 +99,10 @@ func (h *handler) record(ctx context.Context, stats []*collectorv1.Stat) error {
 		}
 		ptrs[i] = &samples[i]
 	}
-	if i := h.hub.RecordPushed(refs, ptrs, h.implicit); i >= 0 {
+	if i, full := h.hub.RecordPushed(refs, ptrs, h.implicit); full {
+		h.refused.WithLabelValues("target-limit").Inc()
+		return errTargetLimit(fmt.Sprintf("stats[%d].target", i), refs[i])
+	} else if i >= 0 {
 		h.refused.WithLabelValues("unknown-target").Inc()
 		return errUnknownPushed(fmt.Sprintf("stats[%d].target", i), refs[i])
 	}

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/deciders"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -52,6 +52,8 @@ type config struct {
 
 	deciderAddrs   []string
 	shadowAddrs    []string
+	maxTargets     int
+	pushedTTL      time.Duration
 	deciderService string
 	deciderDNS     string
 	dnsInterval    time.Duration
@@ -78,6 +80,8 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 		c.shadowAddrs, err = parseAddrs(v)
 		return err
 	})
+	fs.IntVar(&c.maxTargets, "max-targets", 50000, "Targets this collector holds at most; beyond it new targets are refused (a pushed stat with RESOURCE_EXHAUSTED) and counted. 0 means no bound.")
+	fs.DurationVar(&c.pushedTTL, "pushed-target-ttl", 10*time.Minute, "With --discovery=push, how long a target that pushed stats created lives without another push; then its decider forgets it too. 0 means forever.")
 	fs.StringVar(&c.deciderService, "decider-service", "", "Decider endpoints from a Service's ready pods through the Pods API, as namespace/name:port; needs Kubernetes.")
 	fs.StringVar(&c.deciderDNS, "decider-dns", "", "Decider endpoints from a headless Service's DNS name, as host:port, looked up every --decider-dns-interval.")
 	fs.DurationVar(&c.dnsInterval, "decider-dns-interval", 5*time.Second, "How often --decider-dns is looked up.")
@@ -116,6 +120,12 @@ func (c *config) Validate() error {
 	}
 	if n == 0 {
 		c.deciderAddrs = []string{defaultDecider}
+	}
+	if c.maxTargets < 0 {
+		return fmt.Errorf("--max-targets %d: want at least 0", c.maxTargets)
+	}
+	if c.pushedTTL < 0 {
+		return fmt.Errorf("--pushed-target-ttl %s: want at least 0", c.pushedTTL)
 	}
 	for _, a := range c.shadowAddrs {
 		if slices.Contains(c.deciderAddrs, a) {
@@ -183,7 +193,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 
 	reg := prometheus.NewRegistry()
-	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples, Shadows: cfg.shadowAddrs}, stream.NewMetrics(reg), log)
+	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples, Shadows: cfg.shadowAddrs,
+		MaxTargets: cfg.maxTargets, PushedTTL: cfg.pushedTTL}, stream.NewMetrics(reg), log)
 	var dialOpts []grpc.DialOption
 	if cfg.server.TLS.Enabled() {
 		opt, err := cfg.server.DialOption(server.RoleDecider)
@@ -223,11 +234,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		tidal, err := crdclient.NewForConfig(rc)
+		tidal, err := tidalclient.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("tidal client: %w", err)
 		}
 		disc = targets.New(cfg.targets, kube, tidal, hub, scraper, fetcher, log)
+		disc.RegisterMetrics(reg)
 		if cfg.bucket.Buckets > 0 {
 			buckets = bucket.New(cfg.bucket, kube, disc.Resync, reg, log)
 			disc.SetOwnership(buckets.Owns)

@@ -91,7 +91,10 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 	now := h.now()
 	log := h.log.With(zap.String("collector", req.GetCollectorId()))
 	for _, s := range req.GetSpecs() {
-		if err := h.engine.Upsert(specOf(s), now); err != nil {
+		if err := h.engine.Upsert(specOf(s), now); errors.Is(err, engine.ErrTooManyTargets) {
+			// Counted, not logged per target: a flood must not flood the log.
+			h.drops.WithLabelValues("target_limit").Inc()
+		} else if err != nil {
 			log.Warn("target spec refused", zap.String("target", s.GetTarget().Key()), zap.Error(err))
 		}
 	}
@@ -118,12 +121,17 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 			samples = append(samples, engine.Sample{At: now, ReadyPods: -1, MeasureError: msg})
 		}
 		if req.GetReplay() && !replayed[t.Key()] {
-			replayed[t.Key()] = true
 			if err := h.engine.Replay(t, samples, now); err != nil {
-				log.Warn("replay refused", zap.String("target", t.Key()), zap.Error(err))
+				if errors.Is(err, engine.ErrUnknownTarget) {
+					h.drops.WithLabelValues("unknown_target").Add(float64(len(samples)))
+				} else {
+					log.Warn("replay refused", zap.String("target", t.Key()), zap.Error(err))
+				}
 				dropped += int64(len(samples))
 				continue
 			}
+			// Only targets the engine holds: the set stays within its bound.
+			replayed[t.Key()] = true
 			accepted += int64(len(samples))
 			h.setReady(t, m)
 			continue

@@ -34,6 +34,7 @@ type config struct {
 	tickInterval   time.Duration
 	tickResolution time.Duration
 	tickLateness   time.Duration
+	maxTargets     int
 	send           sender.Config
 	watch          watch.Config
 }
@@ -46,6 +47,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.tickInterval, "tick-interval", 2*time.Second, "KPA decision interval, aligned to Unix time (Knative's is 2s).")
 	fs.DurationVar(&c.tickResolution, "tick-resolution", 100*time.Millisecond, "How often the tick loop runs; lag targets are decided at their own interval on it.")
 	fs.DurationVar(&c.tickLateness, "tick-lateness", 500*time.Millisecond, "How long after a KPA grid time its decision waits for samples stamped before it; a sample later than that counts from the next tick on, so a restarted decider may decide it apart.")
+	fs.IntVar(&c.maxTargets, "max-targets", 50000, "Targets this decider holds at most; specs of new targets beyond it are refused and counted (tidal_decider_dropped_samples_total{reason=\"target_limit\"}). 0 means no bound.")
 	fs.BoolVar(&c.send.DryRun, "dry-run", false, "Send every Scale call as a dry run: the actuator reports and changes nothing.")
 	fs.IntVar(&c.send.Workers, "scale-workers", 64, "Scale calls to the actuator in flight at once, each for a different target.")
 	fs.DurationVar(&c.send.Timeout, "scale-timeout", 5*time.Second, "Timeout of one Scale call.")
@@ -70,6 +72,9 @@ func (c *config) Validate() error {
 	if c.tickLateness < 0 || c.tickLateness >= c.tickInterval {
 		return fmt.Errorf("--tick-lateness %s: want at least 0 and less than --tick-interval", c.tickLateness)
 	}
+	if c.maxTargets < 0 {
+		return fmt.Errorf("--max-targets %d: want at least 0", c.maxTargets)
+	}
 	if err := c.send.Validate(); err != nil {
 		return fmt.Errorf("--scale-*: %w", err)
 	}
@@ -93,7 +98,7 @@ func loadEngineConfig(c *config) (engine.Config, error) {
 	if err != nil {
 		return engine.Config{}, fmt.Errorf("--config-deployment %s: %w", c.deploymentDir, err)
 	}
-	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval, Lateness: c.tickLateness}, nil
+	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval, Lateness: c.tickLateness, MaxTargets: c.maxTargets}, nil
 }
 
 // indexAge is how stale the sorted index behind ListDecisions and a new
@@ -121,7 +126,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	drops := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tidal_decider_dropped_samples_total",
-		Help: "Samples refused by the decider, by reason.",
+		Help: "Samples refused by the decider, by reason; target_limit counts target specs refused at --max-targets.",
 	}, []string{"reason"})
 	reg.MustRegister(drops)
 	ecfg.OnDrop = func(reason string) { drops.WithLabelValues(reason).Inc() }
