@@ -27,6 +27,9 @@ func TestFlagValidation(t *testing.T) {
 		{args: []string{"--scaler=kubernetes", "--kafka-brokers=k1:9092,k2"}, want: `"k2" is not host:port`},
 		{args: []string{"--scaler=kubernetes", "--function-sidecar-image="}, want: "--function-sidecar-image"},
 		{args: []string{"--scaler=kubernetes", "--kubeconfig=/nonexistent/kubeconfig"}, want: "kubernetes client config"},
+		{args: []string{"--scale-kinds=Deployment"}, want: `"Deployment": want group/Kind`},
+		{args: []string{"--scale-kinds=apps/Deployment,core/Pod"}, want: "Pods have no /scale subresource"},
+		{args: []string{"--scale-kinds=Apps!/Deployment"}, want: "DNS-1123 subdomain"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.flag, tt.key), " "), func(t *testing.T) {

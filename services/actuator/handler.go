@@ -115,12 +115,14 @@ type handler struct {
 	forward *forwarder
 	log     *zap.Logger
 	now     func() time.Time
+	// kinds are the target kinds Scale and GetScale may reach.
+	kinds *scaleKinds
 }
 
 var _ actuatorv1.ActuatorServiceServer = (*handler)(nil)
 
 func newHandler(e engine, functions *functionService, log *zap.Logger) *handler {
-	return &handler{engine: e, functions: functions, log: log, now: time.Now}
+	return &handler{engine: e, functions: functions, log: log, now: time.Now, kinds: newScaleKinds()}
 }
 
 func targetOf(ref *commonv1.TargetRef) scale.Target {
@@ -133,6 +135,9 @@ func targetOf(ref *commonv1.TargetRef) scale.Target {
 const maxSequenceAhead = 5 * time.Minute
 
 func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
+	if err := h.kinds.check("target", req.GetTarget()); err != nil {
+		return nil, err
+	}
 	if limit := uint64(h.now().Add(maxSequenceAhead).UnixMilli()); req.GetDecisionSequence() > limit {
 		return nil, status.Errorf(codes.InvalidArgument, "invalid decision_sequence %d: want at most %d (Unix milliseconds, at most %s ahead of the actuator's clock)",
 			req.GetDecisionSequence(), limit, maxSequenceAhead)
@@ -178,6 +183,9 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 }
 
 func (h *handler) GetScale(ctx context.Context, req *actuatorv1.GetScaleRequest) (*actuatorv1.GetScaleResponse, error) {
+	if err := h.kinds.check("target", req.GetTarget()); err != nil {
+		return nil, err
+	}
 	st, err := h.engine.Status(ctx, targetOf(req.GetTarget()))
 	if err != nil {
 		return nil, toStatus(err)

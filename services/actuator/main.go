@@ -40,6 +40,8 @@ type config struct {
 	// scaler selects where replicas are written.
 	scaler string
 	kube   kubeConfig
+	// kinds are the target kinds Scale and GetScale may reach.
+	kinds scaleKinds
 }
 
 // kubeConfig configures the Kubernetes mode.
@@ -61,6 +63,7 @@ type kubeConfig struct {
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.server.RegisterFlags(fs, "127.0.0.1:9003", "127.0.0.1:9013")
+	c.kinds.RegisterFlags(fs)
 	fs.StringVar(&c.scaler, "scaler", scalerMemory, "Where replicas are written: memory (no cluster; counts live in this process) or kubernetes.")
 	k := &c.kube
 	// Sized for 10,000 targets: a status write, a scale patch and an Event
@@ -167,7 +170,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := server.New(cfg.server, log, reg)
 	if cfg.scaler == scalerMemory {
 		applier := scale.New(scale.NewMemory(), time.Now)
-		actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), newHandler(memoryEngine{applier}, nil, log))
+		h := newHandler(memoryEngine{applier}, nil, log)
+		h.useKinds(&cfg.kinds, reg)
+		actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), h)
 		if _, _, err := srv.Listen(); err != nil {
 			return err
 		}
@@ -227,6 +232,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
 	h := newHandler(eng, &functionService{deployer: dep, tidal: tidal}, log)
+	h.useKinds(&cfg.kinds, reg)
 	var buckets *bucket.Set
 	if cfg.kube.bucket.Buckets > 0 {
 		buckets = bucket.New(cfg.kube.bucket, kube, func() { pas.Resync(); fns.Resync() }, reg, log)

@@ -232,7 +232,9 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "ghost"}, DesiredReplicas: 1, DecisionSequence: 1})
 	wantCode(t, "missing target", err, codes.NotFound, "ghost")
 	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "cfg", ApiVersion: "v1", Kind: "ConfigMap"}, DesiredReplicas: 1, DecisionSequence: 1})
-	wantCode(t, "no /scale", err, codes.FailedPrecondition, "scale subresource")
+	wantCode(t, "a kind not in --scale-kinds", err, codes.PermissionDenied, `target.kind "ConfigMap"`)
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "web-0", ApiVersion: "v1", Kind: "Pod"}, DesiredReplicas: 1, DecisionSequence: 1})
+	wantCode(t, "a Pod", err, codes.PermissionDenied, `target.kind "Pod"`)
 	if got := replicas("web"); got != 4 {
 		t.Errorf("replicas after refused calls = %d, want 4", got)
 	}
