@@ -34,6 +34,7 @@ import (
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
@@ -89,6 +90,20 @@ func (c *Config) Validate(p string) error {
 	case c.LeaseDuration <= c.RenewDeadline || c.RenewDeadline <= c.RetryPeriod || c.RetryPeriod <= 0:
 		return fmt.Errorf("--%slease-duration %s, --%srenew-deadline %s, --%sretry-period %s: want lease > renew > retry > 0",
 			p, c.LeaseDuration, p, c.RenewDeadline, p, c.RetryPeriod)
+	case c.LeaseDuration%time.Second != 0:
+		// A Lease records whole seconds: 1.5s would be read back as 1s,
+		// and under 1s as 0, so every replica would see every holder dead.
+		return fmt.Errorf("--%slease-duration %s: want whole seconds", p, c.LeaseDuration)
+	case len(validation.IsDNS1123Label(c.Namespace)) > 0:
+		return fmt.Errorf("--%slease-namespace %q: want a namespace name (DNS-1123 label)", p, c.Namespace)
+	}
+	// The longest bucket and member Lease names must be valid object names,
+	// or every election would fail at run time instead of here.
+	s := Set{cfg: *c}
+	for _, name := range []string{s.bucketName(c.Buckets - 1), s.memberPrefix() + strings.Repeat("z", 13)} {
+		if len(validation.IsDNS1123Subdomain(name)) > 0 {
+			return fmt.Errorf("--%slease-prefix %q: want a prefix of Lease names such as %q (DNS-1123 subdomain)", p, c.Prefix, name)
+		}
 	}
 	return nil
 }
