@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
-	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	"github.com/tidalscale/tidal/apis/crdclient"
 	"github.com/tidalscale/tidal/collector/deciders"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -234,12 +234,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		tidal, err := tidalclient.NewForConfig(rc)
+		tidal, err := crdclient.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("tidal client: %w", err)
 		}
 		disc = targets.New(cfg.targets, kube, tidal, hub, scraper, fetcher, log)
-		disc.RegisterMetrics(reg)
 		if cfg.bucket.Buckets > 0 {
 			buckets = bucket.New(cfg.bucket, kube, disc.Resync, reg, log)
 			disc.SetOwnership(buckets.Owns)
