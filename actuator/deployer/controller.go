@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/listers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -21,8 +20,10 @@ import (
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
+	functionslisters "github.com/tidalscale/tidal/apis/generated/listers/functions/v1alpha1"
 )
 
 // Event reasons of the Function controller.
@@ -38,9 +39,9 @@ const (
 type Controller struct {
 	deployer    *Deployer
 	log         *zap.Logger
-	tidal       *crdclient.Clientset
-	functions   crdclient.FunctionLister
-	topics      crdclient.TopicLister
+	tidal       tidalclient.Interface
+	functions   functionslisters.FunctionLister
+	topics      functionslisters.TopicLister
 	deployments appslisters.DeploymentLister
 	recorder    record.EventRecorder
 	fnStore     cache.Store
@@ -59,24 +60,26 @@ func (c *Controller) Resync() { c.Controller.Resync(c.fnStore) }
 
 // NewController returns a Function controller; the caller starts the
 // informers and then Run.
-func NewController(d *Deployer, log *zap.Logger, tidal *crdclient.Clientset, tidalInformers *crdclient.Informers,
+func NewController(d *Deployer, log *zap.Logger, tidal tidalclient.Interface, tidalInformers tidalinformers.SharedInformerFactory,
 	kubeInformers informers.SharedInformerFactory, recorder record.EventRecorder, workers int,
 ) (*Controller, error) {
 	deps := kubeInformers.Apps().V1().Deployments()
+	fns := tidalInformers.Functions().V1alpha1().Functions()
+	topics := tidalInformers.Functions().V1alpha1().Topics()
 	c := &Controller{
 		deployer:    d,
 		log:         log,
 		tidal:       tidal,
-		functions:   crdclient.NewFunctionLister(tidalInformers.Functions),
-		fnStore:     tidalInformers.Functions.GetStore(),
-		topics:      crdclient.NewTopicLister(tidalInformers.Topics),
+		functions:   fns.Lister(),
+		fnStore:     fns.Informer().GetStore(),
+		topics:      topics.Lister(),
 		deployments: deps.Lister(),
 		recorder:    recorder,
 	}
 	c.Controller = controller.New(controller.Config{Name: "function", Workers: workers, RetryQPS: 20, RetryBurst: 100}, log,
 		func(ctx context.Context, name cache.ObjectName) (time.Duration, error) { return 0, c.sync(ctx, name) },
-		tidalInformers.Functions.HasSynced, tidalInformers.Topics.HasSynced, deps.Informer().HasSynced)
-	if _, err := tidalInformers.Functions.AddEventHandler(controller.Handler(c.Enqueue, nil)); err != nil {
+		fns.Informer().HasSynced, topics.Informer().HasSynced, deps.Informer().HasSynced)
+	if _, err := fns.Informer().AddEventHandler(controller.Handler(c.Enqueue, nil)); err != nil {
 		return nil, err
 	}
 	if _, err := deps.Informer().AddEventHandler(controller.Handler(
@@ -90,7 +93,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 	if _, mine := c.Owns(name); !mine {
 		return nil
 	}
-	fn, err := listers.NewNamespaced(c.functions, name.Namespace).Get(name.Name)
+	fn, err := c.functions.Functions(name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
 		return c.undeployOrphans(ctx, name)
 	}
@@ -128,7 +131,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		if dep, err := c.deployments.Deployments(fn.Namespace).Get(fn.Name); err == nil {
 			st.Replicas, st.ReadyReplicas = deploymentReplicas(dep), dep.Status.ReadyReplicas
 		}
-		if _, err := listers.NewNamespaced(c.topics, fn.Namespace).Get(fn.Spec.Input); apierrors.IsNotFound(err) && ready.Status == metav1.ConditionTrue {
+		if _, err := c.topics.Topics(fn.Namespace).Get(fn.Spec.Input); apierrors.IsNotFound(err) && ready.Status == metav1.ConditionTrue {
 			ready.Status, ready.Reason = metav1.ConditionFalse, "TopicNotFound"
 			ready.Message = fmt.Sprintf("function %s/%s: spec.input: topic %q not found; the partition cap is unknown", fn.Namespace, fn.Name, fn.Spec.Input)
 		}
@@ -138,7 +141,7 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return nil
 	}
 	fn.Status = *st
-	if _, err := c.tidal.Functions(fn.Namespace).UpdateStatus(ctx, fn, metav1.UpdateOptions{FieldManager: scale.FieldManager}); err != nil {
+	if _, err := c.tidal.FunctionsV1alpha1().Functions(fn.Namespace).UpdateStatus(ctx, fn, metav1.UpdateOptions{FieldManager: scale.FieldManager}); err != nil {
 		return fmt.Errorf("update status of function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	return nil
@@ -168,11 +171,11 @@ func (c *Controller) CheckScale(t scale.Target, desired int32) error {
 // Cap returns the replica cap of the Function namespace/name (Cap), and
 // false when no such Function exists.
 func (c *Controller) Cap(namespace, name string) (int32, bool) {
-	fn, err := listers.NewNamespaced(c.functions, namespace).Get(name)
+	fn, err := c.functions.Functions(namespace).Get(name)
 	if err != nil {
 		return 0, false
 	}
-	topic, err := listers.NewNamespaced(c.topics, namespace).Get(fn.Spec.Input)
+	topic, err := c.topics.Topics(namespace).Get(fn.Spec.Input)
 	if err != nil {
 		topic = nil
 	}
@@ -236,7 +239,7 @@ func (c *Controller) podAutoscaler(fn *functionsv1alpha1.Function) *autoscalingv
 // left alone (the user scales the function their way).
 func (c *Controller) ensurePodAutoscaler(ctx context.Context, fn *functionsv1alpha1.Function) error {
 	want := c.podAutoscaler(fn)
-	client := c.tidal.PodAutoscalers(fn.Namespace)
+	client := c.tidal.AutoscalingV1alpha1().PodAutoscalers(fn.Namespace)
 	have, err := client.Get(ctx, fn.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		if _, err := client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -276,7 +279,7 @@ func (c *Controller) undeployOrphans(ctx context.Context, fn cache.ObjectName) e
 			return err
 		}
 	}
-	pa, err := c.tidal.PodAutoscalers(fn.Namespace).Get(ctx, fn.Name, metav1.GetOptions{})
+	pa, err := c.tidal.AutoscalingV1alpha1().PodAutoscalers(fn.Namespace).Get(ctx, fn.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -287,7 +290,7 @@ func (c *Controller) undeployOrphans(ctx context.Context, fn cache.ObjectName) e
 		return nil
 	}
 	uid := pa.UID
-	err = c.tidal.PodAutoscalers(fn.Namespace).Delete(ctx, fn.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err = c.tidal.AutoscalingV1alpha1().PodAutoscalers(fn.Namespace).Delete(ctx, fn.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete podautoscaler of function %s: %w", fn, err)
 	}

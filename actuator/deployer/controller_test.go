@@ -20,8 +20,10 @@ import (
 
 	"github.com/tidalscale/tidal/actuator/scale"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	tidalscheme "github.com/tidalscale/tidal/apis/generated/clientset/versioned/scheme"
+	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
@@ -36,9 +38,9 @@ func eventually(t *testing.T, what string, timeout time.Duration, cond func() bo
 	}
 }
 
-func startController(t *testing.T, c *cluster.Cluster) (*Controller, *Deployer, *crdclient.Clientset) {
+func startController(t *testing.T, c *cluster.Cluster) (*Controller, *Deployer, tidalclient.Interface) {
 	t.Helper()
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,24 +49,24 @@ func startController(t *testing.T, c *cluster.Cluster) (*Controller, *Deployer, 
 		t.Fatal(err)
 	}
 	d := New(Config{SidecarImage: "tidal.test/sidecar:1", Brokers: []string{"127.0.0.1:9092"}}, c.Client, scaler)
-	tidalInf := crdclient.NewInformers(tidal, 0)
+	tidalInf := tidalinformers.NewSharedInformerFactory(tidal, 0)
 	kubeInf := informers.NewSharedInformerFactory(c.Client, 0)
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(crdclient.Scheme, corev1.EventSource{Component: "tidal-actuator"})
+	recorder := broadcaster.NewRecorder(tidalscheme.Scheme, corev1.EventSource{Component: "tidal-actuator"})
 	ctrl, err := NewController(d, zap.NewNop(), tidal, tidalInf, kubeInf, recorder, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go tidalInf.Functions.RunWithContext(ctx)
-	go tidalInf.Topics.RunWithContext(ctx)
+	tidalInf.StartWithContext(ctx)
 	kubeInf.Start(ctx.Done())
 	go func() { _ = ctrl.Run(ctx); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
+		tidalInf.Shutdown()
 		kubeInf.Shutdown()
 		broadcaster.Shutdown()
 	})
@@ -92,14 +94,14 @@ func TestFunctionLifecycle(t *testing.T) {
 	ctrl, d, tidal := startController(t, c)
 
 	six, four := int32(6), int32(4)
-	if _, err := tidal.Topics(ns).Create(ctx, &functionsv1alpha1.Topic{
+	if _, err := tidal.FunctionsV1alpha1().Topics(ns).Create(ctx, &functionsv1alpha1.Topic{
 		ObjectMeta: metav1.ObjectMeta{Name: "numbers"}, Spec: functionsv1alpha1.TopicSpec{Partitions: &six},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fn := newFunction("square", "tidal.test/square:1", "numbers")
 	fn.Spec.MaxReplicas = &four
-	fn, err := tidal.Functions(ns).Create(ctx, fn, metav1.CreateOptions{})
+	fn, err := tidal.FunctionsV1alpha1().Functions(ns).Create(ctx, fn, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,7 @@ func TestFunctionLifecycle(t *testing.T) {
 			dep.Spec.Selector.MatchLabels["function"] == "square"
 	})
 	eventually(t, "function status", 20*time.Second, func() bool {
-		got, err := tidal.Functions(ns).Get(ctx, "square", metav1.GetOptions{})
+		got, err := tidal.FunctionsV1alpha1().Functions(ns).Get(ctx, "square", metav1.GetOptions{})
 		if err != nil || got.Status.DeploymentName != "square" {
 			return false
 		}
@@ -125,7 +127,7 @@ func TestFunctionLifecycle(t *testing.T) {
 
 	// A lag PodAutoscaler, owned by the Function, scales the Deployment.
 	eventually(t, "podautoscaler", 20*time.Second, func() bool {
-		pa, err := tidal.PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
+		pa, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
 		return err == nil && metav1.IsControlledBy(pa, fn) && pa.Spec.Strategy == autoscalingv1alpha1.StrategyLag &&
 			pa.Spec.ScaleTargetRef.Name == "square" && pa.Spec.Lag.Topic == "numbers" && pa.Spec.Lag.ConsumerGroup == "square" &&
 			*pa.Spec.Lag.Riff.MaxReplicas == 4 && pa.Spec.Lag.Riff.IdleTimeout.Duration == 10*time.Second
@@ -143,18 +145,18 @@ func TestFunctionLifecycle(t *testing.T) {
 		t.Errorf("Scale above the cap: err = %v, want ErrOverCap", err)
 	}
 	eventually(t, "status replicas", 20*time.Second, func() bool {
-		got, err := tidal.Functions(ns).Get(ctx, "square", metav1.GetOptions{})
+		got, err := tidal.FunctionsV1alpha1().Functions(ns).Get(ctx, "square", metav1.GetOptions{})
 		return err == nil && got.Status.Replicas == 3 && got.Status.ReadyReplicas == 3
 	})
 
 	// Update: a new image reaches the Deployment and the replicas stay.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := tidal.Functions(ns).Get(ctx, "square", metav1.GetOptions{})
+		cur, err := tidal.FunctionsV1alpha1().Functions(ns).Get(ctx, "square", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		cur.Spec.Container.Image = "tidal.test/square:2"
-		_, err = tidal.Functions(ns).Update(ctx, cur, metav1.UpdateOptions{})
+		_, err = tidal.FunctionsV1alpha1().Functions(ns).Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -166,7 +168,7 @@ func TestFunctionLifecycle(t *testing.T) {
 	})
 
 	// Deleting the Function deletes its Deployment.
-	if err := tidal.Functions(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
+	if err := tidal.FunctionsV1alpha1().Functions(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "deployment deleted", 20*time.Second, func() bool {
@@ -174,7 +176,7 @@ func TestFunctionLifecycle(t *testing.T) {
 		return apierrors.IsNotFound(err)
 	})
 	eventually(t, "podautoscaler deleted", 20*time.Second, func() bool {
-		_, err := tidal.PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
+		_, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
 }
@@ -186,11 +188,11 @@ func TestInvalidFunctionChangesNothing(t *testing.T) {
 	_, _, tidal := startController(t, c)
 
 	// The CRD accepts any topic string up to 249 bytes; Kafka does not.
-	if _, err := tidal.Functions(ns).Create(ctx, newFunction("bad", "tidal.test/x:1", "no/slashes"), metav1.CreateOptions{}); err != nil {
+	if _, err := tidal.FunctionsV1alpha1().Functions(ns).Create(ctx, newFunction("bad", "tidal.test/x:1", "no/slashes"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "InvalidSpec status", 20*time.Second, func() bool {
-		got, err := tidal.Functions(ns).Get(ctx, "bad", metav1.GetOptions{})
+		got, err := tidal.FunctionsV1alpha1().Functions(ns).Get(ctx, "bad", metav1.GetOptions{})
 		if err != nil {
 			return false
 		}

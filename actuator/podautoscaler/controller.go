@@ -31,7 +31,10 @@ import (
 	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	tidalscheme "github.com/tidalscale/tidal/apis/generated/clientset/versioned/scheme"
+	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
+	autoscalinglisters "github.com/tidalscale/tidal/apis/generated/listers/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/targetkey"
@@ -66,12 +69,12 @@ type Controller struct {
 	cfg    Config
 	log    *zap.Logger
 	clock  clock.PassiveClock
-	tidal  *crdclient.Clientset
+	tidal  tidalclient.Interface
 	scaler targetScaler
 
 	paInformer cache.SharedIndexInformer
-	pas        crdclient.PodAutoscalerLister
-	metrics    crdclient.MetricLister
+	pas        autoscalinglisters.PodAutoscalerLister
+	metrics    autoscalinglisters.MetricLister
 
 	// Controller is the workqueue and its workers (Run, HasSynced), and
 	// which PodAutoscalers this replica reconciles.
@@ -119,8 +122,8 @@ const podEventDelay = 2 * time.Second
 
 // New returns a Controller. It registers its event handlers on the
 // informers; the caller starts the informers (and factory) and then Run.
-func New(cfg Config, log *zap.Logger, tidal *crdclient.Clientset,
-	tidalInformers *crdclient.Informers, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
+func New(cfg Config, log *zap.Logger, tidal tidalclient.Interface,
+	tidalInformers tidalinformers.SharedInformerFactory, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
 ) (*Controller, error) {
 	return newController(cfg, log, clock.RealClock{}, tidal, tidalInformers, kubeInformers, scaler, recorder)
 }
@@ -140,11 +143,11 @@ func NewEventRecorder(kube kubernetes.Interface) (record.EventRecorder, record.E
 		},
 	}))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return broadcaster.NewRecorder(crdclient.Scheme, corev1.EventSource{Component: "tidal-actuator"}), broadcaster
+	return broadcaster.NewRecorder(tidalscheme.Scheme, corev1.EventSource{Component: "tidal-actuator"}), broadcaster
 }
 
-func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *crdclient.Clientset,
-	tidalInformers *crdclient.Informers, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
+func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal tidalclient.Interface,
+	tidalInformers tidalinformers.SharedInformerFactory, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
 ) (*Controller, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
@@ -152,7 +155,9 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 	if cfg.TargetRetry <= 0 {
 		cfg.TargetRetry = 10 * time.Second
 	}
-	if err := tidalInformers.PodAutoscalers.AddIndexers(cache.Indexers{indexTarget: targetIndex}); err != nil {
+	paInformer := tidalInformers.Autoscaling().V1alpha1().PodAutoscalers()
+	metricInformer := tidalInformers.Autoscaling().V1alpha1().Metrics()
+	if err := paInformer.Informer().AddIndexers(cache.Indexers{indexTarget: targetIndex}); err != nil {
 		return nil, fmt.Errorf("podautoscaler target index: %w", err)
 	}
 	podInformer := kubeInformers.Core().V1().Pods()
@@ -168,9 +173,9 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		clock:      clk,
 		tidal:      tidal,
 		scaler:     scaler,
-		paInformer: tidalInformers.PodAutoscalers,
-		pas:        crdclient.NewPodAutoscalerLister(tidalInformers.PodAutoscalers),
-		metrics:    crdclient.NewMetricLister(tidalInformers.Metrics),
+		paInformer: paInformer.Informer(),
+		pas:        paInformer.Lister(),
+		metrics:    metricInformer.Lister(),
 		podIndexer: podInformer.Informer().GetIndexer(),
 		recorder:   recorder,
 		seed:       maphash.MakeSeed(),
@@ -178,12 +183,12 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		selectors:  pods.NewSelectors[cache.ObjectName](),
 	}
 	c.Controller = controller.New(controller.Config{Name: "podautoscaler", Workers: cfg.Workers, RetryQPS: 50, RetryBurst: 300, Clock: cfg.queueClock},
-		log, c.sync, tidalInformers.PodAutoscalers.HasSynced, tidalInformers.Metrics.HasSynced, podInformer.Informer().HasSynced)
+		log, c.sync, paInformer.Informer().HasSynced, metricInformer.Informer().HasSynced, podInformer.Informer().HasSynced)
 	if fs, ok := scaler.(scale.Scaler); ok {
 		c.plain = scale.New(fs, clk.Now)
 	}
 
-	_, err := tidalInformers.PodAutoscalers.AddEventHandler(controller.Handler(c.Enqueue, func(_, cur metav1.Object) bool {
+	_, err := paInformer.Informer().AddEventHandler(controller.Handler(c.Enqueue, func(_, cur metav1.Object) bool {
 		// The echo of our own write holds what we just reconciled.
 		return c.written.Own(cache.ObjectName{Namespace: cur.GetNamespace(), Name: cur.GetName()}, cur.GetResourceVersion())
 	}))
@@ -191,7 +196,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal *c
 		return nil, err
 	}
 	// A Metric maps to the PodAutoscaler controlling it.
-	_, err = tidalInformers.Metrics.AddEventHandler(controller.Handler(
+	_, err = metricInformer.Informer().AddEventHandler(controller.Handler(
 		c.EnqueueOwner(autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler")), nil))
 	if err != nil {
 		return nil, err

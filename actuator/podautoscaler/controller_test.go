@@ -25,7 +25,8 @@ import (
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -39,7 +40,7 @@ type harness struct {
 	c     *cluster.Cluster
 	ns    string
 	clock *clocktesting.FakePassiveClock
-	tidal *crdclient.Clientset
+	tidal tidalclient.Interface
 	ctrl  *Controller
 }
 
@@ -72,7 +73,7 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, opts harnessOpts)
 		rc.Wrap(opts.wrap)
 	}
 	mutate, owner := opts.mutate, opts.owner
-	tidal, err := crdclient.NewForConfig(rc)
+	tidal, err := tidalclient.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, opts harnessOpts)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	tidalInf := crdclient.NewInformers(tidal, 0)
+	tidalInf := tidalinformers.NewSharedInformerFactory(tidal, 0)
 	kubeInf := informers.NewSharedInformerFactory(c.Client, 0)
 	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
 	if err != nil {
@@ -101,13 +102,13 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, opts harnessOpts)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go tidalInf.PodAutoscalers.RunWithContext(ctx)
-	go tidalInf.Metrics.RunWithContext(ctx)
+	tidalInf.StartWithContext(ctx)
 	kubeInf.Start(ctx.Done())
 	go func() { _ = ctrl.Run(ctx); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
+		tidalInf.Shutdown()
 		kubeInf.Shutdown()
 		broadcaster.Shutdown()
 	})
@@ -134,7 +135,7 @@ func (h *harness) podAutoscaler(name, target string, annotations map[string]stri
 			Strategy:       autoscalingv1alpha1.StrategyKPA,
 		},
 	}
-	pa, err := h.tidal.PodAutoscalers(h.ns).Create(context.Background(), pa, metav1.CreateOptions{})
+	pa, err := h.tidal.AutoscalingV1alpha1().PodAutoscalers(h.ns).Create(context.Background(), pa, metav1.CreateOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func (h *harness) update(name string, change func(*autoscalingv1alpha1.PodAutosc
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pa := h.get(name)
 		change(pa)
-		_, err := h.tidal.PodAutoscalers(h.ns).Update(context.Background(), pa, metav1.UpdateOptions{})
+		_, err := h.tidal.AutoscalingV1alpha1().PodAutoscalers(h.ns).Update(context.Background(), pa, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -197,7 +198,7 @@ func (h *harness) update(name string, change func(*autoscalingv1alpha1.PodAutosc
 
 func (h *harness) get(name string) *autoscalingv1alpha1.PodAutoscaler {
 	h.t.Helper()
-	pa, err := h.tidal.PodAutoscalers(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	pa, err := h.tidal.AutoscalingV1alpha1().PodAutoscalers(h.ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestScaleUpDownAndToZero(t *testing.T) {
 
 	// The workers create the Metric and write status.
 	h.eventually("metric", func() bool {
-		m, err := h.tidal.Metrics(h.ns).Get(context.Background(), "web", metav1.GetOptions{})
+		m, err := h.tidal.AutoscalingV1alpha1().Metrics(h.ns).Get(context.Background(), "web", metav1.GetOptions{})
 		return err == nil && m.Spec.ScrapeTarget == "web" && m.Spec.StableWindow.Duration == 6*time.Second &&
 			m.Spec.Selector != nil && m.Spec.Selector.MatchLabels["app"] == "web" && m.Labels["team"] == "a"
 	})
@@ -492,7 +493,7 @@ func TestMetricFollowsPodAutoscaler(t *testing.T) {
 	h.deployment("web", 1)
 	h.podAutoscaler("web", "web", map[string]string{kpaconfig.AnnotationTargetBurstCapacity: "-1"})
 	getMetric := func() (*autoscalingv1alpha1.Metric, error) {
-		return h.tidal.Metrics(h.ns).Get(ctx, "web", metav1.GetOptions{})
+		return h.tidal.AutoscalingV1alpha1().Metrics(h.ns).Get(ctx, "web", metav1.GetOptions{})
 	}
 	h.eventually("unscraped metric", func() bool {
 		m, err := getMetric()
@@ -512,12 +513,12 @@ func TestMetricFollowsPodAutoscaler(t *testing.T) {
 			m.Spec.PanicWindow.Duration == 2*time.Second && m.Spec.ScaleDownDelay != nil && m.Spec.ScaleDownDelay.Duration == 30*time.Second
 	})
 	// The Metric is restored if someone deletes it.
-	if err := h.tidal.Metrics(h.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+	if err := h.tidal.AutoscalingV1alpha1().Metrics(h.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("recreated metric", func() bool { _, err := getMetric(); return err == nil })
 	// Deleting the PodAutoscaler deletes its Metric (owner reference).
-	if err := h.tidal.PodAutoscalers(h.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+	if err := h.tidal.AutoscalingV1alpha1().PodAutoscalers(h.ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The controller deletes it without waiting for the garbage collector.
@@ -647,7 +648,7 @@ func TestOwnershipSplitsPodAutoscalers(t *testing.T) {
 	// Each owner reconciles its own: the Metric exists and status is written.
 	for _, name := range []string{"web-a", "web-b"} {
 		a.eventually("metric of "+name, func() bool {
-			_, err := a.tidal.Metrics(ns).Get(context.Background(), name, metav1.GetOptions{})
+			_, err := a.tidal.AutoscalingV1alpha1().Metrics(ns).Get(context.Background(), name, metav1.GetOptions{})
 			return err == nil
 		})
 	}

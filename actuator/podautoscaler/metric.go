@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/kparules"
@@ -67,8 +66,8 @@ func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha
 	if err != nil {
 		return err
 	}
-	client := c.tidal.Metrics(pa.Namespace)
-	have, err := listers.NewNamespaced(c.metrics, pa.Namespace).Get(pa.Name)
+	client := c.tidal.AutoscalingV1alpha1().Metrics(pa.Namespace)
+	have, err := c.metrics.Metrics(pa.Namespace).Get(pa.Name)
 	if apierrors.IsNotFound(err) {
 		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager})
 		if apierrors.IsAlreadyExists(err) {
@@ -101,7 +100,7 @@ func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha
 // waiting for the garbage collector, which may take its discovery period to
 // act on a newly installed kind.
 func (c *Controller) deleteOrphanMetric(ctx context.Context, pa cache.ObjectName) error {
-	m, err := listers.NewNamespaced(c.metrics, pa.Namespace).Get(pa.Name)
+	m, err := c.metrics.Metrics(pa.Namespace).Get(pa.Name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -113,7 +112,7 @@ func (c *Controller) deleteOrphanMetric(ctx context.Context, pa cache.ObjectName
 		return nil
 	}
 	uid := m.UID
-	err = c.tidal.Metrics(pa.Namespace).Delete(ctx, pa.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err = c.tidal.AutoscalingV1alpha1().Metrics(pa.Namespace).Delete(ctx, pa.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete metric %s: %w", pa, err)
 	}

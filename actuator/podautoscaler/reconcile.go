@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/kparules"
@@ -107,7 +106,7 @@ type outcome struct {
 // cache's copy, or our own newer write the cache has not delivered yet.
 // Callers treat it as read-only. nil means it does not exist.
 func (c *Controller) current(name cache.ObjectName) (*autoscalingv1alpha1.PodAutoscaler, error) {
-	pa, err := listers.NewNamespaced(c.pas, name.Namespace).Get(name.Name)
+	pa, err := c.pas.PodAutoscalers(name.Namespace).Get(name.Name)
 	if apierrors.IsNotFound(err) {
 		c.written.Delete(name)
 		return nil, nil
@@ -124,7 +123,7 @@ func (c *Controller) current(name cache.ObjectName) (*autoscalingv1alpha1.PodAut
 // refresh reads name from the API server, after a write conflicted: the
 // cache is behind someone else's write.
 func (c *Controller) refresh(ctx context.Context, name cache.ObjectName) error {
-	pa, err := c.tidal.PodAutoscalers(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+	pa, err := c.tidal.AutoscalingV1alpha1().PodAutoscalers(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("get podautoscaler %s: %w", name, err)
 	}
@@ -462,7 +461,7 @@ func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.Po
 	}
 	upd := pa.DeepCopy()
 	upd.Status = *st
-	updated, err := c.tidal.PodAutoscalers(pa.Namespace).UpdateStatus(context.WithoutCancel(ctx), upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+	updated, err := c.tidal.AutoscalingV1alpha1().PodAutoscalers(pa.Namespace).UpdateStatus(context.WithoutCancel(ctx), upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
 	if err != nil {
 		return fmt.Errorf("update status of podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
 	}

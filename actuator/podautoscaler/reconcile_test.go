@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	autoscalinglisters "github.com/tidalscale/tidal/apis/generated/listers/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/strategy/kpaspec"
@@ -237,8 +237,8 @@ func TestTargetIndex(t *testing.T) {
 func TestLockHoldsAcrossDeletion(t *testing.T) {
 	empty := func() cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) }
 	c := &Controller{
-		pas:       listers.New[*autoscalingv1alpha1.PodAutoscaler](empty(), autoscalingv1alpha1.Resource("podautoscalers")),
-		metrics:   listers.New[*autoscalingv1alpha1.Metric](empty(), autoscalingv1alpha1.Resource("metrics")),
+		pas:       autoscalinglisters.NewPodAutoscalerLister(empty()),
+		metrics:   autoscalinglisters.NewMetricLister(empty()),
 		seed:      maphash.MakeSeed(),
 		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
 		selectors: pods.NewSelectors[cache.ObjectName](),

@@ -20,8 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -62,7 +62,7 @@ func startReplica(t *testing.T, c *cluster.Cluster, cfg Config, owns func(*Disco
 	sc.Interval = time.Hour // driven by ScrapeNow
 	r.scraper = scrape.New(sc, scrapeRec{r.hub}, scrape.NewMetrics(reg), log)
 	r.fetcher = lag.New(lag.Config{Tick: time.Hour, Timeout: 2 * time.Second}, r.hub, lag.NewMetrics(reg), log)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,13 +122,13 @@ func kpaObjects(ns, name string, selector map[string]string) (*autoscalingv1alph
 	return pa, m
 }
 
-func createKPA(t *testing.T, tidal *crdclient.Clientset, pa *autoscalingv1alpha1.PodAutoscaler, m *autoscalingv1alpha1.Metric) {
+func createKPA(t *testing.T, tidal tidalclient.Interface, pa *autoscalingv1alpha1.PodAutoscaler, m *autoscalingv1alpha1.Metric) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := tidal.PodAutoscalers(pa.Namespace).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+	if _, err := tidal.AutoscalingV1alpha1().PodAutoscalers(pa.Namespace).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tidal.Metrics(m.Namespace).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+	if _, err := tidal.AutoscalingV1alpha1().Metrics(m.Namespace).Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,7 +193,7 @@ func serveStat(t *testing.T, p *corev1.Pod, s queuestat.Stat) {
 func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,12 +244,12 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 
 	// A Metric asking for the Prometheus format without a series name is
 	// refused with an error state, not scraped.
-	m, err = tidal.Metrics(ns).Get(context.Background(), "hello", metav1.GetOptions{})
+	m, err = tidal.AutoscalingV1alpha1().Metrics(ns).Get(context.Background(), "hello", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.Annotations[AnnotationFormat] = "prometheus"
-	if _, err := tidal.Metrics(ns).Update(context.Background(), m, metav1.UpdateOptions{}); err != nil {
+	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Update(context.Background(), m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the config error state", 30*time.Second, func() bool {
@@ -258,7 +258,7 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	})
 
 	// The Metric is deleted: the target is forgotten.
-	if err := tidal.Metrics(ns).Delete(context.Background(), "hello", metav1.DeleteOptions{}); err != nil {
+	if err := tidal.AutoscalingV1alpha1().Metrics(ns).Delete(context.Background(), "hello", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the target removed", 30*time.Second, func() bool { return !r.hub.Known(ref) })
@@ -284,7 +284,7 @@ func seedKafka(t *testing.T, k *kfake.Cluster, topic string, records int) {
 func TestDiscoveryLagTargets(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestDiscoveryLagTargets(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "square"},
 		Spec:       functionsv1alpha1.FunctionSpec{Container: corev1.Container{Image: "example.com/square"}, Input: "orders", LagMode: functionsv1alpha1.LagModeRiff},
 	}
-	if _, err := tidal.Functions(ns).Create(ctx, fn, metav1.CreateOptions{}); err != nil {
+	if _, err := tidal.FunctionsV1alpha1().Functions(ns).Create(ctx, fn, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fnRef := &commonv1.TargetRef{Namespace: ns, Name: "square"}
@@ -357,12 +357,12 @@ func TestDiscoveryLagTargets(t *testing.T) {
 	}
 	// Touch the Metric so the target is read again (Secrets are re-read on
 	// a change of the object or at the informers' resync).
-	m, err = tidal.Metrics(ns).Get(ctx, "billing", metav1.GetOptions{})
+	m, err = tidal.AutoscalingV1alpha1().Metrics(ns).Get(ctx, "billing", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.Annotations = map[string]string{"touched": "1"}
-	if _, err := tidal.Metrics(ns).Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Update(ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a lag sample for the PodAutoscaler", 30*time.Second, func() bool {
@@ -380,7 +380,7 @@ func TestDiscoveryLagTargets(t *testing.T) {
 func TestReplicasSplitTargetsAndTakeOver(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/queuestat"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/shard/bucket"
@@ -26,7 +26,7 @@ import (
 func TestTargetScrapedAgainWhenOwnershipReturns(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestTargetScrapedAgainWhenOwnershipReturns(t *testing.T) {
 func TestTargetReturnsToItsFirstReplicaAfterFailover(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/pods"
@@ -76,7 +76,7 @@ func newUnstartedDiscovery(tb testing.TB) (*Discovery, *recorder) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tidal, err := crdclient.NewForConfig(cfg)
+	tidal, err := tidalclient.NewForConfig(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/stream"
@@ -22,7 +22,7 @@ import (
 // quickly, and one that outlives Run must be caught.
 func TestRunReturnsOnceItsInformersStopped(t *testing.T) {
 	c := cluster.Shared(t)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

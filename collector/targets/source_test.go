@@ -9,11 +9,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/listers"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -47,7 +46,7 @@ func lagObjects(ns, name, target string, lag *autoscalingv1alpha1.LagSource) (*a
 func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +80,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "square", Annotations: map[string]string{"lag.tidal.dev/lagForMax": "20"}},
 		Spec:       functionsv1alpha1.FunctionSpec{Container: corev1.Container{Image: "example.com/square"}, Input: "orders", LagMode: functionsv1alpha1.LagModeRiff},
 	}
-	fn, err = tidal.Functions(ns).Create(ctx, fn, metav1.CreateOptions{})
+	fn, err = tidal.FunctionsV1alpha1().Functions(ns).Create(ctx, fn, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +114,13 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	})
 	// The Function changes: the user's PodAutoscaler still measures it.
 	fn.Annotations["lag.tidal.dev/lagForMax"] = "30"
-	if _, err := tidal.Functions(ns).Update(ctx, fn, metav1.UpdateOptions{}); err != nil {
+	if _, err := tidal.FunctionsV1alpha1().Functions(ns).Update(ctx, fn, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Once the informer holds the change, a Resync queues every source,
 	// and a marker queued after them settles them.
 	eventually(t, "the changed Function in the cache", 30*time.Second, func() bool {
-		got, err := listers.NewNamespaced(r.disc.functions, ns).Get("square")
+		got, err := r.disc.functions.Functions(ns).Get("square")
 		return err == nil && got.Annotations["lag.tidal.dev/lagForMax"] == "30"
 	})
 	r.disc.Resync()
@@ -132,7 +131,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 
 	// The user's PodAutoscaler goes: the Function measures the target
 	// again, which kept its history.
-	if err := tidal.Metrics(ns).Delete(ctx, "square-keda", metav1.DeleteOptions{}); err != nil {
+	if err := tidal.AutoscalingV1alpha1().Metrics(ns).Delete(ctx, "square-keda", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the Function measuring the target again", 30*time.Second, func() bool {
@@ -143,10 +142,10 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	}
 
 	// The deployer's PodAutoscaler goes: the Function's target stays.
-	if err := tidal.Metrics(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
+	if err := tidal.AutoscalingV1alpha1().Metrics(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tidal.PodAutoscalers(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
+	if err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	settled()
@@ -157,7 +156,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	}
 
 	// The Function goes: so does its target.
-	if err := tidal.Functions(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
+	if err := tidal.FunctionsV1alpha1().Functions(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the target removed", 30*time.Second, func() bool { return !r.hub.Known(ref) })

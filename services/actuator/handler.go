@@ -20,7 +20,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -64,7 +64,7 @@ func (k *kubeEngine) Status(ctx context.Context, t scale.Target) (scale.Status, 
 // functionService serves Deploy, Undeploy and Update.
 type functionService struct {
 	deployer *deployer.Deployer
-	tidal    *crdclient.Clientset
+	tidal    tidalclient.Interface
 }
 
 // function converts a request to the Deployer's Function; a Function object
@@ -87,7 +87,7 @@ func (f *functionService) function(ctx context.Context, ref *actuatorv1.Function
 	for _, k := range keys {
 		fn.Container.Env = append(fn.Container.Env, corev1.EnvVar{Name: k, Value: spec.GetEnv()[k]})
 	}
-	obj, err := f.tidal.Functions(fn.Namespace).Get(ctx, fn.Name, metav1.GetOptions{})
+	obj, err := f.tidal.FunctionsV1alpha1().Functions(fn.Namespace).Get(ctx, fn.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		fn.OwnerUID = obj.UID

@@ -21,7 +21,8 @@ import (
 	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
@@ -191,9 +192,9 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	tidal, err := crdclient.NewForConfig(rc)
+	tidal, err := tidalclient.NewForConfig(rc)
 	if err != nil {
-		return err
+		return fmt.Errorf("tidal client: %w", err)
 	}
 	live, err := scale.NewKube(rc)
 	if err != nil {
@@ -207,7 +208,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
-	tidalInf := crdclient.NewInformers(tidal, cfg.kube.resync)
+	tidalInf := tidalinformers.NewSharedInformerFactory(tidal, cfg.kube.resync)
 	kubeInf := informers.NewSharedInformerFactory(kube, cfg.kube.resync)
 	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
 	if err != nil {
@@ -251,9 +252,10 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	for _, inf := range []cache.SharedIndexInformer{tidalInf.PodAutoscalers, tidalInf.Metrics, tidalInf.Functions, tidalInf.Topics} {
-		g.Go(func() error { inf.RunWithContext(gctx); return nil })
-	}
+	// The controllers asked both factories for their informers above; Start
+	// runs those, and Shutdown waits for them.
+	tidalInf.StartWithContext(gctx)
+	defer tidalInf.Shutdown()
 	kubeInf.Start(gctx.Done())
 	defer kubeInf.Shutdown()
 	if buckets != nil {

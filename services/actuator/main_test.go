@@ -28,8 +28,8 @@ import (
 
 	"github.com/tidalscale/tidal/actuator/rbac"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -159,7 +159,7 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	ns := c.Namespace(t)
 	ctx := context.Background()
 	client := startActuator(t, restrictedKubeconfig(t, c, ns))
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("web", nil, 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tidal.PodAutoscalers(ns).Create(ctx, &autoscalingv1alpha1.PodAutoscaler{
+	if _, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Create(ctx, &autoscalingv1alpha1.PodAutoscaler{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{"autoscaling.knative.dev/max-scale": "10"}},
 		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
 			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
@@ -274,17 +274,17 @@ func TestActuatorOnKubernetes(t *testing.T) {
 
 	// A Function object: Deployment and lag PodAutoscaler, and the cap.
 	two := int32(2)
-	if _, err := tidal.Topics(ns).Create(ctx, &functionsv1alpha1.Topic{ObjectMeta: metav1.ObjectMeta{Name: "numbers"},
+	if _, err := tidal.FunctionsV1alpha1().Topics(ns).Create(ctx, &functionsv1alpha1.Topic{ObjectMeta: metav1.ObjectMeta{Name: "numbers"},
 		Spec: functionsv1alpha1.TopicSpec{Partitions: &two}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tidal.Functions(ns).Create(ctx, &functionsv1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "square"},
+	if _, err := tidal.FunctionsV1alpha1().Functions(ns).Create(ctx, &functionsv1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "square"},
 		Spec: functionsv1alpha1.FunctionSpec{Container: corev1.Container{Image: "tidal.test/square:1"}, Input: "numbers"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		_, derr := c.Client.AppsV1().Deployments(ns).Get(ctx, "square", metav1.GetOptions{})
-		_, perr := tidal.PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
+		_, perr := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
 		return derr == nil && perr == nil, nil
 	})
 	if err != nil {
@@ -309,7 +309,7 @@ func TestActuatorsShareAndForward(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestActuatorsShareAndForward(t *testing.T) {
 		if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment(name, nil, 1), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tidal.PodAutoscalers(ns).Create(ctx, &autoscalingv1alpha1.PodAutoscaler{
+		if _, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Create(ctx, &autoscalingv1alpha1.PodAutoscaler{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: autoscalingv1alpha1.PodAutoscalerSpec{
 				ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: name},

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/deciders"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -234,7 +234,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		tidal, err := crdclient.NewForConfig(rc)
+		tidal, err := tidalclient.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("tidal client: %w", err)
 		}

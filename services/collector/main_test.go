@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/pods"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
@@ -187,7 +187,7 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 		}
 	}()
 
-	tidal, err := crdclient.NewForConfig(c.Config())
+	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,10 +203,10 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 		Spec: autoscalingv1alpha1.MetricSpec{StableWindow: metav1.Duration{Duration: time.Minute}, ScrapeTarget: "web",
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 	}
-	if _, err := tidal.PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+	if _, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tidal.Metrics(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
+	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	key := ns + "/web"

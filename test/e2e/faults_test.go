@@ -161,7 +161,7 @@ func paDecisions(t *testing.T, s *system.System, ns, name string) func() []autos
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := crds.PodAutoscalers(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	w, err := crds.AutoscalingV1alpha1().PodAutoscalers(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -13,7 +13,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 )
 
 // recorder timestamps what the run's informers see: every change of a
@@ -87,7 +88,7 @@ func (r *recorder) switched(target string, at time.Time, from, to int32) {
 
 // run starts the Deployment and PodAutoscaler informers over ns and
 // returns once they have synced; stop waits for them to end.
-func (r *recorder) run(ctx context.Context, client kubernetes.Interface, crds *crdclient.Clientset, ns string) (stop func(), err error) {
+func (r *recorder) run(ctx context.Context, client kubernetes.Interface, crds tidalclient.Interface, ns string) (stop func(), err error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
 	deps := factory.Apps().V1().Deployments().Informer()
@@ -95,18 +96,18 @@ func (r *recorder) run(ctx context.Context, client kubernetes.Interface, crds *c
 		AddFunc:    func(obj any) { r.deployment(obj) },
 		UpdateFunc: func(_, obj any) { r.deployment(obj) },
 	})
-	pas := crdclient.NewInformer(crds.PodAutoscalers(ns), &autoscalingv1alpha1.PodAutoscaler{}, 0)
+	tidalFactory := tidalinformers.NewSharedInformerFactoryWithOptions(crds, 0, tidalinformers.WithNamespace(ns))
+	pas := tidalFactory.Autoscaling().V1alpha1().PodAutoscalers().Informer()
 	_, _ = pas.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.podAutoscaler(obj) },
 		UpdateFunc: func(_, obj any) { r.podAutoscaler(obj) },
 	})
 	factory.Start(runCtx.Done())
-	var wg sync.WaitGroup
-	wg.Go(func() { pas.RunWithContext(runCtx) })
+	tidalFactory.Start(runCtx.Done())
 	stop = func() {
 		cancel()
 		factory.Shutdown()
-		wg.Wait()
+		tidalFactory.Shutdown()
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), deps.HasSynced, pas.HasSynced) {
 		stop()

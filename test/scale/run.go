@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	crds, err := crdclient.NewForConfig(rc)
+	crds, err := tidalclient.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func raiseFileLimit(n uint64) {
 // createTargets creates the lag targets' topics in one request, then every
 // target with CreateWorkers in parallel, then produces a backlog of
 // records to every lag target's topic.
-func createTargets(ctx context.Context, cfg Config, ns string, client kubernetes.Interface, crds *crdclient.Clientset,
+func createTargets(ctx context.Context, cfg Config, ns string, client kubernetes.Interface, crds tidalclient.Interface,
 	brokers []string, targets []kpaTarget, rec *recorder, farm *podFarm) error {
 	kc, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -324,7 +324,7 @@ const (
 	lagBacklog    = 50
 )
 
-func createKPA(ctx context.Context, ns string, client kubernetes.Interface, crds *crdclient.Clientset, t kpaTarget, rec *recorder, farm *podFarm) error {
+func createKPA(ctx context.Context, ns string, client kubernetes.Interface, crds tidalclient.Interface, t kpaTarget, rec *recorder, farm *podFarm) error {
 	rec.addKPA(t.name, time.Now())
 	farm.SetLoad(t.name, concurrency(t.low))
 	labels := map[string]string{"app": t.name, kpaLabel: t.name}
@@ -338,20 +338,20 @@ func createKPA(ctx context.Context, ns string, client kubernetes.Interface, crds
 			Strategy:       autoscalingv1alpha1.StrategyKPA,
 		},
 	}
-	if _, err := crds.PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+	if _, err := crds.AutoscalingV1alpha1().PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("kpa target %s: podautoscaler: %w", t.name, err)
 	}
 	return nil
 }
 
-func createLag(ctx context.Context, ns string, crds *crdclient.Clientset, name string, rec *recorder) error {
+func createLag(ctx context.Context, ns string, crds tidalclient.Interface, name string, rec *recorder) error {
 	rec.addLag(name, time.Now())
 	parts := int32(lagPartitions)
 	topic := &functionsv1alpha1.Topic{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       functionsv1alpha1.TopicSpec{Partitions: &parts},
 	}
-	if _, err := crds.Topics(ns).Create(ctx, topic, metav1.CreateOptions{}); err != nil {
+	if _, err := crds.FunctionsV1alpha1().Topics(ns).Create(ctx, topic, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("lag target %s: topic: %w", name, err)
 	}
 	fn := &functionsv1alpha1.Function{
@@ -361,7 +361,7 @@ func createLag(ctx context.Context, ns string, crds *crdclient.Clientset, name s
 			Input:     name,
 		},
 	}
-	if _, err := crds.Functions(ns).Create(ctx, fn, metav1.CreateOptions{}); err != nil {
+	if _, err := crds.FunctionsV1alpha1().Functions(ns).Create(ctx, fn, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("lag target %s: %w", name, err)
 	}
 	return nil

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -86,8 +86,8 @@ func (k *KPATarget) Load() float64 { return k.profile.Rate(time.Since(k.start)) 
 func (k *KPATarget) Stop() { k.Workload.Stop() }
 
 // CRDs returns a client for tidal's custom resources in the cluster.
-func (s *System) CRDs() (*crdclient.Clientset, error) {
-	return crdclient.NewForConfig(s.Cluster.Config())
+func (s *System) CRDs() (tidalclient.Interface, error) {
+	return tidalclient.NewForConfig(s.Cluster.Config())
 }
 
 // StartKPA creates the Deployment and its PodAutoscaler and starts serving
@@ -112,7 +112,7 @@ func (s *System) StartKPA(ctx context.Context, o KPAOptions) (*KPATarget, error)
 			ContainerConcurrency: o.ContainerConcurrency,
 		},
 	}
-	if _, err := crds.PodAutoscalers(o.Namespace).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+	if _, err := crds.AutoscalingV1alpha1().PodAutoscalers(o.Namespace).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("kpa target %s/%s: podautoscaler: %w", o.Namespace, o.Name, err)
 	}
 	start := time.Now()
@@ -188,7 +188,7 @@ func (s *System) StartFunction(ctx context.Context, o FunctionOptions) (*Functio
 		ObjectMeta: metav1.ObjectMeta{Name: o.Topic, Namespace: o.Namespace},
 		Spec:       functionsv1alpha1.TopicSpec{Partitions: &parts},
 	}
-	if _, err := crds.Topics(o.Namespace).Create(ctx, topic, metav1.CreateOptions{}); err != nil {
+	if _, err := crds.FunctionsV1alpha1().Topics(o.Namespace).Create(ctx, topic, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("function target %s/%s: topic: %w", o.Namespace, o.Name, err)
 	}
 	fn := &functionsv1alpha1.Function{
@@ -202,7 +202,7 @@ func (s *System) StartFunction(ctx context.Context, o FunctionOptions) (*Functio
 	if o.IdleTimeout != nil {
 		fn.Spec.IdleTimeout = &metav1.Duration{Duration: *o.IdleTimeout}
 	}
-	if _, err := crds.Functions(o.Namespace).Create(ctx, fn, metav1.CreateOptions{}); err != nil {
+	if _, err := crds.FunctionsV1alpha1().Functions(o.Namespace).Create(ctx, fn, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("function target %s/%s: %w", o.Namespace, o.Name, err)
 	}
 	cons, err := workload.StartConsumers(ctx, workload.ConsumerOptions{
