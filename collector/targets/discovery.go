@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,15 +18,13 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
-	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
-	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
-	autoscalinglisters "github.com/tidalscale/tidal/apis/generated/listers/autoscaling/v1alpha1"
-	functionslisters "github.com/tidalscale/tidal/apis/generated/listers/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/logkey"
@@ -89,13 +88,17 @@ type Discovery struct {
 	log     *zap.Logger
 
 	podInformer cache.SharedIndexInformer
-	crd         crdInformers
-	metrics     autoscalinglisters.MetricLister
-	pas         autoscalinglisters.PodAutoscalerLister
-	functions   functionslisters.FunctionLister
+	crd         *crdclient.Informers
+	metrics     crdclient.MetricLister
+	pas         crdclient.PodAutoscalerLister
+	functions   crdclient.FunctionLister
 	queue       workqueue.TypedRateLimitingInterface[string]
 	// informers are the informer goroutines Start starts; Run waits for them.
 	informers sync.WaitGroup
+
+	// refused counts targets whose spec setSpec refused; nil until
+	// RegisterMetrics.
+	refused prometheus.Counter
 
 	// owns reports whether this replica measures a target key; nil means
 	// all. Set before Start.
@@ -119,12 +122,6 @@ type Discovery struct {
 	claims map[string]map[string]rank
 	// claimed is the target key each source names, by source key.
 	claimed map[string]string
-}
-
-// crdInformers are the informers of the custom resources Discovery reads;
-// Start runs them, as it runs the pod informer.
-type crdInformers struct {
-	Metrics, PodAutoscalers, Functions cache.SharedIndexInformer
 }
 
 // rank orders the sources that name one target; the lowest measures it.
@@ -159,17 +156,13 @@ type active struct {
 }
 
 // New returns a Discovery; nothing is watched before Start.
-func New(cfg Config, kube kubernetes.Interface, tidal tidalclient.Interface, sink Sink, scraper Scraper, fetcher LagFetcher, log *zap.Logger) *Discovery {
+func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink Sink, scraper Scraper, fetcher LagFetcher, log *zap.Logger) *Discovery {
 	podFactory := informers.NewSharedInformerFactory(kube, cfg.Resync)
 	podInformer := podFactory.Core().V1().Pods().Informer()
 	// Neither fails on an informer that has not started.
 	utilruntime.Must(podInformer.SetTransform(pods.Trim))
 	utilruntime.Must(pods.AddLabelIndex(podInformer))
-	tidalFactory := tidalinformers.NewSharedInformerFactory(tidal, cfg.Resync)
-	metrics := tidalFactory.Autoscaling().V1alpha1().Metrics()
-	pas := tidalFactory.Autoscaling().V1alpha1().PodAutoscalers()
-	functions := tidalFactory.Functions().V1alpha1().Functions()
-	crd := crdInformers{Metrics: metrics.Informer(), PodAutoscalers: pas.Informer(), Functions: functions.Informer()}
+	crd := crdclient.NewInformers(tidal, cfg.Resync)
 	d := &Discovery{
 		cfg:         cfg,
 		kube:        kube,
@@ -179,9 +172,9 @@ func New(cfg Config, kube kubernetes.Interface, tidal tidalclient.Interface, sin
 		log:         log,
 		podInformer: podInformer,
 		crd:         crd,
-		metrics:     metrics.Lister(),
-		pas:         pas.Lister(),
-		functions:   functions.Lister(),
+		metrics:     crdclient.NewMetricLister(crd.Metrics),
+		pas:         crdclient.NewPodAutoscalerLister(crd.PodAutoscalers),
+		functions:   crdclient.NewFunctionLister(crd.Functions),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "collector-targets"}),
 		selectors: pods.NewSelectors[string](),
@@ -354,7 +347,7 @@ func (d *Discovery) sync(ctx context.Context, key string) error {
 }
 
 func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error {
-	m, err := d.metrics.Metrics(ns).Get(name)
+	m, err := listers.NewNamespaced(d.metrics, ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		d.release(key)
 		return nil
@@ -362,7 +355,7 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	if err != nil {
 		return err
 	}
-	pa, err := d.pas.PodAutoscalers(ns).Get(name)
+	pa, err := listers.NewNamespaced(d.pas, ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		// The actuator writes the Metric for its PodAutoscaler: without one
 		// there is no scale target to name.
@@ -382,7 +375,9 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	}
 	if m.Spec.Lag != nil {
 		spec, interval, perr := lagSpec(ref, lagMode(string(m.Spec.Lag.Mode)), lagParams(m.Spec.Lag), pa.Annotations)
-		d.sink.SetSpec(spec, 0)
+		if !d.setSpec(key, spec, 0) {
+			return nil
+		}
 		d.scraper.Remove(ref)
 		d.setSelector(key, ns, m.Spec.Selector, nil)
 		if perr != nil {
@@ -398,7 +393,9 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	}
 	d.fetcher.Remove(ref)
 	d.setLagged(key, false)
-	d.sink.SetSpec(kpaSpec(pa), retention(m))
+	if !d.setSpec(key, kpaSpec(pa), retention(m)) {
+		return nil
+	}
 	if m.Spec.Selector == nil {
 		d.scraper.Remove(ref)
 		d.setSelector(key, ns, nil, nil)
@@ -436,7 +433,7 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 }
 
 func (d *Discovery) syncFunction(key, ns, name string) error {
-	fn, err := d.functions.Functions(ns).Get(name)
+	fn, err := listers.NewNamespaced(d.functions, ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		d.release(key)
 		return nil
@@ -449,7 +446,9 @@ func (d *Discovery) syncFunction(key, ns, name string) error {
 		return nil
 	}
 	spec, interval, perr := lagSpec(ref, lagMode(string(fn.Spec.LagMode)), functionParams(fn), fn.Annotations)
-	d.sink.SetSpec(spec, 0)
+	if !d.setSpec(key, spec, 0) {
+		return nil
+	}
 	if perr != nil {
 		return d.lagRefused(ref, perr)
 	}
@@ -467,7 +466,7 @@ func (d *Discovery) syncFunction(key, ns, name string) error {
 // changes, so the sync succeeds.
 func (d *Discovery) scrapeRefused(ref *commonv1.TargetRef, err error) error {
 	d.scraper.Remove(ref)
-	d.sink.SetError(ref, "config: "+err.Error())
+	d.sink.SetError(ref, configError(err))
 	d.log.Warn("scrape target refused", logkey.Target(ref.Key()), zap.Error(err))
 	return nil
 }
@@ -476,7 +475,7 @@ func (d *Discovery) scrapeRefused(ref *commonv1.TargetRef, err error) error {
 // state; retrying cannot help until the object changes.
 func (d *Discovery) lagRefused(ref *commonv1.TargetRef, err error) error {
 	d.fetcher.Remove(ref)
-	d.sink.SetError(ref, "config: "+err.Error())
+	d.sink.SetError(ref, configError(err))
 	d.log.Warn("lag target refused", logkey.Target(ref.Key()), zap.Error(err))
 	return nil
 }

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.uber.org/zap"
+
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -62,14 +66,55 @@ func kpaSpec(pa *autoscalingv1alpha1.PodAutoscaler) *deciderv1.TargetSpec {
 	return s
 }
 
+// prefixed copies the annotations with prefix, at most one more than the
+// decider accepts (deciderv1.MaxAnnotations): enough for setSpec to refuse
+// the spec, and an object with thousands of them costs no more.
 func prefixed(ann map[string]string, prefix string) map[string]string {
 	out := map[string]string{}
 	for k, v := range ann {
+		if len(out) > deciderv1.MaxAnnotations {
+			break
+		}
 		if strings.HasPrefix(k, prefix) {
 			out[k] = v
 		}
 	}
 	return out
+}
+
+// setSpec hands a target's spec to the sink once it passes the decider's
+// own check (deciderv1): a spec the decider refuses would end this
+// collector's stream to it, for every target on it. A refused spec's source
+// lets go of its target, which is not measured until the object changes;
+// false tells the caller to stop.
+func (d *Discovery) setSpec(key string, spec *deciderv1.TargetSpec, retention time.Duration) bool {
+	if err := spec.ValidateField("spec"); err != nil {
+		if d.refused != nil {
+			d.refused.Inc()
+		}
+		// The error quotes a bounded prefix of the bad value.
+		d.log.Warn("target refused: its spec is beyond what the decider accepts", zap.String("object", key), zap.Error(err))
+		d.release(key)
+		return false
+	}
+	d.sink.SetSpec(spec, retention)
+	return true
+}
+
+// configError is a target's error state for a configuration error: it
+// quotes annotation values a user wrote and travels to the decider as
+// measure_error, so it is bounded and printable.
+func configError(err error) string {
+	return commonv1.Printable(commonv1.Truncate("config: "+err.Error(), deciderv1.MaxMeasureError))
+}
+
+// RegisterMetrics registers the discovery's metrics with reg; call it
+// before Start.
+func (d *Discovery) RegisterMetrics(reg prometheus.Registerer) {
+	d.refused = promauto.With(reg).NewCounter(prometheus.CounterOpts{
+		Name: "tidal_collector_targets_refused_total",
+		Help: "Targets not measured because their spec (scale target reference or annotations) is beyond what the decider accepts.",
+	})
 }
 
 // retention is the history a KPA target's decider needs: the stable window
@@ -174,6 +219,9 @@ func lagSpec(ref *commonv1.TargetRef, mode string, params, extra map[string]stri
 		plain[k] = v
 	}
 	for k, v := range extra {
+		if len(ann) > deciderv1.MaxAnnotations {
+			break // setSpec refuses the spec; copy no more
+		}
 		if name, ok := strings.CutPrefix(k, lagPrefix); ok {
 			ann[k] = v
 			if name == "mode" {

@@ -40,7 +40,7 @@ func (r *IngestRequest) Validate() error {
 		return commonv1.Invalid("collector_id", id, "1 to 253 bytes")
 	}
 	for i, s := range r.GetSpecs() {
-		if err := s.validateField(fmt.Sprintf("specs[%d]", i)); err != nil {
+		if err := s.ValidateField(fmt.Sprintf("specs[%d]", i)); err != nil {
 			return err
 		}
 	}
@@ -66,7 +66,9 @@ func (r *IngestRequest) Validate() error {
 	return nil
 }
 
-func (s *TargetSpec) validateField(field string) error {
+// ValidateField checks a target spec at path field. Collectors check their
+// specs with it before sending: a refused spec ends the Ingest stream.
+func (s *TargetSpec) ValidateField(field string) error {
 	if s == nil {
 		return commonv1.Invalid(field, "<missing>", "a target spec")
 	}

@@ -41,8 +41,12 @@ func TestIngestBounds(t *testing.T) {
 		{"container concurrency", func(r *IngestRequest) { r.Specs[0].ContainerConcurrency = math.MaxInt32 }, "specs[0].container_concurrency"},
 		{"ready pods 2^31-1", func(r *IngestRequest) { r.Metrics[0].ReadyPods = i32(math.MaxInt32) }, "metrics[0].ready_pods"},
 		{"a 3 MB measure error", func(r *IngestRequest) { r.Metrics[0].MeasureError = strings.Repeat("e", 3<<20) }, "metrics[0].measure_error"},
-		{"a 3 MB target name", func(r *IngestRequest) { r.Removed = []*commonv1.TargetRef{{Namespace: "ns", Name: strings.Repeat("a", 3<<20)}} }, "removed[0].name"},
-		{"a Pod as kind with a line break", func(r *IngestRequest) { r.Metrics[0].Target = &commonv1.TargetRef{Namespace: "ns", Name: "a", Kind: "Pod\n"} }, "metrics[0].target.kind"},
+		{"a 3 MB target name", func(r *IngestRequest) {
+			r.Removed = []*commonv1.TargetRef{{Namespace: "ns", Name: strings.Repeat("a", 3<<20)}}
+		}, "removed[0].name"},
+		{"a Pod as kind with a line break", func(r *IngestRequest) {
+			r.Metrics[0].Target = &commonv1.TargetRef{Namespace: "ns", Name: "a", Kind: "Pod\n"}
+		}, "metrics[0].target.kind"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
