@@ -18,13 +18,15 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
-	"github.com/tidalscale/tidal/apis/crdclient"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
+	autoscalinglisters "github.com/tidalscale/tidal/apis/generated/listers/autoscaling/v1alpha1"
+	functionslisters "github.com/tidalscale/tidal/apis/generated/listers/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/logkey"
@@ -88,10 +90,10 @@ type Discovery struct {
 	log     *zap.Logger
 
 	podInformer cache.SharedIndexInformer
-	crd         *crdclient.Informers
-	metrics     crdclient.MetricLister
-	pas         crdclient.PodAutoscalerLister
-	functions   crdclient.FunctionLister
+	crd         crdInformers
+	metrics     autoscalinglisters.MetricLister
+	pas         autoscalinglisters.PodAutoscalerLister
+	functions   functionslisters.FunctionLister
 	queue       workqueue.TypedRateLimitingInterface[string]
 	// informers are the informer goroutines Start starts; Run waits for them.
 	informers sync.WaitGroup
@@ -122,6 +124,12 @@ type Discovery struct {
 	claims map[string]map[string]rank
 	// claimed is the target key each source names, by source key.
 	claimed map[string]string
+}
+
+// crdInformers are the informers of the custom resources Discovery reads;
+// Start runs them, as it runs the pod informer.
+type crdInformers struct {
+	Metrics, PodAutoscalers, Functions cache.SharedIndexInformer
 }
 
 // rank orders the sources that name one target; the lowest measures it.
@@ -156,13 +164,17 @@ type active struct {
 }
 
 // New returns a Discovery; nothing is watched before Start.
-func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink Sink, scraper Scraper, fetcher LagFetcher, log *zap.Logger) *Discovery {
+func New(cfg Config, kube kubernetes.Interface, tidal tidalclient.Interface, sink Sink, scraper Scraper, fetcher LagFetcher, log *zap.Logger) *Discovery {
 	podFactory := informers.NewSharedInformerFactory(kube, cfg.Resync)
 	podInformer := podFactory.Core().V1().Pods().Informer()
 	// Neither fails on an informer that has not started.
 	utilruntime.Must(podInformer.SetTransform(pods.Trim))
 	utilruntime.Must(pods.AddLabelIndex(podInformer))
-	crd := crdclient.NewInformers(tidal, cfg.Resync)
+	tidalFactory := tidalinformers.NewSharedInformerFactory(tidal, cfg.Resync)
+	metrics := tidalFactory.Autoscaling().V1alpha1().Metrics()
+	pas := tidalFactory.Autoscaling().V1alpha1().PodAutoscalers()
+	functions := tidalFactory.Functions().V1alpha1().Functions()
+	crd := crdInformers{Metrics: metrics.Informer(), PodAutoscalers: pas.Informer(), Functions: functions.Informer()}
 	d := &Discovery{
 		cfg:         cfg,
 		kube:        kube,
@@ -172,9 +184,9 @@ func New(cfg Config, kube kubernetes.Interface, tidal *crdclient.Clientset, sink
 		log:         log,
 		podInformer: podInformer,
 		crd:         crd,
-		metrics:     crdclient.NewMetricLister(crd.Metrics),
-		pas:         crdclient.NewPodAutoscalerLister(crd.PodAutoscalers),
-		functions:   crdclient.NewFunctionLister(crd.Functions),
+		metrics:     metrics.Lister(),
+		pas:         pas.Lister(),
+		functions:   functions.Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "collector-targets"}),
 		selectors: pods.NewSelectors[string](),
@@ -347,7 +359,7 @@ func (d *Discovery) sync(ctx context.Context, key string) error {
 }
 
 func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error {
-	m, err := listers.NewNamespaced(d.metrics, ns).Get(name)
+	m, err := d.metrics.Metrics(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		d.release(key)
 		return nil
@@ -355,7 +367,7 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	if err != nil {
 		return err
 	}
-	pa, err := listers.NewNamespaced(d.pas, ns).Get(name)
+	pa, err := d.pas.PodAutoscalers(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		// The actuator writes the Metric for its PodAutoscaler: without one
 		// there is no scale target to name.
@@ -433,7 +445,7 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 }
 
 func (d *Discovery) syncFunction(key, ns, name string) error {
-	fn, err := listers.NewNamespaced(d.functions, ns).Get(name)
+	fn, err := d.functions.Functions(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		d.release(key)
 		return nil
