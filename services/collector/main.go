@@ -239,6 +239,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("tidal client: %w", err)
 		}
 		disc = targets.New(cfg.targets, kube, tidal, hub, scraper, fetcher, log)
+		disc.RegisterMetrics(reg)
 		if cfg.bucket.Buckets > 0 {
 			buckets = bucket.New(cfg.bucket, kube, disc.Resync, reg, log)
 			disc.SetOwnership(buckets.Owns)
