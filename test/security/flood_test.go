@@ -1,0 +1,128 @@
+package security
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/system"
+)
+
+// floodTargets is how many distinct targets the flood names; the issue's
+// attack pushed 550,000 and asked for a million.
+const floodTargets = 1_000_000
+
+// Bounds on the resident memory of the collector and the decider after the
+// flood. Both hold at most --max-targets (50,000 by default) targets; each
+// costs the collector about 1 KB and the decider about 4 KB, on top of a
+// baseline of some tens of MB.
+const (
+	collectorRSSBound = 256 << 20
+	deciderRSSBound   = 512 << 20
+)
+
+// TestFloodOfPushedTargets is the attack of issue 14 on a collector that
+// makes a target of anything pushed (--discovery=push): a pusher names a
+// million distinct targets. The collector takes them until it holds
+// --max-targets, refuses the rest with RESOURCE_EXHAUSTED, and neither it
+// nor the decider it streams to grows past a bound.
+func TestFloodOfPushedTargets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million pushed targets")
+	}
+	f := startFleet(t)
+	client := collectorv1.NewCollectorServiceClient(f.dial(t, "pusher", f.collector))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	const batch = 5000
+	var accepted, refused, throttled int
+	start := time.Now()
+	for i := 0; i < floodTargets; {
+		stats := make([]*collectorv1.Stat, batch)
+		for j := range stats {
+			stats[j] = &collectorv1.Stat{
+				Target:             &commonv1.TargetRef{Namespace: "flood", Name: "t-" + strconv.Itoa(i+j)},
+				PodName:            "attacker",
+				AverageConcurrency: 1,
+				RequestCount:       1,
+			}
+		}
+		_, err := client.PushStats(ctx, &collectorv1.PushStatsRequest{Stats: stats})
+		switch code := status.Code(err); {
+		case err == nil:
+			accepted += batch
+		case code == codes.ResourceExhausted && strings.Contains(err.Error(), "max-targets"):
+			refused += batch
+		case code == codes.ResourceExhausted:
+			// The per-identity rate for mutating calls: wait and retry.
+			throttled++
+			time.Sleep(50 * time.Millisecond)
+			continue
+		default:
+			t.Fatalf("push of targets %d..%d: %v", i, i+batch-1, err)
+		}
+		i += batch
+	}
+	t.Logf("pushed %d distinct targets in %s: %d accepted, %d refused at the target limit; %d calls throttled",
+		floodTargets, time.Since(start).Round(time.Millisecond), accepted, refused, throttled)
+	if accepted == 0 || accepted > 50_000 {
+		t.Errorf("accepted %d targets, want some and at most --max-targets (50,000)", accepted)
+	}
+	if refused == 0 {
+		t.Error("no push refused at the target limit")
+	}
+
+	// The collector still serves, and lists at most its bound.
+	resp, err := client.ListTargets(ctx, &collectorv1.ListTargetsRequest{PageSize: 1})
+	if err != nil {
+		t.Fatalf("ListTargets after the flood: %v", err)
+	}
+	if len(resp.GetTargets()) != 1 || resp.GetNextPageToken() == "" {
+		t.Errorf("ListTargets after the flood: %d targets, next %q; want a page of 1 and more", len(resp.GetTargets()), resp.GetNextPageToken())
+	}
+	// Give the decider time to take the specs the collector streamed.
+	time.Sleep(3 * time.Second)
+	for _, c := range []struct {
+		p     *system.Proc
+		bound int64
+	}{{f.collector, collectorRSSBound}, {f.decider, deciderRSSBound}} {
+		rss, err := residentBytes(c.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s RSS after the flood: %d MiB (bound %d MiB)", c.p.Name, rss>>20, c.bound>>20)
+		if rss > c.bound {
+			t.Errorf("%s RSS %d MiB after a million pushed targets, want at most %d MiB", c.p.Name, rss>>20, c.bound>>20)
+		}
+	}
+}
+
+// residentBytes reads a service's process_resident_memory_bytes from its
+// metrics endpoint.
+func residentBytes(p *system.Proc) (int64, error) {
+	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("%s metrics: %w", p.Name, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int64(f), err
+		}
+	}
+	return 0, fmt.Errorf("%s metrics: no process_resident_memory_bytes", p.Name)
+}
