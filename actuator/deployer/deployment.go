@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -106,7 +108,22 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("function %s: invalid %s %q: want %s", e.Function, e.Field, e.Value, e.Want)
+	fn := e.Function
+	if len(fn) > 2*maxQuoted+1 || strings.ContainsFunc(fn, func(r rune) bool { return r < ' ' || r == 0x7f || r >= 0x80 }) {
+		fn = quotePrefix(fn) // the name is the field at fault: show it like a value
+	}
+	return fmt.Sprintf("function %s: invalid %s %s: want %s", fn, e.Field, quotePrefix(e.Value), e.Want)
+}
+
+// maxQuoted is how much of a refused value an error quotes: a Function's
+// fields are the tenant's, and the error reaches its status and the logs.
+const maxQuoted = 64
+
+func quotePrefix(v string) string {
+	if len(v) <= maxQuoted {
+		return strconv.Quote(v)
+	}
+	return strconv.Quote(v[:maxQuoted]) + fmt.Sprintf("… (%d bytes)", len(v))
 }
 
 // Validate checks what the API server would otherwise refuse only after
@@ -122,7 +139,8 @@ func (f *Function) Validate() error {
 		return bad("metadata.name", f.Name, "a DNS-1123 label (it names the Deployment and labels its pods)")
 	}
 	c := &f.Container
-	if c.Image == "" || strings.TrimSpace(c.Image) != c.Image || strings.ContainsAny(c.Image, " \t\n") {
+	// Invalid UTF-8 would reach the API server as U+FFFD (JSON): another image.
+	if c.Image == "" || !utf8.ValidString(c.Image) || strings.ContainsFunc(c.Image, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
 		return bad("spec.container.image", c.Image, "a container image reference without spaces")
 	}
 	for i, e := range c.Env {
