@@ -15,6 +15,7 @@ import (
 
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/system"
 )
 
@@ -125,4 +126,58 @@ func residentBytes(p *system.Proc) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s metrics: no process_resident_memory_bytes", p.Name)
+}
+
+// TestHostileAnnotation is the annotation attack: partitionLimitation
+// values that once made the decider allocate about 1 GB (499 bytes) or die
+// out of memory (4,999 bytes), sent as a collector would relay a tenant's
+// PodAutoscaler. The decider refuses them, keeps serving, and its memory
+// stays flat.
+func TestHostileAnnotation(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	before, err := residentBytes(f.decider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]string{
+		"499 bytes of ranges":   strings.TrimSuffix(strings.Repeat("0-2147483646,", 38), ","),
+		"4 KiB of ranges":       strings.TrimSuffix(strings.Repeat("0-2147483646,", 315), ","),
+		"4,999 bytes of ranges": strings.TrimSuffix(strings.Repeat("0-2147483646,", 384), ","),
+	}
+	dc := deciderv1.NewDeciderServiceClient(f.dial(t, "collector", f.decider))
+	for name, v := range values {
+		st, err := dc.Ingest(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := &commonv1.TargetRef{Namespace: "tenant", Name: "fn"}
+		err = st.Send(&deciderv1.IngestRequest{CollectorId: "attacker", Specs: []*deciderv1.TargetSpec{{
+			Target: ref, Strategy: commonv1.Strategy_STRATEGY_LAG,
+			Annotations: map[string]string{"lag.tidal.dev/partitionLimitation": v},
+		}}})
+		if err == nil {
+			_, err = st.CloseAndRecv()
+		}
+		t.Logf("%s (%d bytes): %v", name, len(v), err)
+		if len(v) > 4096 && status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT for the value's size", name, err)
+		}
+		if err != nil && len(err.Error()) > 1024 {
+			t.Errorf("%s: a %d-byte error; want a bounded prefix of the value", name, len(err.Error()))
+		}
+		// Whatever the stream's fate, the decider answers and explains.
+		if _, err := dc.GetDecision(ctx, &deciderv1.GetDecisionRequest{Target: ref}); err != nil && status.Code(err) != codes.NotFound {
+			t.Errorf("%s: GetDecision after it: %v", name, err)
+		}
+	}
+	after, err := residentBytes(f.decider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("decider RSS: %d MiB before, %d MiB after the hostile annotations", before>>20, after>>20)
+	if after-before > 64<<20 {
+		t.Errorf("decider RSS grew %d MiB on hostile annotations; want under 64 MiB", (after-before)>>20)
+	}
 }
