@@ -110,11 +110,12 @@ func IsText(v string) bool {
 
 func isTextSlow(v string) bool {
 	for _, r := range v {
-		if r == utf8.RuneError || unicode.IsControl(r) {
+		if unicode.IsControl(r) {
 			return false
 		}
 	}
-	return true
+	// A U+FFFD written out is text; only a byte that decodes to none is not.
+	return utf8.ValidString(v)
 }
 
 // IsKind reports whether v is a Kubernetes kind as tidal accepts it: empty

@@ -182,8 +182,12 @@ func (s *MetricSample) validatePods(field string) error {
 // IsLabel reports whether v is a DNS-1123 label: 1-63 of a-z, 0-9 and '-',
 // starting and ending with a letter or digit. It allocates nothing, so hot
 // paths check with it and build the error only on failure.
-func IsLabel(v string) bool {
-	if v == "" || len(v) > 63 {
+func IsLabel(v string) bool { return len(v) <= 63 && isLabelChars(v) }
+
+// isLabelChars is IsLabel without the length bound: 1 or more of a-z, 0-9
+// and '-', starting and ending with a letter or digit.
+func isLabelChars(v string) bool {
+	if v == "" {
 		return false
 	}
 	for i := 0; i < len(v); i++ {
@@ -196,14 +200,15 @@ func IsLabel(v string) bool {
 	return true
 }
 
-// IsSubdomain reports whether v is a DNS-1123 subdomain: at most 253 bytes
-// of '.'-separated labels.
+// IsSubdomain reports whether v is a DNS-1123 subdomain as Kubernetes
+// checks object names: at most 253 bytes of '.'-separated labels, of any
+// length each (a 64-byte Deployment name is valid, so it must be scalable).
 func IsSubdomain(v string) bool {
 	if v == "" || len(v) > 253 {
 		return false
 	}
 	for label := range strings.SplitSeq(v, ".") {
-		if !IsLabel(label) {
+		if !isLabelChars(label) {
 			return false
 		}
 	}

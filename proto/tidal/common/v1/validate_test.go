@@ -114,7 +114,8 @@ func TestDNSNames(t *testing.T) {
 		{".a", false, false},
 		{"a.-b", false, false},
 		{strings.Repeat("a", 63), true, true},
-		{strings.Repeat("a", 64), false, false},
+		{strings.Repeat("a", 64), false, true}, // a valid object name in Kubernetes
+		{strings.Repeat("a", 64) + ".b", false, true},
 		{strings.Repeat("a.", 126) + "a", false, true},
 		{strings.Repeat("a.", 127) + "a", false, false},
 	}
