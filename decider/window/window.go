@@ -43,8 +43,12 @@ type Window struct {
 	buckets []float64
 	// first is the oldest second that may hold data (valid when hasFirst).
 	first int64
-	// last is the newest second written (valid when hasLast).
-	last int64
+	// last is the newest second written and lastIdx its bucket (valid when
+	// hasLast). Buckets are found by stepping from lastIdx rather than by
+	// taking a second modulo the length: a 64-bit division costs more than
+	// the rest of a Record.
+	last    int64
+	lastIdx int
 	// total is the running sum of all buckets, kept for the linear average.
 	total float64
 	// next is the value in the bucket of second last+1, the oldest one: the
@@ -141,6 +145,19 @@ func (w *Window) slot(sec int64) int {
 	return int(i)
 }
 
+// step returns the bucket d seconds after (d < 0: before) the one at index
+// i, for |d| < len(buckets).
+func (w *Window) step(i int, d int) int {
+	i += d
+	switch n := len(w.buckets); {
+	case i >= n:
+		i -= n
+	case i < 0:
+		i += n
+	}
+	return i
+}
+
 // Record adds v to the bucket of second t. A value older than one window
 // before the newest write is dropped, and Record reports false; a value inside
 // the window but older than the newest write is added to its own bucket.
@@ -164,20 +181,24 @@ func (w *Window) RecordSecond(b int64, v float64) bool {
 				clear(w.buckets)
 				w.total = 0
 				w.first, w.hasFirst = b, true
+				w.lastIdx = w.slot(b)
 			} else {
 				// Clear the buckets skipped since the last write.
-				for s := w.last + 1; s <= b; s++ {
-					i := w.slot(s)
+				i := w.lastIdx
+				for range b - w.last {
+					i = w.step(i, 1)
 					w.total -= w.buckets[i]
 					w.buckets[i] = 0
 				}
+				w.lastIdx = i
 			}
 			w.last, w.hasLast = b, true
 		}
 	}
-	w.buckets[w.slot(b)] += v
+	// b is in (last − n, last]: a late value lands that far behind lastIdx.
+	w.buckets[w.step(w.lastIdx, int(b-w.last))] += v
 	w.total += v
-	w.next = w.buckets[w.slot(w.last+1)]
+	w.next = w.buckets[w.step(w.lastIdx, 1)]
 	return true
 }
 
@@ -212,8 +233,9 @@ func (w *Window) linearAverage(now int64) float64 {
 		if d == 1 {
 			sum -= w.next
 		} else {
-			for s := w.last + 1; s <= now; s++ {
-				sum -= w.buckets[w.slot(s)]
+			for i, k := w.lastIdx, int64(0); k < d; k++ {
+				i = w.step(i, 1)
+				sum -= w.buckets[i]
 			}
 		}
 		return round6(sum / w.divisor(n-d))
@@ -245,9 +267,10 @@ func (w *Window) weightedAverage(now int64) float64 {
 		numB -= z
 	}
 	sum := 0.0
-	for i := int64(0); i < numB; i++ {
-		sum += w.buckets[w.slot(w.last-i)] * m
+	for i, k := w.lastIdx, int64(0); k < numB; k++ {
+		sum += w.buckets[i] * m
 		m *= 1 - sm
+		i = w.step(i, -1)
 	}
 	return sum
 }
@@ -297,7 +320,8 @@ func (w *Window) Resize(length time.Duration, algo Algorithm, now time.Time) err
 	w.total = total
 	w.next = 0
 	if w.hasLast {
-		w.next = w.buckets[w.slot(w.last+1)]
+		w.lastIdx = w.slot(w.last)
+		w.next = w.buckets[w.step(w.lastIdx, 1)]
 	}
 	return nil
 }
