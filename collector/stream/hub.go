@@ -423,6 +423,9 @@ func (h *Hub) queueLocked(ob *outbox, key tkey, t *target, s *commonv1.MetricSam
 // SetError puts the target in (or, with "", out of) an error state: the
 // collector could not measure it. The decider hears it as "no data".
 func (h *Hub) SetError(ref *commonv1.TargetRef, msg string) {
+	// A broker's or a scrape's error can be long and carry anything; the
+	// decider keeps a printable 1 KiB of it and refuses a batch above 16 KiB.
+	msg = commonv1.Printable(commonv1.Truncate(msg, deciderv1.MaxMeasureError))
 	key := keyOf(ref)
 	h.mu.Lock()
 	defer h.mu.Unlock()

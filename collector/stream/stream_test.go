@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -548,4 +549,26 @@ func TestPushedTargetsAreBoundedAndExpire(t *testing.T) {
 	if !hub.Known(ref("x")) || hub.Known(ref("a")) {
 		t.Errorf("an hour later: x %v, a %v; want the discovered x kept and the pushed a expired", hub.Known(ref("x")), hub.Known(ref("a")))
 	}
+}
+
+func TestLongErrorIsCutForTheDecider(t *testing.T) {
+	hub := NewHub(HubConfig{Retention: time.Minute, HighWater: 100}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub.setDeciders([]string{"d:1"})
+	hub.SetSpec(spec("x"), 0)
+	hub.connect("d:1", func() {})
+	_ = hub.take("d:1", 100)
+	hub.SetError(ref("x"), "broker said:\n\x1b[31m"+strings.Repeat("x", 20000))
+	for _, b := range hub.take("d:1", 100).live {
+		for _, m := range b.GetMetrics() {
+			msg := m.GetMeasureError()
+			if len(msg) > deciderv1.MaxMeasureError+8 || strings.ContainsAny(msg, "\n\x1b") {
+				t.Fatalf("measure_error sent is %d bytes (%q…), want at most about %d printable bytes", len(msg), msg[:40], deciderv1.MaxMeasureError)
+			}
+			if err := (&deciderv1.IngestRequest{CollectorId: "c", Metrics: []*deciderv1.TargetMetrics{m}}).Validate(); err != nil {
+				t.Fatalf("the decider would refuse the batch: %v", err)
+			}
+			return
+		}
+	}
+	t.Fatal("no measure_error sent")
 }

@@ -729,7 +729,9 @@ func TestReadyChangeCountsAtItsTick(t *testing.T) {
 
 func TestMaxTargets(t *testing.T) {
 	e := New(Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second, MaxTargets: 2})
-	spec := func(name string) Spec { return Spec{Target: Target{Namespace: "ns", Name: name}, Strategy: KPA, Reachable: true} }
+	spec := func(name string) Spec {
+		return Spec{Target: Target{Namespace: "ns", Name: name}, Strategy: KPA, Reachable: true}
+	}
 	for _, n := range []string{"a", "b"} {
 		if err := e.Upsert(spec(n), epoch); err != nil {
 			t.Fatal(err)

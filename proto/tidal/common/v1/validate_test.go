@@ -42,7 +42,9 @@ func TestSampleValidation(t *testing.T) {
 		{"partition twice", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{Partition: 1}, {Partition: 1}} }, "s.partition_lags[1].partition"},
 		{"negative end", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{EndOffset: -2}} }, "s.partition_lags[0].end_offset"},
 		{"negative commit", func(s *MetricSample) { s.PartitionLags = []*PartitionLag{{CommittedOffset: i64(-1)}} }, "s.partition_lags[0].committed_offset"},
-		{"PODS without a count", func(s *MetricSample) { s.Source, s.AverageConcurrency, s.RequestCount = SampleSource_SAMPLE_SOURCE_PODS, 0, 0 }, "s.ready_pods"},
+		{"PODS without a count", func(s *MetricSample) {
+			s.Source, s.AverageConcurrency, s.RequestCount = SampleSource_SAMPLE_SOURCE_PODS, 0, 0
+		}, "s.ready_pods"},
 		{"PODS count 2^31-1", func(s *MetricSample) {
 			s.Source, s.AverageConcurrency, s.RequestCount, s.ReadyPods = SampleSource_SAMPLE_SOURCE_PODS, 0, 0, i32(math.MaxInt32)
 		}, "s.ready_pods"},
