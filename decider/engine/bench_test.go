@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,4 +38,69 @@ func BenchmarkEngineSecond(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/target-second")
 		})
 	}
+}
+
+// BenchmarkTick is the engine's side of test/benchknative's tick benchmark,
+// kept here so that it can be profiled without Knative: N targets (10 per
+// namespace, one ready pod, concurrency 40–58, each deciding 1) with 180 s
+// of one sample per second, then per op one 2 s period: two samples per
+// target recorded (untimed in tick-cpu-ms), then the tick that applies them
+// and decides.
+func BenchmarkTick(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			e := New(Config{TickInterval: 2 * time.Second, KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment()})
+			targets := make([]Target, n)
+			for i := range targets {
+				targets[i] = Target{Namespace: fmt.Sprintf("ns-%d", i/10), Name: fmt.Sprintf("rev-%d", i)}
+				if err := e.Upsert(Spec{Target: targets[i], Strategy: KPA, Reachable: true}, epoch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			record := func(s int) {
+				t := epoch.Add(time.Duration(s)*time.Second + 500*time.Millisecond)
+				for i, tg := range targets {
+					smp := Sample{At: t, Stat: kpa.Stat{AverageConcurrentRequests: float64(40 + i%19)}, ReadyPods: 1}
+					if _, err := e.Record(tg, smp, t); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			const filled = 180
+			for s := range filled {
+				record(s)
+				if s%2 == 1 {
+					e.Tick(epoch.Add(time.Duration(s+1) * time.Second))
+				}
+			}
+			s := filled
+			var cpu time.Duration
+			b.ReportAllocs()
+			for b.Loop() {
+				record(s)
+				record(s + 1)
+				s += 2
+				c0 := processCPU(b)
+				e.Tick(epoch.Add(time.Duration(s) * time.Second))
+				cpu += processCPU(b) - c0
+			}
+			for _, tg := range []Target{targets[0], targets[n-1]} {
+				if d, _ := e.Get(tg); d.Desired != 1 || d.At != epoch.Add(time.Duration(s)*time.Second) {
+					b.Fatalf("%s: desired %d at %v, want 1 at %v", tg.Key(), d.Desired, d.At, epoch.Add(time.Duration(s)*time.Second))
+				}
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/1e6/float64(b.N), "tick-cpu-ms")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(n), "tick-cpu-ns/target")
+		})
+	}
+}
+
+// processCPU returns the process's user and system CPU time so far: on a
+// shared machine it is steadier than wall time.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

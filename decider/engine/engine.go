@@ -82,8 +82,11 @@ type target struct {
 	ref Target
 	// key is ref.Key(), built once: the lag.Set's key; kkey is the
 	// kpa.Set's, built once too, as both are used once per sample.
-	key      string
-	kkey     kpa.Key
+	key  string
+	kkey kpa.Key
+	// kref is the kpa.Set's handle on the target while it holds it: a
+	// sample applied through it costs no key lookup.
+	kref     kpa.Ref
 	spec     Spec
 	strategy Strategy
 	specErr  error
@@ -172,6 +175,7 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 		if err := e.kpa.Create(t.kkey, s, now, max(t.ready, 0)); err != nil {
 			return err
 		}
+		t.kref, _ = e.kpa.Ref(t.kkey)
 		e.kpaTargets[t.kkey] = t
 	case Lag:
 		cfg, err := lagconfig.FromAnnotations(t.spec.Annotations)
@@ -202,6 +206,7 @@ func (e *Engine) removeFromSetLocked(t *target) {
 	switch t.strategy {
 	case KPA:
 		e.kpa.Delete(t.kkey)
+		t.kref = kpa.Ref{}
 		delete(e.kpaTargets, t.kkey)
 	case Lag:
 		e.lag.Remove(t.key)
@@ -249,27 +254,21 @@ func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err err
 		return false, nil
 	}
 	if t.strategy == KPA && s.Activator && t.inSet {
-		return e.recordKPALocked(t, s, now)
+		return e.recordKPALocked(t, &s, now)
 	}
 	t.pending = append(t.pending, s)
 	return false, nil
 }
 
-func (e *Engine) recordKPALocked(t *target, s Sample, now time.Time) (bool, error) {
+func (e *Engine) recordKPALocked(t *target, s *Sample, now time.Time) (bool, error) {
 	if s.ReadyPods >= 0 {
 		t.ready = s.ReadyPods
-		if err := e.kpa.SetReady(t.kkey, s.ReadyPods); err != nil {
-			return false, err
-		}
-	}
-	if s.ReadyOnly {
-		return false, nil
 	}
 	src := kpa.SourceScraper
 	if s.Activator {
 		src = kpa.SourceActivator
 	}
-	poke, reason, err := e.kpa.Record(t.kkey, s.At, now, s.Stat, src)
+	poke, reason, err := e.kpa.RecordRef(t.kref, s.At, now, s.Stat, src, s.ReadyPods, s.ReadyOnly)
 	if err != nil {
 		e.cfg.OnDrop(reason.String())
 	}
@@ -352,7 +351,7 @@ func (e *Engine) applySampleLocked(t *target, s *Sample, now time.Time) bool {
 		if !s.ReadyOnly {
 			t.measureErr = ""
 		}
-		_, _ = e.recordKPALocked(t, *s, now) // refusals are counted through OnDrop
+		_, _ = e.recordKPALocked(t, s, now) // refusals are counted through OnDrop
 	case Lag:
 		if s.ReadyPods >= 0 {
 			t.ready = s.ReadyPods
@@ -532,6 +531,7 @@ func (e *Engine) replayKPALocked(t *target, samples []Sample, now time.Time) err
 	if err := e.kpa.Create(key, s, start, 0); err != nil {
 		return err
 	}
+	t.kref, _ = e.kpa.Ref(key)
 	e.kpaTargets[key] = t
 	t.ready = 0
 	for _, smp := range samples {
@@ -551,7 +551,7 @@ func (e *Engine) replayKPALocked(t *target, samples []Sample, now time.Time) err
 	i := 0
 	for g := gridAfter(start, e.cfg.TickInterval); !g.After(last); g = g.Add(e.cfg.TickInterval) {
 		for ; i < len(samples) && !samples[i].At.After(g); i++ {
-			_, _ = e.recordKPALocked(t, samples[i], g)
+			_, _ = e.recordKPALocked(t, &samples[i], g)
 		}
 		if _, _, err := e.kpa.Poke(key, g); err != nil {
 			return err

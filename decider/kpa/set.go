@@ -167,7 +167,33 @@ type entry struct {
 	key  Key
 	a    Autoscaler
 	last Decision
-	idx  int
+	// idx is the entry's place in list; -1 once deleted, so that a Ref
+	// kept by a caller no longer reaches it.
+	idx int
+}
+
+// Ref is a handle on one target of a Set, for a caller that records to the
+// same target often: calls through it skip the key lookup (hashing the
+// key's strings, probing the map), which costs more than recording itself.
+// A Ref stays valid until its target is deleted; a target created again
+// under the same key has a new Ref. The zero Ref reaches no target.
+type Ref struct{ e *entry }
+
+// Ref returns the handle of a target.
+func (s *Set) Ref(key Key) (Ref, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.byKey[key]
+	return Ref{e}, ok
+}
+
+// entryOf returns the entry a Ref reaches, nil for the zero Ref or a
+// deleted target. s.mu must be held.
+func (r Ref) entryOf() *entry {
+	if r.e == nil || r.e.idx < 0 {
+		return nil
+	}
+	return r.e
 }
 
 // NewSet returns an empty Set.
@@ -232,6 +258,7 @@ func (s *Set) Delete(key Key) bool {
 	s.list[last] = nil
 	s.list = s.list[:last]
 	delete(s.byKey, key)
+	e.idx = -1
 	return true
 }
 
@@ -264,6 +291,31 @@ func (s *Set) Record(key Key, at, now time.Time, st Stat, src Source) (poke bool
 	s.mu.Unlock()
 	if err != nil {
 		return false, reason, fmt.Errorf("record %s: %w", key, err)
+	}
+	return poke, reason, nil
+}
+
+// RecordRef is SetReady and then Record through a target's Ref, under one
+// lock: it sets the ready pod count when ready ≥ 0, then records the stat
+// unless readyOnly. This is one sample of a caller that carries both; a
+// stat refused by Record is reported as Record reports it, after the ready
+// count was kept.
+func (s *Set) RecordRef(r Ref, at, now time.Time, st Stat, src Source, ready int32, readyOnly bool) (poke bool, reason DropReason, err error) {
+	s.mu.Lock()
+	e := r.entryOf()
+	if e == nil {
+		s.mu.Unlock()
+		return false, DropUnknownTarget, fmt.Errorf("record: %w", ErrUnknownTarget)
+	}
+	if ready >= 0 {
+		e.a.ready = ready
+	}
+	if !readyOnly {
+		poke, reason, err = e.a.Record(at, now, st, src)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return false, reason, fmt.Errorf("record %s: %w", e.key, err)
 	}
 	return poke, reason, nil
 }
