@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -33,11 +34,26 @@ import (
 // TIDAL_SCRAPE_BENCH_SERVERS=subprocess they run in child processes, so the
 // figure is the scraper's alone.
 
-const fakePodsEnv = "TIDAL_FAKE_PODS_SERVE"
+const (
+	fakePodsEnv       = "TIDAL_FAKE_PODS_SERVE"
+	fakePodsServerEnv = "TIDAL_FAKE_PODS_SERVER"
+)
+
+// podServer is what serves the fake pods.
+type podServer string
+
+const (
+	// serverFastHTTP answers with fasthttp: the cheapest server, so an
+	// in-process benchmark measures mostly the client.
+	serverFastHTTP podServer = "fasthttp"
+	// serverNetHTTP answers as queue-proxy does: net/http, with its Date
+	// and Content-Length headers and a goroutine per connection.
+	serverNetHTTP podServer = "net-http"
+)
 
 func TestMain(m *testing.M) {
 	if n, _ := strconv.Atoi(os.Getenv(fakePodsEnv)); n > 0 {
-		serveFakePodsChild(n)
+		serveFakePodsChild(n, podServer(os.Getenv(fakePodsServerEnv)))
 		return
 	}
 	os.Exit(m.Run())
@@ -55,28 +71,41 @@ func fakePodHandler(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(statBody)
 }
 
+func fakePodHTTPHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", queuestat.ContentType)
+	_, _ = w.Write(statBody)
+}
+
 // listenFakePods starts n fake queue-proxies on 127.0.0.1 and returns their
 // addresses and a stop function.
-func listenFakePods(n int) ([]string, func(), error) {
+func listenFakePods(n int, kind podServer) ([]string, func(), error) {
 	addrs := make([]string, 0, n)
-	var servers []*fasthttp.Server
+	var stops []func()
 	stop := func() {
-		for _, s := range servers {
-			_ = s.Shutdown()
+		for _, s := range stops {
+			s()
 		}
 	}
+	hs := &http.Server{Handler: http.HandlerFunc(fakePodHTTPHandler), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
+		ErrorLog: log.New(io.Discard, "", 0)}
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			stop()
 			return nil, nil, err
 		}
-		s := &fasthttp.Server{Handler: fakePodHandler, NoDefaultServerHeader: true, NoDefaultDate: true, IdleTimeout: time.Minute,
-			Logger: quiet{}} // strangers probing loopback ports are not the benchmark's business
-		servers = append(servers, s)
-		go func() { _ = s.Serve(ln) }()
+		switch kind {
+		case serverNetHTTP:
+			go func() { _ = hs.Serve(ln) }()
+		default:
+			s := &fasthttp.Server{Handler: fakePodHandler, NoDefaultServerHeader: true, NoDefaultDate: true, IdleTimeout: time.Minute,
+				Logger: quiet{}} // strangers probing loopback ports are not the benchmark's business
+			stops = append(stops, func() { _ = s.Shutdown() })
+			go func() { _ = s.Serve(ln) }()
+		}
 		addrs = append(addrs, ln.Addr().String())
 	}
+	stops = append(stops, func() { _ = hs.Close() })
 	return addrs, stop, nil
 }
 
@@ -84,8 +113,8 @@ type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
 
-func serveFakePodsChild(n int) {
-	addrs, stop, err := listenFakePods(n)
+func serveFakePodsChild(n int, kind podServer) {
+	addrs, stop, err := listenFakePods(n, kind)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -100,43 +129,52 @@ func serveFakePodsChild(n int) {
 	stop()
 }
 
-// benchPods starts n fake pods, in this process or in children of at most
-// 4000 pods each (file descriptors), and returns their addresses.
-func benchPods(b *testing.B, n int) []string {
-	b.Helper()
+// benchPods starts n fake pods, in this process or (with
+// TIDAL_SCRAPE_BENCH_SERVERS=subprocess) in children, and returns their
+// addresses.
+func benchPods(tb testing.TB, n int, kind podServer) []string {
+	tb.Helper()
 	if os.Getenv("TIDAL_SCRAPE_BENCH_SERVERS") != "subprocess" {
-		addrs, stop, err := listenFakePods(n)
+		addrs, stop, err := listenFakePods(n, kind)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		b.Cleanup(stop)
+		tb.Cleanup(stop)
 		return addrs
 	}
+	return childPods(tb, n, kind)
+}
+
+// childPods starts n fake pods in children of at most 4000 pods each (file
+// descriptors) and returns their addresses. Their goroutines and CPU are
+// not this process's.
+func childPods(tb testing.TB, n int, kind podServer) []string {
+	tb.Helper()
 	var addrs []string
 	for left := n; left > 0; left -= 4000 {
 		k := min(left, 4000)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fakePodsEnv+"="+strconv.Itoa(k))
+		cmd.Env = append(os.Environ(), fakePodsEnv+"="+strconv.Itoa(k), fakePodsServerEnv+"="+string(kind))
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		b.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+		tb.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() && sc.Text() != "READY" {
 			addrs = append(addrs, sc.Text())
 		}
 	}
 	if len(addrs) != n {
-		b.Fatalf("fake pods: got %d addresses, want %d", len(addrs), n)
+		tb.Fatalf("fake pods: got %d addresses, want %d", len(addrs), n)
 	}
 	return addrs
 }
@@ -175,7 +213,7 @@ func BenchmarkScrape(b *testing.B) {
 	}
 	for _, l := range layouts {
 		b.Run(fmt.Sprintf("targets=%d/pods=%d", l.targets, l.pods), func(b *testing.B) {
-			addrs := benchPods(b, l.targets*l.pods)
+			addrs := benchPods(b, l.targets*l.pods, serverFastHTTP)
 			cfg := defaultConfig(b)
 			cfg.Interval = time.Hour
 			s := New(cfg, nopRecorder{}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
@@ -216,7 +254,7 @@ func BenchmarkScrape(b *testing.B) {
 // Knative's scraper does: keep-alive, io.ReadAll) with fasthttp, at the
 // same fan-out as a sample of 14, over 1,000 fake pods.
 func BenchmarkGet(b *testing.B) {
-	addrs := benchPods(b, 1000)
+	addrs := benchPods(b, 1000, serverFastHTTP)
 	const fanout = 14
 	run := func(b *testing.B, get func(addr string)) {
 		var mu sync.Mutex
@@ -281,12 +319,33 @@ func BenchmarkGet(b *testing.B) {
 		})
 	})
 	b.Run("client=fasthttp", func(b *testing.B) {
-		c := newClient(defaultConfig(b))
+		// The scraper's client until it kept its own connections: a
+		// cleaner goroutine per pod it has connections to.
+		c := &fasthttp.Client{MaxConnsPerHost: 4, MaxIdleConnDuration: time.Minute, MaxResponseBodySize: 64 << 10, ReadBufferSize: 4096,
+			DisableHeaderNamesNormalizing: true, DisablePathNormalizing: true, NoDefaultUserAgentHeader: true}
 		run(b, func(addr string) {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
-			if _, _, err := fetch(c, req, resp, addr, "/metrics", Format{}, 3*time.Second); err != nil {
+			req.SetRequestURI("http://" + addr + "/metrics")
+			req.Header.Set("Accept", queuestat.ContentType)
+			if err := c.DoTimeout(req, resp, 3*time.Second); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := decodeBody(resp.Header.ContentType(), resp.Body(), Format{}); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+	b.Run("client=tidal", func(b *testing.B) {
+		c := newClient(defaultConfig(b))
+		b.Cleanup(c.closeIdle)
+		xs := sync.Pool{New: func() any { return newExchange() }}
+		req := newRequest("/metrics", Format{})
+		run(b, func(addr string) {
+			x := xs.Get().(*exchange)
+			defer xs.Put(x)
+			if _, _, err := fetch(c, x, addr, req, Format{}, 3*time.Second); err != nil {
 				b.Fatal(err)
 			}
 		})

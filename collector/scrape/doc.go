@@ -5,5 +5,5 @@
 // fails whole when the sample cannot be filled, and the sample's sum
 // extrapolated to all ready pods. One tick loop drives every target and one
 // bounded pool of workers fetches for all of them: no goroutine or ticker per
-// target.
+// target, and pods' kept-alive connections wait without goroutines.
 package scrape

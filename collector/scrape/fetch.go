@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -72,48 +71,13 @@ func failf(reason, format string, args ...any) *fetchError {
 	return &fetchError{reason: reason, err: fmt.Errorf(format, args...)}
 }
 
-// newClient builds the one keep-alive client all scrapes share. fasthttp
-// does the whole exchange on the calling goroutine and reuses request and
-// response buffers; net/http costs two goroutine hand-offs and about 40
-// allocations per GET (BENCHMARKS.md has the comparison).
-func newClient(cfg Config) *fasthttp.Client {
-	return &fasthttp.Client{
-		Name:                          "tidal-collector",
-		MaxConnsPerHost:               4,
-		MaxIdleConnDuration:           cfg.IdleConnTimeout,
-		MaxResponseBodySize:           cfg.MaxTextBody,
-		ReadBufferSize:                4096,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-		NoDefaultUserAgentHeader:      true,
-		// One retry, for a kept-alive connection the pod closed meanwhile
-		// (as net/http retries a reused connection); never after a timeout,
-		// which would double the wait on a hanging pod.
-		RetryIfErr: func(_ *fasthttp.Request, attempts int, err error) (bool, bool) {
-			return false, attempts < 2 && !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, fasthttp.ErrBodyTooLarge)
-		},
-	}
-}
-
-// fetch reads one pod. prev and at serve counters: the previous reading of
-// this pod and now; it returns the raw value read for a counter so the
-// caller can keep it.
-func fetch(c *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, addr, path string, f Format, timeout time.Duration) (PodStat, float64, error) {
-	req.Reset()
-	resp.Reset()
-	req.Header.SetMethod(fasthttp.MethodGet)
-	uri := req.URI()
-	uri.SetScheme("http")
-	uri.SetHost(addr)
-	uri.SetPath(path)
-	if f.Kind == FormatQueueProxy {
-		req.Header.Set("Accept", queuestat.ContentType)
-	} else {
-		req.Header.Set("Accept", promtext.ContentType)
-	}
-	if err := c.DoTimeout(req, resp, timeout); err != nil {
+// fetch reads one pod within timeout. For a counter it returns the raw
+// value read, and the caller computes the rate.
+func fetch(c *client, x *exchange, addr string, req request, f Format, timeout time.Duration) (PodStat, float64, error) {
+	if err := c.do(x, addr, req, time.Now().Add(timeout)); err != nil {
 		return PodStat{}, 0, classify(err)
 	}
+	resp := &x.resp
 	if sc := resp.StatusCode(); sc < 200 || sc > 299 {
 		return PodStat{}, 0, failf(ReasonStatus, "status %d", sc)
 	}
@@ -177,9 +141,8 @@ func (s PodStat) check() error {
 }
 
 func classify(err error) *fetchError {
-	var ne net.Error
 	switch {
-	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout), errors.As(err, &ne) && ne.Timeout():
+	case isTimeout(err):
 		return &fetchError{reason: ReasonTimeout, err: err}
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return &fetchError{reason: ReasonTooLarge, err: err}

@@ -13,6 +13,8 @@ type Metrics struct {
 	pods       prometheus.Counter
 	targets    prometheus.Gauge
 	skipped    prometheus.Counter
+	dials      prometheus.Counter
+	idleConns  prometheus.Gauge
 }
 
 // NewMetrics registers the scraper's metrics with reg.
@@ -44,6 +46,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		skipped: f.NewCounter(prometheus.CounterOpts{
 			Name: "tidal_collector_scrapes_skipped_total",
 			Help: "Ticks skipped for a target because its previous scrape was still waiting on a pod.",
+		}),
+		dials: f.NewCounter(prometheus.CounterOpts{
+			Name: "tidal_collector_scrape_dials_total",
+			Help: "Connections opened to pods; beyond the pods' churn, a rate near the pods scraped means --scrape-max-idle-conns is too small.",
+		}),
+		idleConns: f.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_collector_scrape_idle_connections",
+			Help: "Pod connections kept alive between scrapes, at the last sweep.",
 		}),
 	}
 	for _, r := range []string{ReasonTimeout, ReasonConnect, ReasonVanished, ReasonStatus, ReasonContentType, ReasonTooLarge, ReasonMalformed, ReasonBadValue, ReasonCounter, ReasonSample} {

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -32,6 +31,9 @@ type Config struct {
 	// IdleConnTimeout closes a pod's kept-alive connection after this long
 	// unused.
 	IdleConnTimeout time.Duration
+	// MaxIdleConns bounds the kept-alive connections, one per pod at most;
+	// pods beyond it are dialed for every scrape.
+	MaxIdleConns int
 }
 
 // RegisterFlagsWithPrefix registers the scraper's flags with their defaults.
@@ -41,6 +43,7 @@ func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, p+"workers", 256, "Pod requests in flight at most, across all targets.")
 	fs.IntVar(&c.MaxTextBody, p+"max-text-body", 64<<10, "Largest Prometheus text body read from a pod, in bytes.")
 	fs.DurationVar(&c.IdleConnTimeout, p+"idle-conn-timeout", 90*time.Second, "How long an unused pod connection is kept alive.")
+	fs.IntVar(&c.MaxIdleConns, p+"max-idle-conns", 16384, "Pod connections kept alive between scrapes at most, one per pod; 0 dials every scrape. Each costs a file descriptor, no goroutine.")
 }
 
 // Validate refuses unusable values, naming the flag.
@@ -56,6 +59,8 @@ func (c *Config) Validate(p string) error {
 		return fmt.Errorf("--%smax-text-body %d: want at least 512", p, c.MaxTextBody)
 	case c.IdleConnTimeout <= 0:
 		return fmt.Errorf("--%sidle-conn-timeout %s: want more than 0", p, c.IdleConnTimeout)
+	case c.MaxIdleConns < 0 || c.MaxIdleConns > 1<<20:
+		return fmt.Errorf("--%smax-idle-conns %d: want 0 to %d", p, c.MaxIdleConns, 1<<20)
 	}
 	return nil
 }
@@ -100,7 +105,7 @@ type Recorder interface {
 // Scraper scrapes every target once per interval.
 type Scraper struct {
 	cfg     Config
-	client  *fasthttp.Client
+	client  *client
 	rec     Recorder
 	metrics *Metrics
 	log     *zap.Logger
@@ -126,6 +131,9 @@ type target struct {
 	log  *zap.Logger
 	busy atomic.Bool
 	done func()
+	// req is the GET of cur, built for the spec reqFor.
+	req    request
+	reqFor *Target
 
 	// Set up by start, read by the slot workers, finished by the last one.
 	start    time.Time
@@ -210,16 +218,24 @@ func (s *Scraper) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		wg.Wait()
-		s.client.CloseIdleConnections()
+		s.client.closeIdle()
+		s.metrics.idleConns.Set(0)
 	}()
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
+	swept := s.now()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case now := <-tick.C:
 			s.scrapeAll(ctx, nil)
+			// Stale connections live at most 1.5 idle timeouts (or an
+			// interval more), and no goroutine waits for them.
+			if now.Sub(swept) >= s.cfg.IdleConnTimeout/2 {
+				swept = now
+				s.metrics.idleConns.Set(float64(s.client.sweep(now)))
+			}
 		}
 	}
 }
@@ -270,7 +286,11 @@ func (s *Scraper) scrapeAll(ctx context.Context, wg *sync.WaitGroup) {
 
 // begin prepares a scrape; false means it already ended (no pods).
 func (s *Scraper) begin(t *target) bool {
-	t.cur = *t.spec.Load()
+	spec := t.spec.Load()
+	t.cur = *spec
+	if t.reqFor != spec {
+		t.req, t.reqFor = newRequest(spec.Path, spec.Format), spec
+	}
 	t.start = s.now()
 	t.pods = t.cur.Pods.ReadyPods(t.pods[:0])
 	if len(t.pods) == 0 {
@@ -300,23 +320,20 @@ func (s *Scraper) end(t *target) {
 }
 
 func (s *Scraper) work(ctx context.Context) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
+	x := newExchange()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case j := <-s.jobs:
-			s.slot(j.t, req, resp)
+			s.slot(j.t, x)
 		}
 	}
 }
 
 // slot fills one place of the sample: it tries the next untried pod until
 // one answers or none is left.
-func (s *Scraper) slot(t *target, req *fasthttp.Request, resp *fasthttp.Response) {
+func (s *Scraper) slot(t *target, x *exchange) {
 	for {
 		i := int(t.next.Add(1)) - 1
 		if i >= len(t.order) {
@@ -325,8 +342,12 @@ func (s *Scraper) slot(t *target, req *fasthttp.Request, resp *fasthttp.Response
 		}
 		p := t.order[i]
 		began := time.Now()
-		st, raw, err := fetch(s.client, req, resp, p.Addr, t.cur.Path, t.cur.Format, s.cfg.Timeout)
+		st, raw, err := fetch(s.client, x, p.Addr, t.req, t.cur.Format, s.cfg.Timeout)
 		s.metrics.podLatency.Observe(time.Since(began).Seconds())
+		if x.dials > 0 {
+			s.metrics.dials.Add(float64(x.dials))
+			x.dials = 0
+		}
 		if err == nil && t.cur.Format.Kind == FormatText {
 			st, err = t.textStat(p.Name, raw, s.now())
 		}

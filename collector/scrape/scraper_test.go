@@ -397,6 +397,7 @@ func TestConfigValidate(t *testing.T) {
 		"--scrape.workers":           func(c *Config) { c.Workers = 0 },
 		"--scrape.max-text-body":     func(c *Config) { c.MaxTextBody = 1 },
 		"--scrape.idle-conn-timeout": func(c *Config) { c.IdleConnTimeout = -1 },
+		"--scrape.max-idle-conns":    func(c *Config) { c.MaxIdleConns = -1 },
 	} {
 		c := base
 		mutate(&c)

@@ -1,0 +1,211 @@
+package scrape
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/tidalscale/tidal/collector/promtext"
+	"github.com/tidalscale/tidal/collector/queuestat"
+)
+
+// client does the scraper's GETs on its workers' goroutines and keeps pods'
+// connections alive without a goroutine of its own. A pod scraped every
+// second saves a TCP handshake on each scrape; what must not grow with the
+// pods is goroutines (fasthttp's client starts a cleaner per host, and
+// net/http two goroutines per connection). Idle connections wait in a map
+// keyed by pod address, at most one per pod and maxIdle in all; one unused
+// for idleTimeout is closed by the next take or sweep.
+type client struct {
+	maxBody     int
+	idleTimeout time.Duration
+	maxIdle     int
+
+	// mu guards idle.
+	mu   sync.Mutex
+	idle map[string]idleConn
+}
+
+type idleConn struct {
+	conn  net.Conn
+	since time.Time
+}
+
+func newClient(cfg Config) *client {
+	return &client{maxBody: cfg.MaxTextBody, idleTimeout: cfg.IdleConnTimeout, maxIdle: cfg.MaxIdleConns, idle: map[string]idleConn{}}
+}
+
+// request is the GET a target's pods are sent, all but the pod's address:
+// built once per target spec, so a scrape only appends the Host.
+type request struct {
+	head []byte // request line and "Host: "
+	tail []byte // the other headers and the blank line
+}
+
+// newRequest builds the GET of path asking for f's content type. The path
+// goes out as it is given (a query included), with CR and LF made spaces.
+func newRequest(path string, f Format) request {
+	var u fasthttp.URI
+	u.DisablePathNormalizing = true
+	u.SetPath(path)
+	head := append([]byte("GET "), u.RequestURI()...)
+	for i, b := range head {
+		if b == '\r' || b == '\n' {
+			head[i] = ' '
+		}
+	}
+	accept := queuestat.ContentType
+	if f.Kind == FormatText {
+		accept = promtext.ContentType
+	}
+	return request{
+		head: append(head, " HTTP/1.1\r\nHost: "...),
+		tail: []byte("\r\nUser-Agent: tidal-collector\r\nAccept: " + accept + "\r\n\r\n"),
+	}
+}
+
+// exchange is one worker's buffers and response, reused for every pod it
+// reads.
+type exchange struct {
+	out  []byte
+	resp fasthttp.Response
+	br   *bufio.Reader
+	// dials counts the connections this exchange opened.
+	dials int
+}
+
+func newExchange() *exchange {
+	x := &exchange{out: make([]byte, 0, 256), br: bufio.NewReaderSize(nil, 4096)}
+	// A worker's body buffer stays its own: at most MaxTextBody each.
+	x.resp.KeepBodyBuffer = true
+	x.resp.Header.DisableNormalizing()
+	return x
+}
+
+// do sends req to addr and reads x.resp, all before deadline. A kept-alive
+// connection that fails is retried once on a new one, as long as time is
+// left: the pod may have closed it meanwhile. A timeout or an oversized
+// body is never retried; nor is a failed dial.
+func (c *client) do(x *exchange, addr string, req request, deadline time.Time) error {
+	x.out = append(append(append(x.out[:0], req.head...), addr...), req.tail...)
+	conn := c.take(addr)
+	for {
+		reused := conn != nil
+		if !reused {
+			var err error
+			d := net.Dialer{Deadline: deadline}
+			if conn, err = d.Dial("tcp", addr); err != nil {
+				return err
+			}
+			x.dials++
+		}
+		keep, err := x.roundTrip(conn, deadline, c.maxBody)
+		if err == nil {
+			if keep {
+				c.put(addr, conn)
+			} else {
+				_ = conn.Close()
+			}
+			return nil
+		}
+		_ = conn.Close()
+		if !reused || errors.Is(err, fasthttp.ErrBodyTooLarge) || isTimeout(err) || !time.Now().Before(deadline) {
+			return err
+		}
+		conn = nil
+	}
+}
+
+// roundTrip writes x.out and reads the response on conn. keep says whether
+// conn may carry another request.
+func (x *exchange) roundTrip(conn net.Conn, deadline time.Time, maxBody int) (keep bool, err error) {
+	if err := conn.SetDeadline(deadline); err != nil {
+		return false, err
+	}
+	if _, err := conn.Write(x.out); err != nil {
+		return false, err
+	}
+	x.br.Reset(conn)
+	if err := x.resp.ReadLimitBody(x.br, maxBody); err != nil {
+		return false, err
+	}
+	// A body read to the connection's end, a close asked for, or bytes
+	// past the response all end the connection.
+	keep = x.resp.Header.ContentLength() != -2 && !x.resp.ConnectionClose() && x.br.Buffered() == 0
+	return keep, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// take returns the idle connection to addr, or nil: none, or one unused
+// too long (closed).
+func (c *client) take(addr string) net.Conn {
+	c.mu.Lock()
+	ic, ok := c.idle[addr]
+	if ok {
+		delete(c.idle, addr)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if time.Since(ic.since) >= c.idleTimeout {
+		_ = ic.conn.Close()
+		return nil
+	}
+	return ic.conn
+}
+
+// put keeps conn for addr's next scrape, or closes it when addr has one
+// already or maxIdle are kept: the connections kept stay kept, and the
+// pods beyond the bound are dialed anew each time.
+func (c *client) put(addr string, conn net.Conn) {
+	now := time.Now()
+	c.mu.Lock()
+	_, dup := c.idle[addr]
+	if !dup && len(c.idle) < c.maxIdle {
+		c.idle[addr] = idleConn{conn: conn, since: now}
+		conn = nil
+	}
+	c.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+// sweep closes the connections unused for idleTimeout (those of pods gone,
+// or no longer sampled) and returns how many are kept.
+func (c *client) sweep(now time.Time) int {
+	var stale []net.Conn
+	c.mu.Lock()
+	for addr, ic := range c.idle {
+		if now.Sub(ic.since) >= c.idleTimeout {
+			stale = append(stale, ic.conn)
+			delete(c.idle, addr)
+		}
+	}
+	n := len(c.idle)
+	c.mu.Unlock()
+	for _, conn := range stale {
+		_ = conn.Close()
+	}
+	return n
+}
+
+// closeIdle closes every idle connection.
+func (c *client) closeIdle() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = map[string]idleConn{}
+	c.mu.Unlock()
+	for _, ic := range idle {
+		_ = ic.conn.Close()
+	}
+}
