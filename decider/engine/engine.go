@@ -50,8 +50,9 @@ type Engine struct {
 	kpa *kpa.Set
 	lag *lag.Set
 
-	// mu guards everything below; the sets have their own locks and are
-	// only changed with mu held, so the two never disagree on a target.
+	// mu guards everything below and the kpa set, which has no lock of
+	// its own; the lag set has one, and is only changed with mu held, so
+	// the engine and a set never disagree on a target.
 	mu      sync.Mutex
 	targets map[tkey]*target
 	// lagTargets are the lag targets by their lag.Set key, for the 100 ms

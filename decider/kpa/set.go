@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 )
 
@@ -154,11 +153,12 @@ type Change struct {
 }
 
 // Set holds every target's state and is driven by the caller's single tick
-// loop: no goroutine, ticker or timer per target. It is safe for concurrent
-// use.
+// loop: no goroutine, ticker or timer per target. A Set is not safe for
+// concurrent use: its owner serialises access, as decider/engine does under
+// its own lock (a lock here too would be taken for every sample, and a
+// locked instruction waits for the stores before it, which in a tick over
+// many targets are cache misses).
 type Set struct {
-	// mu guards byKey, list and every entry's fields.
-	mu    sync.RWMutex
 	byKey map[Key]*entry
 	list  []*entry
 }
@@ -181,14 +181,12 @@ type Ref struct{ e *entry }
 
 // Ref returns the handle of a target.
 func (s *Set) Ref(key Key) (Ref, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	e, ok := s.byKey[key]
 	return Ref{e}, ok
 }
 
 // entryOf returns the entry a Ref reaches, nil for the zero Ref or a
-// deleted target. s.mu must be held.
+// deleted target.
 func (r Ref) entryOf() *entry {
 	if r.e == nil || r.e.idx < 0 {
 		return nil
@@ -203,8 +201,6 @@ func NewSet() *Set {
 
 // Len returns the number of targets.
 func (s *Set) Len() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	return len(s.list)
 }
 
@@ -218,8 +214,6 @@ func (s *Set) Create(key Key, spec Spec, now time.Time, ready int32) error {
 		return fmt.Errorf("create %s: %w", key, err)
 	}
 	e.last = Decision{At: now, Invalid: NoData, Metric: spec.ScalingMetric, ReadyPods: ready}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, ok := s.byKey[key]; ok {
 		return fmt.Errorf("create %s: %w", key, ErrTargetExists)
 	}
@@ -232,8 +226,6 @@ func (s *Set) Create(key Key, spec Spec, now time.Time, ready int32) error {
 // Update replaces a target's spec, keeping its history, panic state and
 // status (Knative's MultiScaler.Update).
 func (s *Set) Update(key Key, spec Spec, now time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	e, ok := s.byKey[key]
 	if !ok {
 		return fmt.Errorf("update %s: %w", key, ErrUnknownTarget)
@@ -246,8 +238,6 @@ func (s *Set) Update(key Key, spec Spec, now time.Time) error {
 
 // Delete removes a target and reports whether it existed.
 func (s *Set) Delete(key Key) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	e, ok := s.byKey[key]
 	if !ok {
 		return false
@@ -268,8 +258,6 @@ func (s *Set) SetReady(key Key, ready int32) error {
 	if ready < 0 {
 		return fmt.Errorf("ready pods of %s %d: want ≥ 0", key, ready)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	e, ok := s.byKey[key]
 	if !ok {
 		return fmt.Errorf("ready pods of %s: %w", key, ErrUnknownTarget)
@@ -281,30 +269,25 @@ func (s *Set) SetReady(key Key, ready int32) error {
 // Record adds a stat to a target (see Autoscaler.Record). A refused stat is
 // reported with its DropReason, for the caller's drop counter.
 func (s *Set) Record(key Key, at, now time.Time, st Stat, src Source) (poke bool, reason DropReason, err error) {
-	s.mu.Lock()
 	e, ok := s.byKey[key]
 	if !ok {
-		s.mu.Unlock()
 		return false, DropUnknownTarget, fmt.Errorf("record %s: %w", key, ErrUnknownTarget)
 	}
 	poke, reason, err = e.a.Record(at, now, st, src)
-	s.mu.Unlock()
 	if err != nil {
 		return false, reason, fmt.Errorf("record %s: %w", key, err)
 	}
 	return poke, reason, nil
 }
 
-// RecordRef is SetReady and then Record through a target's Ref, under one
-// lock: it sets the ready pod count when ready ≥ 0, then records the stat
+// RecordRef is SetReady and then Record through a target's Ref, in one
+// call: it sets the ready pod count when ready ≥ 0, then records the stat
 // unless readyOnly. This is one sample of a caller that carries both; a
 // stat refused by Record is reported as Record reports it, after the ready
 // count was kept.
 func (s *Set) RecordRef(r Ref, at, now time.Time, st Stat, src Source, ready int32, readyOnly bool) (poke bool, reason DropReason, err error) {
-	s.mu.Lock()
 	e := r.entryOf()
 	if e == nil {
-		s.mu.Unlock()
 		return false, DropUnknownTarget, fmt.Errorf("record: %w", ErrUnknownTarget)
 	}
 	if ready >= 0 {
@@ -313,7 +296,6 @@ func (s *Set) RecordRef(r Ref, at, now time.Time, st Stat, src Source, ready int
 	if !readyOnly {
 		poke, reason, err = e.a.Record(at, now, st, src)
 	}
-	s.mu.Unlock()
 	if err != nil {
 		return false, reason, fmt.Errorf("record %s: %w", e.key, err)
 	}
@@ -324,8 +306,6 @@ func (s *Set) RecordRef(r Ref, at, now time.Time, st Stat, src Source, ready int
 // activator stat that Record flagged. It returns the decision and whether the
 // reconciler must be told.
 func (s *Set) Poke(key Key, now time.Time) (Decision, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	e, ok := s.byKey[key]
 	if !ok {
 		return Decision{}, false, fmt.Errorf("poke %s: %w", key, ErrUnknownTarget)
@@ -338,8 +318,6 @@ func (s *Set) Poke(key Key, now time.Time) (Decision, bool, error) {
 // last given to SetReady, and appends to changed the targets whose status
 // the reconciler must hear about. Pass a reused buffer to avoid allocating.
 func (s *Set) Tick(now time.Time, changed []Change) []Change {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, e := range s.list {
 		if e.a.scaleInto(now, e.a.ready, TriggerTick, &e.last) {
 			changed = append(changed, Change{Key: e.key, Status: e.a.status})
@@ -350,8 +328,6 @@ func (s *Set) Tick(now time.Time, changed []Change) []Change {
 
 // Get returns a target's last decision and its status.
 func (s *Set) Get(key Key) (Decision, Status, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	e, ok := s.byKey[key]
 	if !ok {
 		return Decision{}, Status{}, false
