@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/peer"
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/sender"
@@ -25,21 +23,6 @@ const snapshotPage = 256
 
 // callerOf names the caller of a call, for the per-caller bound on watchers.
 type callerOf func(ctx context.Context) string
-
-// peerHost is a callerOf: the peer's IP address, without the port, so one
-// host's connections count together. It stands in until callers are
-// authenticated.
-func peerHost(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	host, _, err := net.SplitHostPort(p.Addr.String())
-	if err != nil {
-		return p.Addr.String()
-	}
-	return host
-}
 
 // handler serves DeciderService. Requests arrive validated by the server's
 // interceptor chain; Ingest's samples are checked one by one here, so a bad

@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		index: engine.NewIndex(eng, indexAge, time.Now),
 		hub:   watch.NewHub(cfg.watch, reg),
 		// The peer's address until callers are authenticated.
-		caller: peerHost,
+		caller: server.Caller,
 		sender: snd,
 		now:    time.Now,
 		log:    log,

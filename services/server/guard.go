@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -74,10 +75,11 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 	return g
 }
 
-// check refuses a call the caller may not make, or may not make now.
-func (g *guard) check(ctx context.Context, method string) error {
+// check refuses a call the caller may not make, or may not make now; an
+// allowed call's context carries the caller's identity (Caller).
+func (g *guard) check(ctx context.Context, method string) (context.Context, error) {
 	if g.policy == nil {
-		return nil
+		return ctx, nil
 	}
 	id, idErr := peerIdentity(ctx, g.commonName)
 	d := g.policy.decide(method, id, idErr)
@@ -91,7 +93,7 @@ func (g *guard) check(ctx context.Context, method string) error {
 			g.log.Warn("call refused: caller may not call this method",
 				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.String("reason", d.reason))
 		}
-		return status.Errorf(codes.PermissionDenied, "%s: caller %s may not call it: %s", method, identity.Quote(caller), d.reason)
+		return ctx, status.Errorf(codes.PermissionDenied, "%s: caller %s may not call it: %s", method, identity.Quote(caller), d.reason)
 	}
 	if d.limited && g.limiter != nil && !g.limiter.allow(caller, g.now()) {
 		g.refused.WithLabelValues(method, d.label, "rate_limited").Inc()
@@ -99,14 +101,18 @@ func (g *guard) check(ctx context.Context, method string) error {
 			g.log.Warn("call refused: caller over its rate of mutating calls",
 				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.Float64("rate", float64(g.limiter.rate)))
 		}
-		return status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g mutating calls per second; retry later", method, identity.Quote(caller), float64(g.limiter.rate))
+		return ctx, status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g mutating calls per second; retry later", method, identity.Quote(caller), float64(g.limiter.rate))
 	}
-	return nil
+	if idErr == nil {
+		ctx = withCaller(ctx, caller)
+	}
+	return ctx, nil
 }
 
 func (g *guard) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := g.check(ctx, info.FullMethod); err != nil {
+		ctx, err := g.check(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
 		}
 		return handler(ctx, req)
@@ -115,10 +121,13 @@ func (g *guard) unary() grpc.UnaryServerInterceptor {
 
 func (g *guard) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := g.check(ss.Context(), info.FullMethod); err != nil {
+		ctx, err := g.check(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
 		}
-		return handler(srv, ss)
+		w := middleware.WrapServerStream(ss)
+		w.WrappedContext = ctx
+		return handler(srv, w)
 	}
 }
 

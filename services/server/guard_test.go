@@ -97,9 +97,13 @@ func (fakeActuator) Scale(context.Context, *actuatorv1.ScaleRequest) (*actuatorv
 type fakeDecider struct {
 	deciderv1.UnimplementedDeciderServiceServer
 	watching, entered atomic.Int32
+	// caller is what Caller said of the last watcher.
+	caller atomic.Pointer[string]
 }
 
 func (d *fakeDecider) WatchDecisions(_ *deciderv1.WatchDecisionsRequest, s grpc.ServerStreamingServer[deciderv1.WatchDecisionsResponse]) error {
+	c := Caller(s.Context())
+	d.caller.Store(&c)
 	d.entered.Add(1)
 	d.watching.Add(1)
 	defer d.watching.Add(-1)
@@ -404,5 +408,29 @@ func TestPlaintextWarns(t *testing.T) {
 	New(Config{}, zap.New(core), prometheus.NewRegistry())
 	if logs.FilterMessageSnippet("PLAINTEXT").Len() != 1 {
 		t.Errorf("no loud warning for plaintext; logged %v", logs.All())
+	}
+}
+
+// TestCallerIsTheAuthenticatedIdentity: handlers keep per-caller bounds by
+// Caller, which under mutual TLS is the certificate's SPIFFE ID, so one
+// identity cannot spread itself over many source addresses.
+func TestCallerIsTheAuthenticatedIdentity(t *testing.T) {
+	p := newTestPKI(t)
+	addr, dec := startServer(t, p.config(t, "actuator"), zap.NewNop(), prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := p.dialAs(t, "decider", addr).NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/tidal.decider.v1.DeciderService/WatchDecisions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMsg(&deciderv1.WatchDecisionsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for dec.entered.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := dec.caller.Load()
+	if got == nil || *got != idDecider.String() {
+		t.Errorf("Caller in the handler = %v, want %s", got, idDecider)
 	}
 }
