@@ -141,7 +141,7 @@ func (c *config) Validate() error {
 		}
 	}
 	if c.deciderDNS != "" {
-		if _, _, err := net.SplitHostPort(c.deciderDNS); err != nil {
+		if !isHostPort(c.deciderDNS) {
 			return fmt.Errorf("--decider-dns %q: want host:port", c.deciderDNS)
 		}
 		if c.dnsInterval <= 0 {
@@ -328,11 +328,22 @@ func parseAddrs(v string) ([]string, error) {
 	var out []string
 	for _, a := range strings.Split(v, ",") {
 		if a = strings.TrimSpace(a); a != "" {
-			if _, _, err := net.SplitHostPort(a); err != nil {
+			if !isHostPort(a) {
 				return nil, fmt.Errorf("%q: want host:port", a)
 			}
 			out = append(out, a)
 		}
 	}
 	return out, nil
+}
+
+// isHostPort reports whether a is host:port with a port number: ":" and
+// "host:" split without error, then fail only when dialled.
+func isHostPort(a string) bool {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p >= 1 && p <= 65535
 }
