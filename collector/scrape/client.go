@@ -123,7 +123,11 @@ func (c *client) do(x *exchange, addr string, req request, deadline time.Time) e
 // roundTrip writes x.out and reads the response on conn. keep says whether
 // conn may carry another request.
 func (x *exchange) roundTrip(conn net.Conn, deadline time.Time, maxBody int) (keep bool, err error) {
-	if err := conn.SetDeadline(deadline); err != nil {
+	// Only the read has a deadline, one timer to reset instead of two: a
+	// request of a few hundred bytes on a connection with nothing unsent
+	// (every earlier request was answered) fits in the socket's buffer, so
+	// the write cannot wait.
+	if err := conn.SetReadDeadline(deadline); err != nil {
 		return false, err
 	}
 	if _, err := conn.Write(x.out); err != nil {

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/tidalscale/tidal/collector/queuestat"
 )
@@ -123,6 +127,30 @@ func TestNewRequest(t *testing.T) {
 		r := newRequest(tt.path, tt.f)
 		if got := string(r.head) + "10.0.0.1:9090" + string(r.tail); got != tt.want {
 			t.Errorf("newRequest(%q) = %q, want %q", tt.path, got, tt.want)
+		}
+	}
+}
+
+func TestMaxIdleConnsBoundedByOpenFiles(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	low := lim
+	low.Cur = min(lim.Cur, 4096)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
+	for _, tt := range []struct{ asked, want int }{
+		{asked: 100, want: 100},
+		{asked: 1 << 20, want: int(low.Cur / 2)},
+	} {
+		cfg := defaultConfig(t)
+		cfg.MaxIdleConns = tt.asked
+		s := New(cfg, &recorder{}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+		if s.client.maxIdle != tt.want {
+			t.Errorf("--max-idle-conns %d with an open-file limit of %d: %d kept, want %d", tt.asked, low.Cur, s.client.maxIdle, tt.want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package scrape
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -71,7 +72,17 @@ func BenchmarkScrapeLive(b *testing.B) {
 	addrs := childPods(b, 3000, serverNetHTTP)
 	reg := prometheus.NewRegistry()
 	hub := stream.NewHub(stream.HubConfig{Retention: 2 * time.Minute, HighWater: 100000}, stream.NewMetrics(reg), zap.NewNop())
-	cfg := defaultConfig(b)
+	// The defaults, or the flags in TIDAL_SCRAPE_BENCH_FLAGS
+	// ("-scrape.workers=16 -scrape.max-idle-conns=0").
+	var cfg Config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	cfg.RegisterFlagsWithPrefix("scrape.", fs)
+	if err := fs.Parse(strings.Fields(os.Getenv("TIDAL_SCRAPE_BENCH_FLAGS"))); err != nil {
+		b.Fatalf("TIDAL_SCRAPE_BENCH_FLAGS: %v", err)
+	}
+	if err := cfg.Validate("scrape."); err != nil {
+		b.Fatal(err)
+	}
 	cfg.Interval = time.Hour
 	s := New(cfg, hubRecorder{hub}, NewMetrics(reg), zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
