@@ -6,13 +6,14 @@ SHARED ?= ../shared
 VECTOR_FAMILIES := knative riff keda
 BENCH ?= .
 BENCHTIME ?= 1s
+FUZZTIME ?= 10s
 FOR ?=
 REGISTRY ?=
 TAG ?=
 PUSH ?= 0
 PLATFORMS ?=
 
-.PHONY: all generate build test prepare unit lint bench bench-knative conformance conformance-shared run e2e scale image chart clean
+.PHONY: all generate build test prepare unit lint fuzz bench bench-knative conformance conformance-shared run e2e scale image chart clean
 
 all: build
 
@@ -72,6 +73,20 @@ lint:
 	hack/verify-generated.sh
 	hack/verify-crds.sh
 	hack/verify-codegen.sh
+
+## fuzz: every Go fuzz target (func FuzzXxx, found in the packages' tests) for FUZZTIME each (default 10s), one
+## at a time: go test -fuzz takes one target per run. Their seed corpora already run in `make unit`.
+fuzz:
+	@set -eo pipefail; \
+	pkgs=$$($(GO) list -f '{{.ImportPath}} {{.Dir}}' ./... | while read -r p d; do \
+		if grep -qs '^func Fuzz' "$$d"/*_test.go; then echo "$$p"; fi; done); \
+	targets=$$($(GO) test -list '^Fuzz' $$pkgs | \
+		awk '/^Fuzz/ { t[n++] = $$1 } /^ok/ { for (i = 0; i < n; i++) print $$2, t[i]; n = 0 }'); \
+	if [ -z "$$targets" ]; then echo "no fuzz targets found" >&2; exit 1; fi; \
+	echo "$$targets" | while read -r p t; do \
+		echo "== fuzz $$p $$t ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "$$p"; \
+	done
 
 ## bench: every Go benchmark (BENCH=regexp, BENCHTIME=1s); figures go to BENCHMARKS.md.
 bench:
