@@ -50,7 +50,7 @@ func FuzzConfig(f *testing.F) {
 		if c.Buckets == 0 {
 			return
 		}
-		if !(c.LeaseDuration > c.RenewDeadline && c.RenewDeadline > c.RetryPeriod && c.RetryPeriod > 0) {
+		if c.LeaseDuration <= c.RenewDeadline || c.RenewDeadline <= c.RetryPeriod || c.RetryPeriod <= 0 {
 			t.Fatalf("accepted timings lease %s, renew %s, retry %s", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod)
 		}
 		if c.LeaseDuration < time.Second || c.LeaseDuration%time.Second != 0 {
