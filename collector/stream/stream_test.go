@@ -558,17 +558,16 @@ func TestLongErrorIsCutForTheDecider(t *testing.T) {
 	hub.connect("d:1", func() {})
 	_ = hub.take("d:1", 100)
 	hub.SetError(ref("x"), "broker said:\n\x1b[31m"+strings.Repeat("x", 20000))
-	for _, b := range hub.take("d:1", 100).live {
-		for _, m := range b.GetMetrics() {
-			msg := m.GetMeasureError()
-			if len(msg) > deciderv1.MaxMeasureError+8 || strings.ContainsAny(msg, "\n\x1b") {
-				t.Fatalf("measure_error sent is %d bytes (%q…), want at most about %d printable bytes", len(msg), msg[:40], deciderv1.MaxMeasureError)
-			}
-			if err := (&deciderv1.IngestRequest{CollectorId: "c", Metrics: []*deciderv1.TargetMetrics{m}}).Validate(); err != nil {
-				t.Fatalf("the decider would refuse the batch: %v", err)
-			}
-			return
-		}
+	live := hub.take("d:1", 100).live
+	if len(live) != 1 || len(live[0].GetMetrics()) != 1 {
+		t.Fatalf("live batches %v, want one with the target's error", live)
 	}
-	t.Fatal("no measure_error sent")
+	m := live[0].GetMetrics()[0]
+	msg := m.GetMeasureError()
+	if len(msg) > deciderv1.MaxMeasureError+8 || strings.ContainsAny(msg, "\n\x1b") {
+		t.Fatalf("measure_error sent is %d bytes (%.40q…), want at most about %d printable bytes", len(msg), msg, deciderv1.MaxMeasureError)
+	}
+	if err := (&deciderv1.IngestRequest{CollectorId: "c", Metrics: []*deciderv1.TargetMetrics{m}}).Validate(); err != nil {
+		t.Fatalf("the decider would refuse the batch: %v", err)
+	}
 }
