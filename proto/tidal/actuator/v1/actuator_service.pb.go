@@ -391,22 +391,24 @@ func (x *FunctionRef) GetName() string {
 // Function resource.
 type FunctionSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Container image. Required.
+	// Container image. Required; at most 1024 bytes, no spaces.
 	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
 	// Kafka topic the function consumes. Required.
 	InputTopic string `protobuf:"bytes,2,opt,name=input_topic,json=inputTopic,proto3" json:"input_topic,omitempty"`
 	// Kafka topic the function produces to; empty when it produces nothing.
 	OutputTopic string `protobuf:"bytes,3,opt,name=output_topic,json=outputTopic,proto3" json:"output_topic,omitempty"`
-	// Comma-separated Kafka bootstrap brokers (host:port). Required.
+	// Comma-separated Kafka bootstrap brokers (host:port). Required; at most 4096 bytes.
 	Brokers string `protobuf:"bytes,4,opt,name=brokers,proto3" json:"brokers,omitempty"`
-	// Consumer group; empty means the function's name.
+	// Consumer group; empty means the function's name. At most 255 bytes of text.
 	ConsumerGroup string `protobuf:"bytes,5,opt,name=consumer_group,json=consumerGroup,proto3" json:"consumer_group,omitempty"`
 	// Upper bound on replicas; 0 means the input topic's partition count.
 	MaxReplicas int32 `protobuf:"varint,6,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"`
 	// How long the input must be idle before scaling to zero; absent means the
 	// lag mode's default.
 	IdleTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
-	// Extra environment variables for the function container.
+	// Extra environment variables for the function container: at most 128, names
+	// as Kubernetes takes them (letters, digits, '_', '-', '.'; not starting with
+	// a digit; at most 256 bytes), values at most 32 KiB, 256 KiB in all.
 	Env           map[string]string `protobuf:"bytes,8,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

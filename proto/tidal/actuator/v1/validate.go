@@ -101,7 +101,65 @@ func (s *FunctionSpec) validateField(field string) error {
 	if d := s.GetIdleTimeout(); d != nil && (!d.IsValid() || d.AsDuration() < 0) {
 		return commonv1.Invalid(field+".idle_timeout", d.AsDuration(), "a duration at least 0")
 	}
+	if n := len(s.GetImage()); n > MaxImage {
+		return commonv1.Invalid(field+".image", s.GetImage(), fmt.Sprintf("at most %d bytes", MaxImage))
+	}
+	if n := len(s.GetBrokers()); n > MaxBrokers {
+		return commonv1.Invalid(field+".brokers", s.GetBrokers(), fmt.Sprintf("at most %d bytes", MaxBrokers))
+	}
+	if n := len(s.GetConsumerGroup()); n > MaxConsumerGroup || !commonv1.IsText(s.GetConsumerGroup()) {
+		return commonv1.Invalid(field+".consumer_group", s.GetConsumerGroup(), fmt.Sprintf("at most %d bytes of text", MaxConsumerGroup))
+	}
+	return validateEnv(field+".env", s.GetEnv())
+}
+
+// Bounds of a FunctionSpec: what a Deployment's container holds in
+// practice, far below what would make the actuator's memory or the API
+// server's object size a concern.
+const (
+	MaxImage         = 1024
+	MaxBrokers       = 4096
+	MaxConsumerGroup = 255
+	MaxEnv           = 128
+	MaxEnvValue      = 32 << 10
+	MaxEnvTotal      = 256 << 10
+)
+
+// validateEnv checks the extra environment: at most MaxEnv variables with
+// names Kubernetes accepts, values of at most MaxEnvValue bytes, MaxEnvTotal
+// in all.
+func validateEnv(field string, env map[string]string) error {
+	if n := len(env); n > MaxEnv {
+		return commonv1.Invalid(field, fmt.Sprintf("%d entries", n), fmt.Sprintf("at most %d entries", MaxEnv))
+	}
+	total := 0
+	for k, v := range env {
+		if !isEnvName(k) {
+			return commonv1.Invalid(field, k, "names of 1 to 256 letters, digits, '_', '-' or '.', not starting with a digit")
+		}
+		if len(v) > MaxEnvValue {
+			return commonv1.Invalid(fmt.Sprintf("%s[%s]", field, commonv1.Prefix(k)), v, fmt.Sprintf("at most %d bytes", MaxEnvValue))
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxEnvTotal {
+		return commonv1.Invalid(field, fmt.Sprintf("%d bytes", total), fmt.Sprintf("at most %d bytes of names and values", MaxEnvTotal))
+	}
 	return nil
+}
+
+// isEnvName is Kubernetes' rule for an environment variable name.
+func isEnvName(k string) bool {
+	if k == "" || len(k) > 256 || (k[0] >= '0' && k[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // validateTopic applies Kafka's topic name rules: 1-249 of [a-zA-Z0-9._-],
