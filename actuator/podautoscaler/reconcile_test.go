@@ -231,9 +231,12 @@ func TestTargetIndex(t *testing.T) {
 }
 
 // TestLockHoldsAcrossDeletion: a reconcile of a PodAutoscaler that is gone
-// must not free its lock while another caller holds or waits for it (the
-// lock used to be deleted from a map while held, so a waiting Scale and a
-// new worker could both run).
+// must not free its lock while another caller waits for it. The lock used to
+// be deleted from a map by that reconcile while held: a Scale call already
+// waiting on it then took the old lock while a new worker made a fresh one,
+// and both ran at once. The order is forced: the worker queues on the held
+// lock first and the Scale call second (a mutex wakes its waiters in order),
+// so the worker's reconcile ends before the Scale call holds the lock.
 func TestLockHoldsAcrossDeletion(t *testing.T) {
 	empty := func() cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) }
 	c := &Controller{
@@ -246,23 +249,33 @@ func TestLockHoldsAcrossDeletion(t *testing.T) {
 	c.Controller = controller.New(controller.Config{Name: "podautoscaler"}, zap.NewNop(), c.sync)
 	name := cache.ObjectName{Namespace: "a", Name: "gone"}
 	unlock := c.lock(name)
-	// A worker reconciles the deleted PodAutoscaler (it takes the lock
-	// itself, so it waits for ours).
+	// A worker reconciles the deleted PodAutoscaler: it queues on our lock.
 	synced := make(chan error, 1)
 	go func() { _, err := c.sync(context.Background(), name); synced <- err }()
+	time.Sleep(20 * time.Millisecond)
+	// A Scale call for it queues behind the worker and, once it holds the
+	// lock, keeps it until told.
+	holding, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		u := c.lock(name)
+		close(holding)
+		<-release
+		u()
+	}()
+	time.Sleep(20 * time.Millisecond)
 	unlock()
 	if err := <-synced; err != nil {
 		t.Fatalf("sync of a deleted PodAutoscaler: %v", err)
 	}
-	// After it, the lock still excludes: a holder blocks the next caller.
-	unlock = c.lock(name)
-	second := make(chan struct{})
-	go func() { u := c.lock(name); close(second); u() }()
+	<-holding
+	// A new worker must wait for the Scale call.
+	third := make(chan struct{})
+	go func() { u := c.lock(name); close(third); u() }()
 	select {
-	case <-second:
-		t.Fatal("a second caller took the lock while it was held")
+	case <-third:
+		t.Fatal("a new caller took the lock while a Scale call held it")
 	case <-time.After(50 * time.Millisecond):
 	}
-	unlock()
-	<-second
+	close(release)
+	<-third
 }
