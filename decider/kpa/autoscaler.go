@@ -10,16 +10,23 @@ import (
 )
 
 // Autoscaler is the state of one target: its four averaging windows
-// (concurrency and RPS, stable and panic), its panic state, its
+// (concurrency and RPS, stable and panic; a window.Window holds both
+// metrics, recorded together), its panic state, its
 // scale-down-delay window and its decider status. It is Knative's
 // autoscaler and its MultiScaler runner in one value, without the goroutine.
 //
 // An Autoscaler is not safe for concurrent use; Set serialises access.
+//
+// The fields a Record writes come first, so that recording touches few
+// cache lines of a target that has left the cache since its last tick.
 type Autoscaler struct {
-	spec Spec
+	// stable and panic hold concurrency as their first series (seriesConc)
+	// and requests as their second (seriesRPS).
+	stable, panic window.Window
+	// ready is the ready pod count the shell last reported (Set only).
+	ready int32
 
-	stableConc, panicConc window.Window
-	stableRPS, panicRPS   window.Window
+	spec Spec
 
 	// panicLastOver is the last tick over the panic threshold (Knative's
 	// panicTime) and panicStart when the current panic began, both in Unix
@@ -34,8 +41,6 @@ type Autoscaler struct {
 	delay *delayWindow
 
 	status Status
-	// ready is the ready pod count the shell last reported (Set only).
-	ready int32
 }
 
 // New returns the state for a target created at now with ready pods ready.
@@ -58,16 +63,11 @@ func (a *Autoscaler) init(spec Spec, now time.Time, ready int32) error {
 		return fmt.Errorf("ready pods %d: want ≥ 0", ready)
 	}
 	*a = Autoscaler{spec: spec, ready: ready}
-	for _, w := range []struct {
-		w      *window.Window
-		length time.Duration
-	}{
-		{&a.stableConc, spec.MetricStableWindow}, {&a.panicConc, spec.MetricPanicWindow},
-		{&a.stableRPS, spec.MetricStableWindow}, {&a.panicRPS, spec.MetricPanicWindow},
-	} {
-		if err := w.w.Init(w.length, spec.Aggregation, nil); err != nil {
-			return err
-		}
+	if err := a.stable.Init(spec.MetricStableWindow, spec.Aggregation, nil); err != nil {
+		return err
+	}
+	if err := a.panic.Init(spec.MetricPanicWindow, spec.Aggregation, nil); err != nil {
+		return err
 	}
 	a.maxPanicPods = ready
 	if ready > 1 {
@@ -97,18 +97,12 @@ func (a *Autoscaler) Update(spec Spec, now time.Time) error {
 	}
 	old := a.spec
 	if spec.MetricStableWindow != old.MetricStableWindow || spec.Aggregation != old.Aggregation {
-		if err := a.stableConc.Resize(spec.MetricStableWindow, spec.Aggregation, now); err != nil {
-			return err
-		}
-		if err := a.stableRPS.Resize(spec.MetricStableWindow, spec.Aggregation, now); err != nil {
+		if err := a.stable.Resize(spec.MetricStableWindow, spec.Aggregation, now); err != nil {
 			return err
 		}
 	}
 	if spec.MetricPanicWindow != old.MetricPanicWindow || spec.Aggregation != old.Aggregation {
-		if err := a.panicConc.Resize(spec.MetricPanicWindow, spec.Aggregation, now); err != nil {
-			return err
-		}
-		if err := a.panicRPS.Resize(spec.MetricPanicWindow, spec.Aggregation, now); err != nil {
+		if err := a.panic.Resize(spec.MetricPanicWindow, spec.Aggregation, now); err != nil {
 			return err
 		}
 	}
@@ -122,23 +116,29 @@ func (a *Autoscaler) record(at time.Time, s Stat) {
 	c := s.AverageConcurrentRequests - s.AverageProxiedConcurrentRequests
 	r := s.RequestCount - s.ProxiedRequestCount
 	sec := at.Unix()
-	a.stableConc.RecordSecond(sec, c)
-	a.panicConc.RecordSecond(sec, c)
-	a.stableRPS.RecordSecond(sec, r)
-	a.panicRPS.RecordSecond(sec, r)
+	a.stable.RecordSecond(sec, c, r)
+	a.panic.RecordSecond(sec, c, r)
 }
+
+// The windows' series.
+const (
+	seriesConc = window.First
+	seriesRPS  = window.Second
+)
 
 // Observe reads the scaling metric's (stable, panic) averages at now; ok is
 // false for "no data": the stable window is empty and a scrape target exists.
 func (a *Autoscaler) Observe(now time.Time) (stable, panic float64, ok bool) {
-	st, pw := &a.stableConc, &a.panicConc
+	k := seriesConc
 	if a.spec.ScalingMetric == RPS {
-		st, pw = &a.stableRPS, &a.panicRPS
+		k = seriesRPS
 	}
-	if st.IsEmpty(now) && a.spec.Scraped {
+	// Both series of a window are written at the same times, so they are
+	// empty together.
+	if a.stable.IsEmpty(now) && a.spec.Scraped {
 		return 0, 0, false
 	}
-	return st.Average(now), pw.Average(now), true
+	return a.stable.Average(now, k), a.panic.Average(now, k), true
 }
 
 // Scale makes one decision at now with ready pods ready, reading the windows,

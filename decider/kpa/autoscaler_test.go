@@ -276,7 +276,7 @@ func TestRecordRefusesBadInput(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.field) {
 				t.Errorf("error %q does not name %s", err, tt.field)
 			}
-			if !a.stableConc.IsEmpty(at(10)) {
+			if !a.stable.IsEmpty(at(10)) {
 				t.Error("a refused stat reached the window")
 			}
 		})

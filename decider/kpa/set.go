@@ -164,12 +164,13 @@ type Set struct {
 }
 
 type entry struct {
-	key  Key
-	a    Autoscaler
-	last Decision
 	// idx is the entry's place in list; -1 once deleted, so that a Ref
-	// kept by a caller no longer reaches it.
-	idx int
+	// kept by a caller no longer reaches it. It is next to a's windows,
+	// which a Record through a Ref touches next.
+	idx  int
+	a    Autoscaler
+	key  Key
+	last Decision
 }
 
 // Ref is a handle on one target of a Set, for a caller that records to the

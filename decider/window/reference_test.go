@@ -8,11 +8,12 @@ import (
 )
 
 // refWindow is the window of Knative's bucketing.go written as plainly as
-// the rules read: buckets keyed by their Unix second in a map, no ring
-// indices. It keeps the same running total, added to and subtracted from in
-// the same order, so its averages must equal Window's to the bit; what it
-// checks is Window's index bookkeeping (the ring position of each second,
-// the stale seconds, the walk of the weighted average).
+// the rules read, for one series: buckets keyed by their Unix second in a
+// map, no ring indices. It keeps the same running total, added to and
+// subtracted from in the same order, so its averages must equal Window's to
+// the bit; what it checks is Window's index bookkeeping (the ring position
+// of each second, the stale seconds, the walk of the weighted average) and
+// that its two series never mix.
 type refWindow struct {
 	n           int64
 	algo        Algorithm
@@ -120,7 +121,8 @@ func same(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b)
 var refLengths = []time.Duration{time.Second, 2 * time.Second, 6 * time.Second, 7 * time.Second, 60 * time.Second}
 
 // checkAgainstRef runs one random history of records, averages and resizes
-// through Window and refWindow and fails at the first difference.
+// through Window and a refWindow per series, and fails at the first
+// difference.
 func checkAgainstRef(t *testing.T, rng *rand.Rand, steps int) {
 	t.Helper()
 	length := refLengths[rng.IntN(len(refLengths))]
@@ -129,7 +131,7 @@ func checkAgainstRef(t *testing.T, rng *rand.Rand, steps int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newRef(length, algo)
+	refs := [2]*refWindow{newRef(length, algo), newRef(length, algo)}
 	sec := epoch.Unix() + rng.Int64N(120) - 60
 	for step := range steps {
 		// Mostly forward in time, sometimes back, sometimes a long gap.
@@ -144,16 +146,20 @@ func checkAgainstRef(t *testing.T, rng *rand.Rand, steps int) {
 		switch p := rng.IntN(100); {
 		case p < 60:
 			// Values with fractions, so that the order of the sums shows.
-			v := float64(rng.IntN(2000)-200) / 7
-			if got, want := w.RecordSecond(sec, v), r.record(sec, v); got != want {
-				t.Fatalf("step %d: RecordSecond(%d, %v) = %v, reference %v", step, sec, v, got, want)
+			v0, v1 := float64(rng.IntN(2000)-200)/7, float64(rng.IntN(300))/3
+			got := w.RecordSecond(sec, v0, v1)
+			want0, want1 := refs[0].record(sec, v0), refs[1].record(sec, v1)
+			if got != want0 || got != want1 {
+				t.Fatalf("step %d: RecordSecond(%d, %v, %v) = %v, reference %v %v", step, sec, v0, v1, got, want0, want1)
 			}
 		case p < 97:
 			now := time.Unix(sec+rng.Int64N(70)-5, 0)
-			if got, want := w.Average(now), r.average(now.Unix()); !same(got, want) {
-				t.Fatalf("step %d: %v window (%v) Average(%d) = %v, reference %v", step, w.Len(), w.Algorithm(), now.Unix(), got, want)
+			for k, r := range refs {
+				if got, want := w.Average(now, Series(k)), r.average(now.Unix()); !same(got, want) {
+					t.Fatalf("step %d: %v window (%v) Average(%d, %d) = %v, reference %v", step, w.Len(), w.Algorithm(), now.Unix(), k, got, want)
+				}
 			}
-			if got, want := w.IsEmpty(now), r.isEmpty(now.Unix()); got != want {
+			if got, want := w.IsEmpty(now), refs[0].isEmpty(now.Unix()); got != want {
 				t.Fatalf("step %d: IsEmpty(%d) = %v, reference %v", step, now.Unix(), got, want)
 			}
 		default:
@@ -163,7 +169,9 @@ func checkAgainstRef(t *testing.T, rng *rand.Rand, steps int) {
 			if err := w.Resize(length, algo, now); err != nil {
 				t.Fatal(err)
 			}
-			r.resize(length, algo, now.Unix())
+			for _, r := range refs {
+				r.resize(length, algo, now.Unix())
+			}
 		}
 	}
 }

@@ -34,27 +34,42 @@ const (
 	targetWeight = 0.9999
 )
 
-// Window is a ring of one-second buckets covering the last Len() seconds.
+// Series picks one of a Window's two series.
+type Series uint8
+
+const (
+	// First is the first value of each record, Second the second.
+	First Series = iota
+	Second
+)
+
+// Window is a ring of one-second buckets covering the last Len() seconds,
+// holding two series that are always recorded at the same times (the KPA's
+// concurrency and request count): each series is the window Knative keeps
+// for it, and they share the bookkeeping of times, and a bucket's two values
+// share a cache line, which is what a Record over many targets waits for.
 //
 // The zero value is not usable; build one with New or Init. A Window is not
 // safe for concurrent use: its owner serialises access.
 type Window struct {
-	// buckets[s mod len] holds the sum of the values recorded in Unix second s.
-	buckets []float64
+	// buckets[s mod len][k] holds the sum of series k's values recorded in
+	// Unix second s.
+	buckets [][2]float64
 	// first is the oldest second that may hold data (valid when hasFirst).
 	first int64
-	// last is the newest second written and lastIdx its bucket (valid when
-	// hasLast). Buckets are found by stepping from lastIdx rather than by
-	// taking a second modulo the length: a 64-bit division costs more than
-	// the rest of a Record.
-	last    int64
-	lastIdx int
-	// total is the running sum of all buckets, kept for the linear average.
-	total float64
-	// next is the value in the bucket of second last+1, the oldest one: the
-	// usual average, one second after the newest write, subtracts it without
+	// last is the newest second written (valid when hasLast).
+	last int64
+	// total is each series' running sum of all buckets, kept for the linear
+	// average.
+	total [2]float64
+	// next is the bucket of second last+1, the oldest one: the usual
+	// average, one second after the newest write, subtracts it without
 	// touching the bucket array (one cache miss less per target and tick).
-	next     float64
+	next [2]float64
+	// lastIdx is the bucket of last. Buckets are found by stepping from it
+	// rather than by taking a second modulo the length: a 64-bit division
+	// costs more than the rest of a Record.
+	lastIdx  int32
 	algo     Algorithm
 	hasFirst bool
 	hasLast  bool
@@ -79,7 +94,7 @@ func New(length time.Duration, algo Algorithm) (*Window, error) {
 // Init makes w an empty window of the given length, using buf for its buckets
 // when buf has exactly Buckets(length) elements (so that a caller can carve
 // several windows out of one allocation), else allocating them.
-func (w *Window) Init(length time.Duration, algo Algorithm, buf []float64) error {
+func (w *Window) Init(length time.Duration, algo Algorithm, buf [][2]float64) error {
 	if err := checkLength(length); err != nil {
 		return err
 	}
@@ -88,7 +103,7 @@ func (w *Window) Init(length time.Duration, algo Algorithm, buf []float64) error
 	}
 	n := Buckets(length)
 	if len(buf) != n {
-		buf = make([]float64, n)
+		buf = make([][2]float64, n)
 	} else {
 		clear(buf)
 	}
@@ -136,20 +151,20 @@ func (w *Window) Len() time.Duration { return time.Duration(len(w.buckets)) * Bu
 func (w *Window) Algorithm() Algorithm { return w.algo }
 
 // slot maps a Unix second to its bucket.
-func (w *Window) slot(sec int64) int {
+func (w *Window) slot(sec int64) int32 {
 	n := int64(len(w.buckets))
 	i := sec % n
 	if i < 0 {
 		i += n
 	}
-	return int(i)
+	return int32(i)
 }
 
 // step returns the bucket d seconds after (d < 0: before) the one at index
 // i, for |d| < len(buckets).
-func (w *Window) step(i int, d int) int {
+func (w *Window) step(i int32, d int32) int32 {
 	i += d
-	switch n := len(w.buckets); {
+	switch n := int32(len(w.buckets)); {
 	case i >= n:
 		i -= n
 	case i < 0:
@@ -158,15 +173,16 @@ func (w *Window) step(i int, d int) int {
 	return i
 }
 
-// Record adds v to the bucket of second t. A value older than one window
-// before the newest write is dropped, and Record reports false; a value inside
-// the window but older than the newest write is added to its own bucket.
-func (w *Window) Record(t time.Time, v float64) bool {
-	return w.RecordSecond(t.Unix(), v)
+// Record adds v0 to the first series' bucket of second t and v1 to the
+// second's. A record older than one window before the newest write is
+// dropped, and Record reports false; a record inside the window but older
+// than the newest write is added to its own bucket.
+func (w *Window) Record(t time.Time, v0, v1 float64) bool {
+	return w.RecordSecond(t.Unix(), v0, v1)
 }
 
 // RecordSecond is Record for a time given as Unix seconds.
-func (w *Window) RecordSecond(b int64, v float64) bool {
+func (w *Window) RecordSecond(b int64, v0, v1 float64) bool {
 	n := int64(len(w.buckets))
 	if !w.hasLast || b != w.last {
 		if w.hasLast && b+n <= w.last {
@@ -179,7 +195,7 @@ func (w *Window) RecordSecond(b int64, v float64) bool {
 			if !w.hasLast || b-w.last >= n {
 				// A whole window of silence (or the first write): start afresh.
 				clear(w.buckets)
-				w.total = 0
+				w.total = [2]float64{}
 				w.first, w.hasFirst = b, true
 				w.lastIdx = w.slot(b)
 			} else {
@@ -187,17 +203,22 @@ func (w *Window) RecordSecond(b int64, v float64) bool {
 				i := w.lastIdx
 				for range b - w.last {
 					i = w.step(i, 1)
-					w.total -= w.buckets[i]
-					w.buckets[i] = 0
+					bk := &w.buckets[i]
+					w.total[0] -= bk[0]
+					w.total[1] -= bk[1]
+					*bk = [2]float64{}
 				}
 				w.lastIdx = i
 			}
 			w.last, w.hasLast = b, true
 		}
 	}
-	// b is in (last − n, last]: a late value lands that far behind lastIdx.
-	w.buckets[w.step(w.lastIdx, int(b-w.last))] += v
-	w.total += v
+	// b is in (last − n, last]: a late record lands that far behind lastIdx.
+	bk := &w.buckets[w.step(w.lastIdx, int32(b-w.last))]
+	bk[0] += v0
+	bk[1] += v1
+	w.total[0] += v0
+	w.total[1] += v1
 	w.next = w.buckets[w.step(w.lastIdx, 1)]
 	return true
 }
@@ -209,15 +230,15 @@ func (w *Window) IsEmpty(now time.Time) bool {
 	return !w.hasLast || now.Unix()-w.last > int64(len(w.buckets))
 }
 
-// Average returns the window's average at now with the window's algorithm.
-func (w *Window) Average(now time.Time) float64 {
+// Average returns series k's average at now with the window's algorithm.
+func (w *Window) Average(now time.Time, k Series) float64 {
 	if w.algo == WeightedExponential {
-		return w.weightedAverage(now.Unix())
+		return w.weightedAverage(now.Unix(), k)
 	}
-	return w.linearAverage(now.Unix())
+	return w.linearAverage(now.Unix(), k)
 }
 
-func (w *Window) linearAverage(now int64) float64 {
+func (w *Window) linearAverage(now int64, k Series) float64 {
 	if !w.hasLast {
 		return 0
 	}
@@ -225,17 +246,17 @@ func (w *Window) linearAverage(now int64) float64 {
 	d := now - w.last
 	switch {
 	case d <= 0:
-		return round6(w.total / w.divisor(n))
+		return round6(w.total[k] / w.divisor(n))
 	case d < n:
 		// The buckets after the newest write are stale: drop them from the sum
 		// and from the divisor, so that the average holds over trailing gaps.
-		sum := w.total
+		sum := w.total[k]
 		if d == 1 {
-			sum -= w.next
+			sum -= w.next[k]
 		} else {
-			for i, k := w.lastIdx, int64(0); k < d; k++ {
+			for i, s := w.lastIdx, int64(0); s < d; s++ {
 				i = w.step(i, 1)
-				sum -= w.buckets[i]
+				sum -= w.buckets[i][k]
 			}
 		}
 		return round6(sum / w.divisor(n-d))
@@ -253,7 +274,7 @@ func (w *Window) divisor(limit int64) float64 {
 	return math.Min(float64(w.last-w.first)+1, float64(limit))
 }
 
-func (w *Window) weightedAverage(now int64) float64 {
+func (w *Window) weightedAverage(now int64, k Series) float64 {
 	n := int64(len(w.buckets))
 	if !w.hasLast || now-w.last > n {
 		return 0
@@ -267,8 +288,8 @@ func (w *Window) weightedAverage(now int64) float64 {
 		numB -= z
 	}
 	sum := 0.0
-	for i, k := w.lastIdx, int64(0); k < numB; k++ {
-		sum += w.buckets[i] * m
+	for i, s := w.lastIdx, int64(0); s < numB; s++ {
+		sum += w.buckets[i][k] * m
 		m *= 1 - sm
 		i = w.step(i, -1)
 	}
@@ -298,15 +319,16 @@ func (w *Window) Resize(length time.Duration, algo Algorithm, now time.Time) err
 		return nil
 	}
 	old := w.buckets
-	nb := make([]float64, n)
-	total := 0.0
+	nb := make([][2]float64, n)
+	var total [2]float64
 	if w.hasLast && now.Unix()-w.last <= int64(len(old)) {
 		keep := min(n, len(old))
 		for i := range keep {
 			s := w.last - int64(i)
 			v := old[w.slot(s)]
 			nb[int(((s%int64(n))+int64(n))%int64(n))] = v
-			total += v
+			total[0] += v[0]
+			total[1] += v[1]
 		}
 		oldest := w.last - int64(keep) + 1
 		if !w.hasFirst || w.first < oldest {
@@ -318,7 +340,7 @@ func (w *Window) Resize(length time.Duration, algo Algorithm, now time.Time) err
 	}
 	w.buckets = nb
 	w.total = total
-	w.next = 0
+	w.next = [2]float64{}
 	if w.hasLast {
 		w.lastIdx = w.slot(w.last)
 		w.next = w.buckets[w.step(w.lastIdx, 1)]

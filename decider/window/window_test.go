@@ -48,10 +48,14 @@ func TestLinearAverage(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, s := range tt.samples {
-				w.Record(at(s.t), s.v)
+				w.Record(at(s.t), s.v, -s.v)
 			}
-			if got := w.Average(at(tt.now)); got != tt.want {
+			// The second series, the first negated, averages to the negation.
+			if got := w.Average(at(tt.now), First); got != tt.want {
 				t.Errorf("Average = %v, want %v", got, tt.want)
+			}
+			if got := w.Average(at(tt.now), Second); got != -tt.want {
+				t.Errorf("Average of the second series = %v, want %v", got, -tt.want)
 			}
 		})
 	}
@@ -60,13 +64,13 @@ func TestLinearAverage(t *testing.T) {
 func TestRecordReportsDrops(t *testing.T) {
 	t.Parallel()
 	w, _ := New(6*time.Second, Linear)
-	if !w.Record(at(10), 1) {
+	if !w.Record(at(10), 1, 0) {
 		t.Fatal("first Record = false, want true")
 	}
-	if w.Record(at(4), 1) {
+	if w.Record(at(4), 1, 0) {
 		t.Error("Record of a value a window old = true, want false")
 	}
-	if !w.Record(at(5), 1) {
+	if !w.Record(at(5), 1, 0) {
 		t.Error("Record inside the window = false, want true")
 	}
 }
@@ -77,7 +81,7 @@ func TestIsEmpty(t *testing.T) {
 	if !w.IsEmpty(at(0)) {
 		t.Error("IsEmpty of a new window = false, want true")
 	}
-	w.Record(at(0.5), 1)
+	w.Record(at(0.5), 1, 0)
 	for _, c := range []struct {
 		now  float64
 		want bool
@@ -106,20 +110,20 @@ func TestSmoothing(t *testing.T) {
 func TestWeightedAverage(t *testing.T) {
 	t.Parallel()
 	w, _ := New(60*time.Second, WeightedExponential)
-	w.Record(at(0.5), 10)
+	w.Record(at(0.5), 10, 0)
 	// One bucket weighted by s: no partial-window correction.
-	if got, want := w.Average(at(0)), 2.0; got != want {
+	if got, want := w.Average(at(0), First), 2.0; got != want {
 		t.Errorf("Average at the write = %v, want %v", got, want)
 	}
 	// One second later the weight decays by (1 − s).
-	if got, want := w.Average(at(1)), 10*0.2*0.8; math.Abs(got-want) > 1e-12 {
+	if got, want := w.Average(at(1), First), 10*0.2*0.8; math.Abs(got-want) > 1e-12 {
 		t.Errorf("Average a second later = %v, want %v", got, want)
 	}
-	if got := w.Average(at(61)); got != 0 {
+	if got := w.Average(at(61), First); got != 0 {
 		t.Errorf("Average after the window = %v, want 0", got)
 	}
-	w.Record(at(1.5), 10)
-	if got, want := w.Average(at(1)), 10*0.2+10*0.2*0.8; math.Abs(got-want) > 1e-12 {
+	w.Record(at(1.5), 10, 0)
+	if got, want := w.Average(at(1), First), 10*0.2+10*0.2*0.8; math.Abs(got-want) > 1e-12 {
 		t.Errorf("Average of two buckets = %v, want %v", got, want)
 	}
 }
@@ -128,18 +132,18 @@ func TestResizeKeepsRecentData(t *testing.T) {
 	t.Parallel()
 	w, _ := New(10*time.Second, Linear)
 	for s := 0; s < 10; s++ {
-		w.Record(at(float64(s)), float64(s))
+		w.Record(at(float64(s)), float64(s), 0)
 	}
 	if err := w.Resize(4*time.Second, Linear, at(9)); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := w.Average(at(9)), (6+7+8+9)/4.0; got != want {
+	if got, want := w.Average(at(9), First), (6+7+8+9)/4.0; got != want {
 		t.Errorf("Average after shrinking = %v, want %v", got, want)
 	}
 	if err := w.Resize(20*time.Second, Linear, at(9)); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := w.Average(at(9)), (6+7+8+9)/4.0; got != want {
+	if got, want := w.Average(at(9), First), (6+7+8+9)/4.0; got != want {
 		t.Errorf("Average after growing = %v, want %v", got, want)
 	}
 	if err := w.Resize(20*time.Second, Linear, at(100)); err != nil {
@@ -170,8 +174,8 @@ func TestNoAllocations(t *testing.T) {
 	s := 0
 	if n := testing.AllocsPerRun(1000, func() {
 		s++
-		w.Record(at(float64(s)), 1)
-		_ = w.Average(at(float64(s)))
+		w.Record(at(float64(s)), 1, 2)
+		_ = w.Average(at(float64(s)), First)
 	}); n != 0 {
 		t.Errorf("Record+Average allocate %v times, want 0", n)
 	}
@@ -185,7 +189,7 @@ func BenchmarkRecord(b *testing.B) {
 			s := 0
 			for b.Loop() {
 				s++
-				w.RecordSecond(epoch.Unix()+int64(s), 1)
+				w.RecordSecond(epoch.Unix()+int64(s), 1, 2)
 			}
 		})
 	}
@@ -197,12 +201,12 @@ func BenchmarkAverage(b *testing.B) {
 			b.Run(algo.String()+"/"+l.String(), func(b *testing.B) {
 				w, _ := New(l, algo)
 				for s := range Buckets(l) {
-					w.Record(at(float64(s)), float64(s%7))
+					w.Record(at(float64(s)), float64(s%7), 1)
 				}
 				now := at(float64(Buckets(l)) + 0.5)
 				b.ReportAllocs()
 				for b.Loop() {
-					_ = w.Average(now)
+					_ = w.Average(now, First)
 				}
 			})
 		}
