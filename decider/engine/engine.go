@@ -55,6 +55,10 @@ type Engine struct {
 	// the engine and a set never disagree on a target.
 	mu      sync.Mutex
 	targets map[tkey]*target
+	// order holds the targets too, in creation order but for removals: a
+	// tick walks it rather than the map, whose random order makes every
+	// target a cache miss the prefetcher cannot see coming.
+	order []*target
 	// lagTargets are the lag targets by their lag.Set key, for the 100 ms
 	// loop and the Set's results.
 	lagTargets map[string]*target
@@ -85,6 +89,8 @@ type target struct {
 	// kpa.Set's, built once too, as both are used once per sample.
 	key  string
 	kkey kpa.Key
+	// pos is the target's index in Engine.order.
+	pos int
 	// kref is the kpa.Set's handle on the target while it holds it: a
 	// sample applied through it costs no key lookup.
 	kref     kpa.Ref
@@ -147,8 +153,9 @@ func (e *Engine) Upsert(spec Spec, now time.Time) error {
 		if e.cfg.MaxTargets > 0 && len(e.targets) >= e.cfg.MaxTargets {
 			return fmt.Errorf("target %s: %w (%d)", spec.Target.Key(), ErrTooManyTargets, e.cfg.MaxTargets)
 		}
-		t = &target{ref: spec.Target, key: spec.Target.Key(), kkey: kpaKey(spec.Target), ready: -1}
+		t = &target{ref: spec.Target, key: spec.Target.Key(), kkey: kpaKey(spec.Target), ready: -1, pos: len(e.order)}
 		e.targets[keyOf(spec.Target)] = t
+		e.order = append(e.order, t)
 	}
 	if t.inSet && t.strategy != spec.Strategy {
 		e.removeFromSetLocked(t)
@@ -226,6 +233,11 @@ func (e *Engine) Remove(ref Target) bool {
 	}
 	e.removeFromSetLocked(t)
 	delete(e.targets, keyOf(ref))
+	last := len(e.order) - 1
+	e.order[t.pos] = e.order[last]
+	e.order[t.pos].pos = t.pos
+	e.order[last] = nil
+	e.order = e.order[:last]
 	return true
 }
 
@@ -406,7 +418,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		next = due.Truncate(iv)
 	}
 	for !next.After(due) {
-		for _, t := range e.targets {
+		for _, t := range e.order {
 			if t.strategy == KPA {
 				e.flushLocked(t, next)
 			}
