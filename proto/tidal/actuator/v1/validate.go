@@ -154,12 +154,15 @@ func isEnvName(k string) bool {
 		return false
 	}
 	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+		if !isEnvChar(k[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+func isEnvChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
 }
 
 // validateTopic applies Kafka's topic name rules: 1-249 of [a-zA-Z0-9._-],
