@@ -328,6 +328,16 @@ func TestScaleUpDownAndToZero(t *testing.T) {
 	if out.Patched || h.replicas("web") != 1 {
 		t.Errorf("went to zero at once (%+v); want the grace period first", out)
 	}
+	// Nothing else may come (no decision changes, no pod event): the pass
+	// that turned it inactive asks for the next one, which starts the grace
+	// period's own requeue.
+	if out.Requeue <= 0 || out.Requeue > time.Second {
+		t.Errorf("the reconcile that turned the PodAutoscaler inactive asked for its next pass in %v; want at once", out.Requeue)
+	}
+	out = h.reconcile("web")
+	if out.Patched || out.Requeue <= 0 || out.Requeue > 30*time.Second {
+		t.Errorf("the pass after it: %+v; want no change and the grace period's requeue", out)
+	}
 	h.clock.SetTime(h.clock.Now().Add(10 * time.Second))
 	out = h.reconcile("web")
 	if out.Patched || h.replicas("web") != 1 || out.Requeue <= 0 || out.Requeue > 30*time.Second {

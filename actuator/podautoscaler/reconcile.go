@@ -294,6 +294,15 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 		return out, nil
 	}
 
+	// Knative's reconciler runs again on the watch event of its own status
+	// update, and its rules count on that pass: a PodAutoscaler that just
+	// went inactive, or whose desired scale (the SKS mode here) changed, is
+	// only then put on its way to zero. The controller ignores the echoes of
+	// its own writes, so such a reconcile asks for the next pass itself.
+	if res.ActiveChanged || !equalScale(pa.Status.DesiredScale, res.DesiredScale) {
+		out.Requeue = ownWriteRequeue
+	}
+
 	// Status.
 	c.setStatus(st, pa, &obs, &res, out.Suppressed, paused, dry, now)
 	if patch != nil {
@@ -590,4 +599,17 @@ func ruleNote(desired, to int32, rev *kpaconfig.Revision) string {
 		return fmt.Sprintf("initial scale %d", to)
 	}
 	return "scale bounds"
+}
+
+// ownWriteRequeue is how soon a reconcile that changed what the rules read
+// from status runs again: at once, as a watch event would.
+const ownWriteRequeue = time.Millisecond
+
+// equalScale reports whether a status desired scale (nil when unknown)
+// equals a rules' result (negative when unknown).
+func equalScale(status *int32, result int32) bool {
+	if status == nil {
+		return result < 0
+	}
+	return *status == result
 }
