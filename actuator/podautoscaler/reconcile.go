@@ -294,17 +294,17 @@ func (c *Controller) reconcile(ctx context.Context, pa *autoscalingv1alpha1.PodA
 		return out, nil
 	}
 
+	// Status.
+	c.setStatus(st, pa, &obs, &res, out.Suppressed, paused, dry, now)
 	// Knative's reconciler runs again on the watch event of its own status
 	// update, and its rules count on that pass: a PodAutoscaler that just
 	// went inactive, or whose desired scale (the SKS mode here) changed, is
 	// only then put on its way to zero. The controller ignores the echoes of
-	// its own writes, so such a reconcile asks for the next pass itself.
-	if res.ActiveChanged || !equalScale(pa.Status.DesiredScale, res.DesiredScale) {
+	// its own writes, so a reconcile that changes either asks for the next
+	// pass itself; that pass reads them back unchanged and asks for none.
+	if res.ActiveChanged || !equalScale(pa.Status.DesiredScale, st.DesiredScale) {
 		out.Requeue = ownWriteRequeue
 	}
-
-	// Status.
-	c.setStatus(st, pa, &obs, &res, out.Suppressed, paused, dry, now)
 	if patch != nil {
 		st.LastScaleTime = &metav1.Time{Time: now}
 	}
@@ -605,11 +605,11 @@ func ruleNote(desired, to int32, rev *kpaconfig.Revision) string {
 // from status runs again: at once, as a watch event would.
 const ownWriteRequeue = time.Millisecond
 
-// equalScale reports whether a status desired scale (nil when unknown)
-// equals a rules' result (negative when unknown).
-func equalScale(status *int32, result int32) bool {
-	if status == nil {
-		return result < 0
+// equalScale reports whether two status desired scales (nil when unknown)
+// are equal.
+func equalScale(a, b *int32) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
-	return *status == result
+	return *a == *b
 }
