@@ -83,9 +83,13 @@ func TestWorkloadFollowsPods(t *testing.T) {
 		t.Errorf("Wait.Max = %s, want at least the 500ms cold start", r.Wait.Max)
 	}
 
-	// Both pods report about half the load once a full period has passed.
+	// Both pods report once a full period has passed, and together the
+	// whole load. How one second's requests split between them depends on
+	// which was free when each arrived (the backlog has just drained), so
+	// only the sum is held to the load.
 	client := &http.Client{Timeout: 3 * time.Second}
 	time.Sleep(1200 * time.Millisecond)
+	total := 0.0
 	for pod, url := range w.Endpoints() {
 		resp, err := client.Get(url)
 		if err != nil {
@@ -100,9 +104,10 @@ func TestWorkloadFollowsPods(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", url, err)
 		}
-		if s.PodName != pod || s.RequestCount < 10 || s.RequestCount > 30 {
-			t.Errorf("%s: %+v, want pod %s with about 20 req/s", url, s, pod)
+		if s.PodName != pod || s.RequestCount < 1 {
+			t.Errorf("%s: %+v, want pod %s serving requests", url, s, pod)
 		}
+		total += s.RequestCount
 		prom := strings.Replace(url, ":9090/", ":9091/", 1)
 		resp, err = client.Get(prom)
 		if err != nil {
@@ -113,6 +118,9 @@ func TestWorkloadFollowsPods(t *testing.T) {
 		if !strings.Contains(string(b), `queue_requests_per_second{destination_pod="`+pod+`"}`) {
 			t.Errorf("%s: no queue_requests_per_second series for %s in\n%s", prom, pod, b)
 		}
+	}
+	if total < 25 || total > 55 {
+		t.Errorf("the two pods served %g requests in their last second, want about the offered 40", total)
 	}
 
 	scaleTo(t, c, ns, "web", 1)
