@@ -55,6 +55,9 @@ type Engine struct {
 	// the engine and a set never disagree on a target.
 	mu      sync.Mutex
 	targets map[tkey]*target
+	// created counts the targets ever created, so a listing's index knows
+	// when it misses one.
+	created uint64
 	// order holds the targets too, in creation order but for removals: a
 	// tick walks it rather than the map, whose random order makes every
 	// target a cache miss the prefetcher cannot see coming.
@@ -156,6 +159,7 @@ func (e *Engine) Upsert(spec Spec, now time.Time) error {
 		t = &target{ref: spec.Target, key: spec.Target.Key(), kkey: kpaKey(spec.Target), ready: -1, pos: len(e.order)}
 		e.targets[keyOf(spec.Target)] = t
 		e.order = append(e.order, t)
+		e.created++
 	}
 	if t.inSet && t.strategy != spec.Strategy {
 		e.removeFromSetLocked(t)

@@ -29,6 +29,8 @@ type Index struct {
 	// the next rebuild.
 	sorted []*target
 	built  time.Time
+	// created is the engine's count of targets ever created as of built.
+	created uint64
 }
 
 // NewIndex returns an index over e, rebuilt when older than maxAge (by now).
@@ -36,14 +38,21 @@ func NewIndex(e *Engine, maxAge time.Duration, now func() time.Time) *Index {
 	return &Index{e: e, maxAge: maxAge, now: now}
 }
 
-func (x *Index) snapshot() []*target {
+// snapshot returns the sorted targets. A listing's first page (first) also
+// rebuilds when a target was created since, so a new listing shows every
+// target made before it; later pages keep the snapshot they started from.
+func (x *Index) snapshot(first bool) []*target {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	now := x.now()
-	if x.sorted != nil && now.Sub(x.built) <= x.maxAge {
+	x.e.mu.Lock()
+	created := x.e.created
+	x.e.mu.Unlock()
+	if x.sorted != nil && now.Sub(x.built) <= x.maxAge && (!first || created == x.created) {
 		return x.sorted
 	}
 	x.e.mu.Lock()
+	created = x.e.created
 	ts := make([]*target, 0, len(x.e.targets))
 	for _, t := range x.e.targets {
 		ts = append(ts, t)
@@ -51,7 +60,7 @@ func (x *Index) snapshot() []*target {
 	x.e.mu.Unlock()
 	// A target's key never changes, so the sort needs no engine lock.
 	slices.SortFunc(ts, func(a, b *target) int { return strings.Compare(a.key, b.key) })
-	x.sorted, x.built = ts, now
+	x.sorted, x.built, x.created = ts, now, created
 	return ts
 }
 
@@ -60,7 +69,7 @@ func (x *Index) snapshot() []*target {
 // in namespace unless it is empty. next is the cursor of the following
 // page, or "" when this page is the last.
 func (x *Index) Page(namespace, after string, limit int) (ds []Decision, next string) {
-	ts := x.snapshot()
+	ts := x.snapshot(after == "")
 	prefix := ""
 	if namespace != "" {
 		prefix = namespace + "/"
