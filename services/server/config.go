@@ -36,6 +36,10 @@ type Config struct {
 	// AdvertiseAddr is the gRPC address other replicas reach this one at
 	// (named in bucket Leases); empty means Advertise's default.
 	AdvertiseAddr string
+	// Pprof serves Go's profiler at /debug/pprof/ on the HTTP port. Off by
+	// default: a profile costs CPU, and the port is reachable from the pod
+	// network without authentication.
+	Pprof bool
 }
 
 // Advertise is the gRPC address other replicas reach this one at:
@@ -57,6 +61,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultGRPC, defaultHTTP string
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", defaultGRPC, "Address the gRPC API listens on, host:port.")
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTP, "Address /metrics, /healthz and /readyz listen on, host:port.")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "How long in-flight calls may run after SIGTERM; 0 stops them at once.")
+	fs.BoolVar(&c.Pprof, "pprof", false, "Serve Go's profiler at /debug/pprof/ on --http-addr (unauthenticated: for measuring, not for production).")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "gRPC address other replicas reach this one at, named in bucket Leases; empty means $POD_IP with the --grpc-addr port, else --grpc-addr.")
 	fs.UintVar(&c.MaxConcurrentStreams, "max-concurrent-streams", defaultMaxConcurrentStreams, "Calls one client connection may have open at once (HTTP/2 streams); more wait in the client. At least the decider's --scale-workers.")

@@ -161,3 +161,33 @@ func TestServerChainAndShutdown(t *testing.T) {
 		t.Fatal("Run did not return within 5s of cancel")
 	}
 }
+
+// TestPprofOnlyWhenAsked checks that the profiler is off unless --pprof is
+// given: the HTTP port is reachable without authentication.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		pprof bool
+		want  int
+	}{{false, http.StatusNotFound}, {true, http.StatusOK}} {
+		srv := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Pprof: tc.pprof}, zap.NewNop(), prometheus.NewRegistry())
+		_, haddr, err := srv.Listen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		resp, err := http.Get("http://" + haddr.String() + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("pprof %t: GET /debug/pprof/ = %d, want %d", tc.pprof, resp.StatusCode, tc.want)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}

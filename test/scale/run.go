@@ -34,6 +34,9 @@ type Env struct {
 	// LogDir keeps the services' logs; empty means a temporary directory,
 	// removed at the end.
 	LogDir string
+	// ProfileDir, if set, receives a CPU profile of each service over the
+	// steady phase, <process>.cpu.pprof, for `go tool pprof`.
+	ProfileDir string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -184,6 +187,9 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	defer cancel()
 	wg.Go(func() { switchLoads(runCtx, cfg, targets, steadyStart, steadyEnd, rec, farm) })
 	wg.Go(func() { procs.sample(runCtx, 5*time.Second, logf, rec, farm) })
+	if env.ProfileDir != "" {
+		wg.Go(func() { profileServices(ctx, svcs, env.ProfileDir, cfg.Duration, logf) })
+	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

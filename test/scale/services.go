@@ -69,7 +69,9 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 	brokers := strings.Join(s.Brokers, ",")
 
 	start := func(svc, name string, args ...string) (*system.Proc, error) {
-		p, err := system.NewProc(name, binDir, svc, s.logDir, args...)
+		// --pprof lets a run take CPU profiles (Env.ProfileDir); serving it
+		// costs nothing until one is asked for.
+		p, err := system.NewProc(name, binDir, svc, s.logDir, append(args, "--pprof")...)
 		if err != nil {
 			return nil, err
 		}

@@ -33,13 +33,15 @@ func scaleTo(t *testing.T, c *cluster.Cluster, ns, name string, n int32) {
 	}
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// eventually polls cond until it holds, failing after timeout with the
+// state of the test's namespace (pods, events, control-plane logs).
+func eventually(t *testing.T, c *cluster.Cluster, ns string, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
+		t.Fatalf("waiting for %s: %v\n%s", what, err, c.Describe(context.Background(), ns))
 	}
 }
 
@@ -71,10 +73,18 @@ func TestWorkloadFollowsPods(t *testing.T) {
 	}
 
 	scaleTo(t, c, ns, "web", 2)
-	eventually(t, 30*time.Second, "2 endpoints", func() bool { return len(w.Endpoints()) == 2 })
+	// A pod whose address cannot be served never becomes an endpoint: stop
+	// waiting and say why. The wait is long because this is the first scale
+	// on a cluster that has just started, beside other packages' clusters in
+	// `make test`; it once took more than 30 s there, and the state printed on
+	// timeout says where the time went.
+	eventually(t, c, ns, 60*time.Second, "2 endpoints", func() bool { return w.Err() != nil || len(w.Endpoints()) == 2 })
+	if err := w.Err(); err != nil {
+		t.Fatal(err)
+	}
 	// Two warm pods of capacity 2 at 50 ms serve up to 80 req/s; the
 	// backlog from the cold start drains.
-	eventually(t, 30*time.Second, "the backlog to drain", func() bool {
+	eventually(t, c, ns, 30*time.Second, "the backlog to drain", func() bool {
 		r := w.Report()
 		return r.WarmPods == 2 && r.Queued == 0 && r.Served > 20
 	})
@@ -124,7 +134,7 @@ func TestWorkloadFollowsPods(t *testing.T) {
 	}
 
 	scaleTo(t, c, ns, "web", 1)
-	eventually(t, 30*time.Second, "1 endpoint", func() bool { return len(w.Endpoints()) == 1 })
+	eventually(t, c, ns, 30*time.Second, "1 endpoint", func() bool { return len(w.Endpoints()) == 1 })
 	if err := w.Err(); err != nil {
 		t.Error(err)
 	}
@@ -167,7 +177,7 @@ func TestKafkaConsumersFollowPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer producer.Stop()
-	eventually(t, 10*time.Second, "200 records produced", func() bool { return producer.Produced() >= 200 })
+	eventually(t, c, ns, 10*time.Second, "200 records produced", func() bool { return producer.Produced() >= 200 })
 	produced := producer.Produced()
 
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -219,7 +229,7 @@ func TestKafkaConsumersFollowPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	scaleTo(t, c, ns, "echo", 1)
-	eventually(t, 30*time.Second, "a first commit", func() bool { return committed() > 0 })
+	eventually(t, c, ns, 30*time.Second, "a first commit", func() bool { return committed() > 0 })
 	if lag := totalLag(); lag < produced/2 {
 		t.Fatalf("lag with one slow consumer = %d, want most of the %d records", lag, produced)
 	}
@@ -228,8 +238,8 @@ func TestKafkaConsumersFollowPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	scaleTo(t, c, ns, "echo", 2)
-	eventually(t, 30*time.Second, "2 consumers", func() bool { return len(consumers.Members()) == 2 })
-	eventually(t, 30*time.Second, "the backlog to be processed and committed", func() bool {
+	eventually(t, c, ns, 30*time.Second, "2 consumers", func() bool { return len(consumers.Members()) == 2 })
+	eventually(t, c, ns, 30*time.Second, "the backlog to be processed and committed", func() bool {
 		return committed() == produced && totalLag() == 0
 	})
 	if got := consumers.Processed(); got < produced {

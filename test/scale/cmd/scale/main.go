@@ -34,6 +34,7 @@ func main() {
 	var cfg scale.Config
 	cfg.RegisterFlags(flag.CommandLine)
 	logDir := flag.String("log-dir", "", "Keep the services' logs in this directory; empty means a temporary one, removed at the end.")
+	profileDir := flag.String("profile-dir", "", "Write a CPU profile of each service over the steady phase into this directory (<process>.cpu.pprof, for go tool pprof); empty means none.")
 	flag.Parse()
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
@@ -44,13 +45,13 @@ func main() {
 		<-ctx.Done()
 		stop() // a second Ctrl-C kills at once; children die with us (Pdeathsig)
 	}()
-	if err := run(ctx, cfg, *logDir, os.Stdout); err != nil {
+	if err := run(ctx, cfg, *logDir, *profileDir, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg scale.Config, logDir string, out io.Writer) error {
+func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out io.Writer) error {
 	start := time.Now()
 	c, err := cluster.Start(ctx, cluster.Options{Log: out})
 	if err != nil {
@@ -65,7 +66,7 @@ func run(ctx context.Context, cfg scale.Config, logDir string, out io.Writer) er
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("namespace %s: %w", namespace, err)
 	}
-	rep, err := scale.Run(ctx, cfg, scale.Env{Cluster: c, Namespace: namespace, BinDir: binDir, LogDir: logDir, Log: out})
+	rep, err := scale.Run(ctx, cfg, scale.Env{Cluster: c, Namespace: namespace, BinDir: binDir, LogDir: logDir, ProfileDir: profileDir, Log: out})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,66 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// profileServices takes a CPU profile of every service process at once over
+// most of the steady phase (it must finish before the phase ends, when the
+// services stop) and writes each to dir as <process>.cpu.pprof.
+func profileServices(ctx context.Context, svcs *services, dir string, steady time.Duration, logf func(string, ...any)) {
+	secs := int((steady - 10*time.Second) / time.Second)
+	if secs < 5 {
+		logf("steady phase %s too short for a CPU profile", steady)
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		logf("profiles: %v", err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, p := range svcs.Procs {
+		wg.Go(func() {
+			path := filepath.Join(dir, p.Name+".cpu.pprof")
+			if err := fetchProfile(ctx, "http://"+p.HTTPAddr+"/debug/pprof/profile?seconds="+fmt.Sprint(secs), path, time.Duration(secs+30)*time.Second); err != nil {
+				logf("CPU profile of %s: %v", p.Name, err)
+				return
+			}
+			logf("CPU profile of %s over %ds: %s", p.Name, secs, path)
+		})
+	}
+	wg.Wait()
+}
+
+func fetchProfile(ctx context.Context, url, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
