@@ -1,0 +1,340 @@
+package kedascaler
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/strategy/lagconfig"
+)
+
+// Metadata keys of the follow mode.
+const (
+	KeyPodAutoscaler = "podAutoscaler"
+	KeyFunction      = "function"
+	KeyNamespace     = "namespace"
+)
+
+// KeyBootstrapServers selects the inline Kafka mode.
+const KeyBootstrapServers = "bootstrapServers"
+
+// Bounds on what a trigger's metadata may hold: KEDA sends it on every call,
+// and nothing a ScaledObject's author writes may grow an error or a log line
+// without limit.
+const (
+	// MaxKeys bounds the keys of one trigger's metadata.
+	MaxKeys = 64
+	// MaxValueBytes bounds one value.
+	MaxValueBytes = 4096
+	// MaxBrokers bounds the addresses of bootstrapServers.
+	MaxBrokers = 64
+	// maxGroupBytes bounds consumerGroup (Kafka sets no limit of its own).
+	maxGroupBytes = 255
+	// maxTopicBytes is Kafka's own limit on a topic name.
+	maxTopicBytes = 249
+	// MaxMetricName bounds the metric names GetMetricSpec returns; KEDA
+	// prefixes them with "s<trigger index>-".
+	MaxMetricName = 128
+)
+
+// ignoredKeys are the metadata keys KEDA itself reads to reach the scaler
+// (and forwards with the rest); they say nothing about what to scale on.
+var ignoredKeys = []string{"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tlsClientCert", "tlsClientKey"}
+
+// followKeys are the keys of the follow mode.
+var followKeys = []string{KeyPodAutoscaler, KeyFunction, KeyNamespace}
+
+// kafkaKeys are KEDA's kafka trigger keys that inline Kafka reads. Apart
+// from bootstrapServers and consumerGroup they are lagconfig parameters of
+// the same name.
+var kafkaKeys = []string{
+	KeyBootstrapServers, "consumerGroup", "topic", "lagThreshold", "activationLagThreshold",
+	"offsetResetPolicy", "allowIdleConsumers", "excludePersistentLag", "scaleToZeroOnInvalidOffset",
+	"limitToPartitionsWithLag", "partitionLimitation", "ensureEvenDistributionOfPartitions",
+}
+
+// fromEnv is the suffix KEDA keeps on a key whose value it read from the
+// scale target's environment (lagThresholdFromEnv).
+const fromEnv = "FromEnv"
+
+// Kind is the kind of tidal object a follow trigger names.
+type Kind int
+
+const (
+	// KindPodAutoscaler is a PodAutoscaler (autoscaling.tidal.dev).
+	KindPodAutoscaler Kind = iota + 1
+	// KindFunction is a Function (functions.tidal.dev).
+	KindFunction
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindPodAutoscaler:
+		return "PodAutoscaler"
+	case KindFunction:
+		return "Function"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Follow is a trigger that follows a tidal PodAutoscaler or Function.
+type Follow struct {
+	Kind      Kind
+	Namespace string
+	Name      string
+}
+
+// String names the object, as errors show it.
+func (f Follow) String() string { return f.Kind.String() + " " + f.Namespace + "/" + f.Name }
+
+// MetricName is the follow trigger's metric: a valid HPA metric name (a
+// path segment of lower-case letters, digits and '-') of at most
+// MaxMetricName bytes, the same on every collector replica.
+func (f Follow) MetricName() string {
+	kind := "podautoscaler"
+	if f.Kind == KindFunction {
+		kind = "function"
+	}
+	name := "tidal-" + kind + "-" + f.Namespace + "-" + strings.ReplaceAll(f.Name, ".", "-")
+	if len(name) <= MaxMetricName {
+		return name
+	}
+	// Long names keep a readable prefix and a hash of the whole, so two
+	// names that share the prefix still differ.
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return fmt.Sprintf("%s-%08x", strings.TrimRight(name[:MaxMetricName-9], "-"), h.Sum32())
+}
+
+// Kafka is an inline Kafka trigger: KEDA's kafka trigger keys read into
+// tidal's lag configuration.
+type Kafka struct {
+	Brokers []string
+	Topic   string // empty: the one topic the group has committed offsets for
+	Group   string
+	Config  lagconfig.Config
+}
+
+// Trigger is one parsed trigger: exactly one of Follow and Kafka is set.
+type Trigger struct {
+	Follow *Follow
+	Kafka  *Kafka
+}
+
+// Parse reads a trigger's metadata. Namespace is the ScaledObject's, the
+// default namespace of a follow trigger. Errors are *commonv1.FieldError
+// naming the key (as scalerMetadata.KEY) and quoting a bounded prefix of
+// the value.
+func Parse(namespace string, md map[string]string) (Trigger, error) {
+	if len(md) > MaxKeys {
+		return Trigger{}, commonv1.Invalid("scalerMetadata", fmt.Sprintf("%d keys", len(md)), fmt.Sprintf("at most %d keys", MaxKeys))
+	}
+	vals, err := normalize(md)
+	if err != nil {
+		return Trigger{}, err
+	}
+	follow, kafka := firstOf(vals, followKeys), firstOf(vals, kafkaKeys)
+	if kafka == "" {
+		for k := range vals {
+			if strings.HasPrefix(k, lagconfig.AnnotationPrefix) {
+				kafka = k
+				break
+			}
+		}
+	}
+	switch {
+	case follow != "" && kafka != "":
+		return Trigger{}, commonv1.Invalid(field(kafka), vals[kafka],
+			fmt.Sprintf("no inline Kafka key beside %s: a trigger either follows a tidal target (%s, %s) or measures Kafka (%s)", follow, KeyPodAutoscaler, KeyFunction, KeyBootstrapServers))
+	case follow != "":
+		f, err := parseFollow(namespace, vals)
+		if err != nil {
+			return Trigger{}, err
+		}
+		return Trigger{Follow: &f}, nil
+	case kafka != "":
+		k, err := parseKafka(vals)
+		if err != nil {
+			return Trigger{}, err
+		}
+		return Trigger{Kafka: &k}, nil
+	}
+	return Trigger{}, commonv1.Invalid("scalerMetadata", "", fmt.Sprintf("%s or %s (follow a tidal target), or %s (inline Kafka)", KeyPodAutoscaler, KeyFunction, KeyBootstrapServers))
+}
+
+// normalize checks every key and value, folds KEY + FromEnv into KEY, and
+// drops KEDA's own keys. An unknown key is refused: a misspelt key would
+// otherwise be a setting silently not applied.
+func normalize(md map[string]string) (map[string]string, error) {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same first error every time
+	out := make(map[string]string, len(md))
+	for _, k := range keys {
+		v := md[k]
+		if slices.Contains(ignoredKeys, k) {
+			continue
+		}
+		name := k
+		if base, ok := strings.CutSuffix(k, fromEnv); ok && base != "" && known(base) {
+			if _, both := md[base]; both {
+				return nil, commonv1.Invalid(field(k), v, "only one of "+base+" and "+k)
+			}
+			name = base
+		}
+		if !known(name) {
+			return nil, commonv1.Invalid("scalerMetadata", commonv1.Printable(k),
+				fmt.Sprintf("a key tidal reads: %s, %s, %s; or KEDA's kafka trigger keys (%s, ...) with %s* options",
+					KeyPodAutoscaler, KeyFunction, KeyNamespace, KeyBootstrapServers, lagconfig.AnnotationPrefix))
+		}
+		if len(v) > MaxValueBytes {
+			return nil, commonv1.Invalid(field(k), v, fmt.Sprintf("at most %d bytes", MaxValueBytes))
+		}
+		if !commonv1.IsText(v) {
+			return nil, commonv1.Invalid(field(k), commonv1.Printable(v), "text without control characters")
+		}
+		out[name] = strings.TrimSpace(v)
+	}
+	return out, nil
+}
+
+func known(k string) bool {
+	if slices.Contains(followKeys, k) || slices.Contains(kafkaKeys, k) {
+		return true
+	}
+	name, ok := strings.CutPrefix(k, lagconfig.AnnotationPrefix)
+	return ok && name != ""
+}
+
+// firstOf returns the first of keys present in vals, or "".
+func firstOf(vals map[string]string, keys []string) string {
+	for _, k := range keys {
+		if _, ok := vals[k]; ok {
+			return k
+		}
+	}
+	return ""
+}
+
+func field(key string) string { return "scalerMetadata." + key }
+
+func parseFollow(namespace string, vals map[string]string) (Follow, error) {
+	pa, hasPA := vals[KeyPodAutoscaler]
+	fn, hasFn := vals[KeyFunction]
+	f := Follow{Namespace: namespace}
+	key := KeyPodAutoscaler
+	switch {
+	case hasPA && hasFn:
+		return f, commonv1.Invalid(field(KeyFunction), fn, "no "+KeyFunction+" beside "+KeyPodAutoscaler+": a trigger follows one target")
+	case hasPA:
+		f.Kind, f.Name = KindPodAutoscaler, pa
+	case hasFn:
+		f.Kind, f.Name, key = KindFunction, fn, KeyFunction
+	default:
+		return f, commonv1.Invalid(field(KeyPodAutoscaler), "", "the PodAutoscaler ("+KeyPodAutoscaler+") or Function ("+KeyFunction+") to follow, beside "+KeyNamespace)
+	}
+	if err := commonv1.ValidateSubdomain(field(key), f.Name); err != nil {
+		return f, err
+	}
+	if ns, ok := vals[KeyNamespace]; ok {
+		f.Namespace = ns
+		if err := commonv1.ValidateLabel(field(KeyNamespace), ns); err != nil {
+			return f, err
+		}
+	} else if err := commonv1.ValidateLabel("namespace", namespace); err != nil {
+		// KEDA always sends the ScaledObject's namespace; a caller that
+		// does not must name one.
+		return f, commonv1.Invalid(field(KeyNamespace), "", "a namespace: the ScaledObject's is missing or invalid")
+	}
+	return f, nil
+}
+
+func parseKafka(vals map[string]string) (Kafka, error) {
+	var k Kafka
+	servers, ok := vals[KeyBootstrapServers]
+	if !ok || servers == "" {
+		return k, commonv1.Invalid(field(KeyBootstrapServers), servers, "the Kafka brokers as host:port[,host:port...] (or "+KeyBootstrapServers+fromEnv+")")
+	}
+	for b := range strings.SplitSeq(servers, ",") {
+		b = strings.TrimSpace(b)
+		if b == "" {
+			continue
+		}
+		if !isHostPort(b) {
+			return k, commonv1.Invalid(field(KeyBootstrapServers), b, "host:port with a port from 1 to 65535")
+		}
+		if len(k.Brokers) == MaxBrokers {
+			return k, commonv1.Invalid(field(KeyBootstrapServers), servers, fmt.Sprintf("at most %d brokers", MaxBrokers))
+		}
+		k.Brokers = append(k.Brokers, b)
+	}
+	if len(k.Brokers) == 0 {
+		return k, commonv1.Invalid(field(KeyBootstrapServers), servers, "at least one host:port")
+	}
+	k.Group = vals["consumerGroup"]
+	if k.Group == "" || len(k.Group) > maxGroupBytes {
+		return k, commonv1.Invalid(field("consumerGroup"), k.Group, fmt.Sprintf("the consumer group to measure, 1 to %d bytes", maxGroupBytes))
+	}
+	k.Topic = vals["topic"]
+	if k.Topic != "" && !isTopic(k.Topic) {
+		return k, commonv1.Invalid(field("topic"), k.Topic, fmt.Sprintf("a Kafka topic name: 1 to %d of a-z, A-Z, 0-9, '.', '_' and '-'", maxTopicBytes))
+	}
+
+	// The rest are lagconfig parameters, under KEDA's names or as
+	// lag.tidal.dev/NAME; KEDA's semantics unless lag.tidal.dev/mode says
+	// otherwise.
+	mode := string(lagconfig.ModeKEDA)
+	params := map[string]string{}
+	for key, v := range vals {
+		name, tidal := strings.CutPrefix(key, lagconfig.AnnotationPrefix)
+		switch {
+		case tidal && name == "mode":
+			mode = v
+			continue
+		case !tidal && (key == KeyBootstrapServers || key == "consumerGroup"):
+			continue
+		case tidal && slices.Contains(kafkaKeys, name):
+			if _, both := vals[name]; both {
+				return k, commonv1.Invalid(field(key), v, "only one of "+name+" and "+key)
+			}
+		}
+		params[name] = v
+	}
+	cfg, err := lagconfig.ParseConfig(mode, params)
+	if err != nil {
+		// lagconfig's error names the parameter and quotes a bounded
+		// prefix of its value.
+		return k, fmt.Errorf("scalerMetadata: %w", err)
+	}
+	k.Config = cfg
+	return k, nil
+}
+
+func isHostPort(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return false
+	}
+	p, err := strconv.Atoi(port)
+	return err == nil && p >= 1 && p <= 65535
+}
+
+func isTopic(t string) bool {
+	if len(t) > maxTopicBytes || t == "." || t == ".." {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
