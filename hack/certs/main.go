@@ -12,10 +12,11 @@
 //
 // for the services collector, decider and actuator (with the DNS names of
 // their Services and of localhost) and the callers pusher (an activator
-// pushing stats), operator (may scale and deploy by hand) and reader (may
-// only read). A service run with a pusher or an operator other than the
-// defaults needs them in --authz-pushers and --authz-operators; the command
-// prints the flags.
+// pushing stats), operator (may scale and deploy by hand), keda (KEDA
+// calling the collector's external scaler; its secret.yaml holds the keys a
+// TriggerAuthentication reads) and reader (may only read). A service run
+// with a pusher, an operator or KEDA needs them in --authz-pushers,
+// --authz-operators and --authz-keda; the command prints the flags.
 //
 //	go run ./hack/certs -namespace tidal -prefix tidal bin/certs
 //	go run ./hack/certs -ca-cert ca.crt -ca-key ca.key -identity alice=spiffe://cluster.local/ns/ops/sa/alice bin/certs
@@ -45,7 +46,7 @@ import (
 // names; callers only call.
 var (
 	services = []string{"collector", "decider", "actuator"}
-	callers  = []string{"pusher", "operator", "reader"}
+	callers  = []string{"pusher", "operator", "keda", "reader"}
 )
 
 func main() {
@@ -95,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	caCert := fs.String("ca-cert", "", "Sign with this CA certificate (PEM) instead of making a CA; needs -ca-key.")
 	caKey := fs.String("ca-key", "", "Key of -ca-cert (PEM).")
 	secrets := fs.Bool("secrets", false, "Also write NAME/secret.yaml, a kubernetes.io/tls Secret PREFIX-NAME-tls in -namespace.")
-	only := fs.String("only", "", "Comma-separated names to issue (of collector, decider, actuator, pusher, operator, reader and -identity names); empty means all.")
+	only := fs.String("only", "", "Comma-separated names to issue (of collector, decider, actuator, pusher, operator, keda, reader and -identity names); empty means all.")
 	extra := extraIDs{}
 	fs.Var(extra, "identity", "Extra identity NAME=SPIFFE_ID to issue a certificate for; repeatable.")
 	fs.Usage = func() {
@@ -196,8 +197,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%-10s %s  %s/\n", name, ids[name], dir)
 	}
 	fmt.Fprintf(stdout, "\nA service: --tls-cert-file %[1]s/NAME/tls.crt --tls-key-file %[1]s/NAME/tls.key --tls-ca-file %[1]s/ca.crt \\\n", out)
-	fmt.Fprintf(stdout, "  --authz-trust-domain %s --authz-namespace %s --authz-account-prefix %s --authz-pushers %s --authz-operators %s\n",
-		*trustDomain, *namespace, *prefix, ids["pusher"], ids["operator"])
+	fmt.Fprintf(stdout, "  --authz-trust-domain %s --authz-namespace %s --authz-account-prefix %s --authz-pushers %s --authz-operators %s --authz-keda %s\n",
+		*trustDomain, *namespace, *prefix, ids["pusher"], ids["operator"], ids["keda"])
 	fmt.Fprintf(stdout, "grpcurl:   grpcurl -cacert %[1]s/ca.crt -cert %[1]s/reader/tls.crt -key %[1]s/reader/tls.key -servername localhost 127.0.0.1:9002 list\n", out)
 	return nil
 }

@@ -49,6 +49,7 @@ func TestRun(t *testing.T) {
 		"actuator":  "spiffe://cluster.local/ns/prod/sa/tidal-all-actuator",
 		"pusher":    "spiffe://cluster.local/ns/prod/sa/tidal-all-pusher",
 		"operator":  "spiffe://cluster.local/ns/prod/sa/tidal-all-operator",
+		"keda":      "spiffe://cluster.local/ns/prod/sa/tidal-all-keda",
 		"reader":    "spiffe://cluster.local/ns/prod/sa/tidal-all-reader",
 		"alice":     "spiffe://example.org/ops/alice",
 	} {

@@ -23,10 +23,12 @@ import (
 
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/deciders"
+	"github.com/tidalscale/tidal/collector/kedascaler"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/collector/targets"
+	"github.com/tidalscale/tidal/proto/externalscaler"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/kube"
@@ -61,6 +63,7 @@ type config struct {
 	stream  stream.Config
 	scrape  scrape.Config
 	lag     lag.Config
+	keda    kedascaler.Config
 	targets targets.Config
 	bucket  bucket.Config
 }
@@ -88,6 +91,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.stream.RegisterFlagsWithPrefix("stream-", fs)
 	c.scrape.RegisterFlagsWithPrefix("scrape-", fs)
 	c.lag.RegisterFlagsWithPrefix("lag-", fs)
+	c.keda.RegisterFlagsWithPrefix("keda-", fs)
 	c.targets.RegisterFlagsWithPrefix("", fs)
 	c.bucket.RegisterFlagsWithPrefix("", fs, "collector")
 }
@@ -158,7 +162,7 @@ func (c *config) Validate() error {
 	for _, v := range []struct {
 		validate func(string) error
 		prefix   string
-	}{{c.stream.Validate, "stream-"}, {c.scrape.Validate, "scrape-"}, {c.lag.Validate, "lag-"}, {c.bucket.Validate, ""}} {
+	}{{c.stream.Validate, "stream-"}, {c.scrape.Validate, "scrape-"}, {c.lag.Validate, "lag-"}, {c.keda.Validate, "keda-"}, {c.bucket.Validate, ""}} {
 		if err := v.validate(v.prefix); err != nil {
 			return err
 		}
@@ -257,6 +261,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	h := newHandler(hub, cfg.discovery == discoveryPush, pods, owner, time.Now, log, reg)
 	srv := server.New(cfg.server, log, reg)
 	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), h)
+	// KEDA's external scaler answers from the deciders over the streams'
+	// connections; without Kubernetes only a Function's target is known.
+	var kedaTargets kedascaler.Targets = kedascaler.PushTargets{}
+	if disc != nil {
+		kedaTargets = kubeTargets{disc}
+	}
+	kedaDecisions := kedascaler.NewRemote(cfg.keda, deciderRouter{hub, streams}, reg, log)
+	externalscaler.RegisterExternalScalerServer(srv.GRPC(), kedascaler.New(cfg.keda, kedaTargets, kedaDecisions, server.Caller, reg, log))
+	g.Go(func() error { return kedaDecisions.Run(gctx) })
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}

@@ -53,6 +53,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--scrape-timeout", "0s"}, "--scrape-timeout"},
 		{[]string{"--stream-batch-samples", "0"}, "--stream-batch-samples"},
 		{[]string{"--lag-tick", "0s"}, "--lag-tick"},
+		{[]string{"--keda-max-streams-per-caller", "0"}, "--keda-max-streams-per-caller"},
+		{[]string{"--keda-call-timeout", "0s"}, "--keda-call-timeout"},
 		{[]string{"--buckets", "4"}, "--buckets: needs Kubernetes"},
 		{[]string{"--discovery", "kubernetes", "--kubeconfig", "/nonexistent", "--buckets", "4", "--lease-duration", "1s"}, "--lease-duration"},
 	}

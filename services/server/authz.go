@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidalscale/tidal/identity"
+	"github.com/tidalscale/tidal/proto/externalscaler"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -29,6 +30,9 @@ const (
 	RolePusher
 	// RoleOperator is a person or tool allowed to scale and deploy by hand.
 	RoleOperator
+	// RoleKEDA is KEDA calling the collector's external scaler (the client
+	// certificate of its TriggerAuthentication).
+	RoleKEDA
 )
 
 // roleNames are the roles in label order: a caller holding several is
@@ -38,7 +42,7 @@ var roleNames = []struct {
 	name string
 }{
 	{RoleCollector, "collector"}, {RoleDecider, "decider"}, {RoleActuator, "actuator"},
-	{RolePusher, "pusher"}, {RoleOperator, "operator"},
+	{RolePusher, "pusher"}, {RoleOperator, "operator"}, {RoleKEDA, "keda"},
 }
 
 // Labels a refusal is counted under besides the roles: an identity that
@@ -86,6 +90,18 @@ var mutating = map[string]Role{
 	collectorv1.CollectorService_PushStatsStream_FullMethodName: RolePusher,
 }
 
+// roleOnly lists methods that change nothing but only some roles may
+// call, as if they did: KEDA's external scaler on the collector, for KEDA
+// (and operators, to try a trigger by hand). Like mutating methods they
+// count against the caller's rate.
+var roleOnly = map[string]Role{
+	externalscaler.ExternalScaler_IsActive_FullMethodName:         RoleKEDA | RoleOperator,
+	externalscaler.ExternalScaler_StreamIsActive_FullMethodName:   RoleKEDA | RoleOperator,
+	externalscaler.ExternalScaler_GetMetricSpec_FullMethodName:    RoleKEDA | RoleOperator,
+	externalscaler.ExternalScaler_GetMetrics_FullMethodName:       RoleKEDA | RoleOperator,
+	externalscaler.ExternalScaler_StreamMetricSpec_FullMethodName: RoleKEDA | RoleOperator,
+}
+
 // readServices are the services every method of which only reads: health
 // and server reflection, which grpcurl users need.
 var readServices = []string{"/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/"}
@@ -111,6 +127,9 @@ func classify(method string) (methodClass, Role) {
 	if roles, ok := mutating[method]; ok {
 		return classMutating, roles
 	}
+	if roles, ok := roleOnly[method]; ok {
+		return classMutating, roles
+	}
 	for _, svc := range readServices {
 		if strings.HasPrefix(method, svc) {
 			return classRead, 0
@@ -134,8 +153,9 @@ func classify(method string) (methodClass, Role) {
 // read (Get*, List*, Watch*, Explain, health, reflection); Scale, Deploy,
 // Undeploy and Update only deciders and operators (and actuators Scale,
 // which they forward to each other); Ingest only collectors; PushStats and
-// PushStatsStream only pushers. With plaintext no caller has an identity
-// and nothing is checked.
+// PushStatsStream only pushers; the ExternalScaler methods only KEDA and
+// operators. With plaintext no caller has an identity and nothing is
+// checked.
 type AuthzConfig struct {
 	// TrustDomain, Namespace and AccountPrefix make the default identities
 	// of tidal's services: spiffe://TrustDomain/ns/Namespace/sa/AccountPrefix-collector,
@@ -143,10 +163,10 @@ type AuthzConfig struct {
 	TrustDomain   string
 	Namespace     string
 	AccountPrefix string
-	// Collectors, Deciders, Actuators, Pushers and Operators are the
+	// Collectors, Deciders, Actuators, Pushers, Operators and KEDA are the
 	// identities holding each role; empty Collectors, Deciders or Actuators
 	// mean the default one.
-	Collectors, Deciders, Actuators, Pushers, Operators idList
+	Collectors, Deciders, Actuators, Pushers, Operators, KEDA idList
 	// Allow are extra rules, METHOD_PREFIX=ID,ID...: identities allowed
 	// every method starting with the prefix.
 	Allow allowList
@@ -274,6 +294,7 @@ type authzFile struct {
 	Actuators  []string `json:"actuators,omitempty"`
 	Pushers    []string `json:"pushers,omitempty"`
 	Operators  []string `json:"operators,omitempty"`
+	KEDA       []string `json:"keda,omitempty"`
 	Allow      []struct {
 		Method     string   `json:"method"`
 		Identities []string `json:"identities"`
@@ -305,8 +326,9 @@ func (c *AuthzConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Actuators, "authz-actuators", "Comma-separated SPIFFE IDs of actuators, which may forward Scale to each other; empty means the default identity.")
 	fs.Var(&c.Pushers, "authz-pushers", "Comma-separated SPIFFE IDs allowed to call PushStats and PushStatsStream (activators); none by default.")
 	fs.Var(&c.Operators, "authz-operators", "Comma-separated SPIFFE IDs of operators, who may call Scale, Deploy, Undeploy and Update; none by default.")
+	fs.Var(&c.KEDA, "authz-keda", "Comma-separated SPIFFE IDs of KEDA (its TriggerAuthentication's client certificate), which may call the collector's externalscaler.ExternalScaler methods; none by default.")
 	fs.Var(&c.Allow, "authz-allow", "Extra rule METHOD_PREFIX=SPIFFE_ID,...: the identities may call every method whose full name starts with the prefix, e.g. /tidal.decider.v1.DeciderService/Ingest=spiffe://cluster.local/ns/x/sa/y; repeatable, or rules separated by ';'.")
-	fs.StringVar(&c.File, "authz-file", "", "YAML or JSON file adding identities to roles and rules: {collectors, deciders, actuators, pushers, operators: [SPIFFE_ID...], allow: [{method: PREFIX, identities: [SPIFFE_ID...]}]}.")
+	fs.StringVar(&c.File, "authz-file", "", "YAML or JSON file adding identities to roles and rules: {collectors, deciders, actuators, pushers, operators, keda: [SPIFFE_ID...], allow: [{method: PREFIX, identities: [SPIFFE_ID...]}]}.")
 	fs.BoolVar(&c.CommonName, "authz-common-name-identity", false, "Take a certificate's SPIFFE ID from its subject's common name when it has no URI SAN; only for a CA that signs nothing else (the chart's generated certificates).")
 	fs.Float64Var(&c.MutatingRate, "authz-mutating-rate", defaultMutatingRate, "Calls per second each identity may make to methods that change something (a stream counts when opened); more get RESOURCE_EXHAUSTED. 0 means no bound.")
 	fs.IntVar(&c.MutatingBurst, "authz-mutating-burst", defaultMutatingBurst, "Calls an identity may make at once above --authz-mutating-rate.")
@@ -382,6 +404,7 @@ func (c *AuthzConfig) build() (*policy, error) {
 		{RoleActuator, c.Actuators, "authz-actuators", "actuator", true},
 		{RolePusher, c.Pushers, "authz-pushers", "", false},
 		{RoleOperator, c.Operators, "authz-operators", "", false},
+		{RoleKEDA, c.KEDA, "authz-keda", "", false},
 	} {
 		ids := r.ids
 		if len(ids) == 0 && r.hasDefault {
@@ -422,6 +445,7 @@ func (p *policy) addFile(path string, add func(Role, []identity.ID)) error {
 	}{
 		{RoleCollector, "collectors", f.Collectors}, {RoleDecider, "deciders", f.Deciders},
 		{RoleActuator, "actuators", f.Actuators}, {RolePusher, "pushers", f.Pushers}, {RoleOperator, "operators", f.Operators},
+		{RoleKEDA, "keda", f.KEDA},
 	} {
 		ids, err := parseIDs(strings.Join(r.ids, ","))
 		if err != nil {

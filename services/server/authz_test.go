@@ -23,6 +23,7 @@ var (
 	idActuator  = identity.MustNew("cluster.local", "tidal", "tidal-actuator")
 	idPusher    = identity.MustNew("cluster.local", "knative-serving", "activator")
 	idOperator  = identity.MustNew("cluster.local", "ops", "oncall")
+	idKEDA      = identity.MustNew("cluster.local", "keda", "keda-operator")
 	idStranger  = identity.MustNew("cluster.local", "default", "web")
 	idForeign   = identity.MustNew("other.example", "tidal", "tidal-decider")
 )
@@ -34,12 +35,12 @@ var callers = []struct {
 	id   identity.ID
 }{
 	{"collector", idCollector}, {"decider", idDecider}, {"actuator", idActuator},
-	{"pusher", idPusher}, {"operator", idOperator}, {"stranger", idStranger},
+	{"pusher", idPusher}, {"operator", idOperator}, {"keda", idKEDA}, {"stranger", idStranger},
 	{"foreign", idForeign}, {"no identity", identity.ID{}},
 }
 
 // readers are the callers any read is open to.
-var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "stranger"}
+var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "stranger"}
 
 // wantAllowed is the policy the issue asks for, method by method, written
 // out apart from the code's table so that a change to either shows here.
@@ -59,6 +60,11 @@ var wantAllowed = map[string][]string{
 	"/tidal.collector.v1.CollectorService/PushStatsStream":           {"pusher"},
 	"/tidal.collector.v1.CollectorService/ListTargets":               readers,
 	"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
+	"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator"},
+	"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator"},
+	"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator"},
+	"/externalscaler.ExternalScaler/GetMetrics":                      {"keda", "operator"},
+	"/externalscaler.ExternalScaler/StreamMetricSpec":                {"keda", "operator"},
 	"/grpc.health.v1.Health/Check":                                   readers,
 	"/grpc.health.v1.Health/Watch":                                   readers,
 	"/grpc.health.v1.Health/List":                                    readers,
@@ -67,14 +73,14 @@ var wantAllowed = map[string][]string{
 }
 
 // testAuthz is the configuration of the matrix: the defaults, plus the
-// pusher and the operator.
+// pusher, the operator and KEDA.
 func testAuthz(t *testing.T, args ...string) *AuthzConfig {
 	t.Helper()
 	var c AuthzConfig
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.RegisterFlags(fs)
-	base := []string{"--authz-pushers", idPusher.String(), "--authz-operators", idOperator.String()}
+	base := []string{"--authz-pushers", idPusher.String(), "--authz-operators", idOperator.String(), "--authz-keda", idKEDA.String()}
 	if err := fs.Parse(append(base, args...)); err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +134,7 @@ func TestPolicyLabels(t *testing.T) {
 		{idDecider, nil, "decider"},
 		{idPusher, nil, "pusher"},
 		{idOperator, nil, "operator"},
+		{idKEDA, nil, "keda"},
 		{idStranger, nil, "other"},
 		{idForeign, nil, "unknown"},
 		{identity.ID{}, identity.ErrNoIdentity, "unknown"},
@@ -218,6 +225,7 @@ func TestAuthzFile(t *testing.T) {
 pushers: [spiffe://cluster.local/ns/default/sa/web]
 operators:
   - spiffe://cluster.local/ns/ops/sa/oncall
+keda: [spiffe://cluster.local/ns/keda/sa/keda-metrics]
 allow:
   - method: /tidal.decider.v1.DeciderService/Ingest
     identities: [spiffe://cluster.local/ns/knative-serving/sa/activator]
@@ -235,6 +243,9 @@ allow:
 		{"/tidal.decider.v1.DeciderService/Ingest", idPusher, true},
 		{"/tidal.decider.v1.DeciderService/Ingest", idStranger, false},
 		{"/tidal.decider.v1.DeciderService/Ingest", idCollector, true}, // defaults stay
+		{"/externalscaler.ExternalScaler/GetMetrics", identity.MustNew("cluster.local", "keda", "keda-metrics"), true},
+		{"/externalscaler.ExternalScaler/GetMetrics", idKEDA, true}, // the flag's still holds
+		{"/externalscaler.ExternalScaler/GetMetrics", idStranger, false},
 	} {
 		if got := c.policy.decide(tt.method, tt.id, nil).allowed; got != tt.want {
 			t.Errorf("yaml: %s by %s: allowed = %v, want %v", tt.method, tt.id, got, tt.want)

@@ -50,7 +50,7 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 		now:      time.Now,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_grpc_refused_total",
-			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, other, unknown) and reason (permission_denied, rate_limited).",
+			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, keda, other, unknown) and reason (permission_denied, rate_limited).",
 		}, []string{"method", "role", "reason"}),
 	}
 	reg.MustRegister(g.refused)

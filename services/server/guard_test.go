@@ -22,6 +22,7 @@ import (
 
 	"github.com/tidalscale/tidal/identity"
 	"github.com/tidalscale/tidal/identity/pki"
+	"github.com/tidalscale/tidal/proto/externalscaler"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -111,7 +112,8 @@ func (d *fakeDecider) WatchDecisions(_ *deciderv1.WatchDecisionsRequest, s grpc.
 	return nil
 }
 
-// startServer runs a server holding all three services, as the actuator.
+// startServer runs a server holding all three services and KEDA's external
+// scaler, as the actuator.
 func startServer(t *testing.T, cfg Config, log *zap.Logger, reg *prometheus.Registry) (string, *fakeDecider) {
 	t.Helper()
 	srv := New(cfg, log, reg)
@@ -119,6 +121,7 @@ func startServer(t *testing.T, cfg Config, log *zap.Logger, reg *prometheus.Regi
 	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), fakeActuator{})
 	deciderv1.RegisterDeciderServiceServer(srv.GRPC(), dec)
 	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), collectorv1.UnimplementedCollectorServiceServer{})
+	externalscaler.RegisterExternalScalerServer(srv.GRPC(), externalscaler.UnimplementedExternalScalerServer{})
 	gaddr, _, err := srv.Listen()
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +188,7 @@ func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.
 // methods lists every method the server serves, with its stream shape.
 func methods() map[string]*grpc.StreamDesc {
 	out := map[string]*grpc.StreamDesc{}
-	for _, sd := range []grpc.ServiceDesc{actuatorv1.ActuatorService_ServiceDesc, deciderv1.DeciderService_ServiceDesc, collectorv1.CollectorService_ServiceDesc} {
+	for _, sd := range []grpc.ServiceDesc{actuatorv1.ActuatorService_ServiceDesc, deciderv1.DeciderService_ServiceDesc, collectorv1.CollectorService_ServiceDesc, externalscaler.ExternalScaler_ServiceDesc} {
 		for _, m := range sd.Methods {
 			out["/"+sd.ServiceName+"/"+m.MethodName] = nil
 		}
@@ -207,6 +210,7 @@ func TestMatrixCoversEveryMethod(t *testing.T) {
 	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), fakeActuator{})
 	deciderv1.RegisterDeciderServiceServer(srv.GRPC(), &fakeDecider{})
 	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), collectorv1.UnimplementedCollectorServiceServer{})
+	externalscaler.RegisterExternalScalerServer(srv.GRPC(), externalscaler.UnimplementedExternalScalerServer{})
 	for svc, info := range srv.GRPC().GetServiceInfo() {
 		for _, m := range info.Methods {
 			if _, ok := wantAllowed["/"+svc+"/"+m.Name]; !ok {

@@ -91,6 +91,7 @@ var scenarios = []scenario{
 			"TIDAL_AUTHZ_DECIDERS":         "spiffe://example.org/ns/autoscaling/sa/tidal-all-decider",
 			"TIDAL_AUTHZ_PUSHERS":          "spiffe://example.org/ns/knative-serving/sa/activator",
 			"TIDAL_AUTHZ_OPERATORS":        "spiffe://example.org/ns/ops/sa/oncall,spiffe://example.org/ns/ops/sa/deployer",
+			"TIDAL_AUTHZ_KEDA":             "spiffe://example.org/ns/keda/sa/keda-operator",
 			"TIDAL_AUTHZ_ALLOW":            "/tidal.decider.v1.DeciderService/=spiffe://example.org/ns/ops/sa/debugger;/tidal.actuator.v1.ActuatorService/Scale=spiffe://example.org/ns/ci/sa/load-test",
 			"TIDAL_AUTHZ_MUTATING_RATE":    "800",
 			"TIDAL_AUTHZ_MUTATING_BURST":   "1600",

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tidalscale/tidal/identity"
 	"github.com/tidalscale/tidal/identity/pki"
+	"github.com/tidalscale/tidal/proto/externalscaler"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -66,6 +67,7 @@ var ids = map[string]identity.ID{
 	"actuator":  identity.MustNew(trustDomain, namespace, "tidal-actuator"),
 	"pusher":    identity.MustNew(trustDomain, "knative-serving", "activator"),
 	"operator":  identity.MustNew(trustDomain, "ops", "oncall"),
+	"keda":      identity.MustNew(trustDomain, "keda", "keda-operator"),
 	"reader":    identity.MustNew(trustDomain, "default", "grpcurl"),
 	"foreign":   identity.MustNew("other.example", namespace, "tidal-decider"),
 	"anonymous": {},
@@ -82,9 +84,14 @@ var allowed = map[string][]string{
 	"/tidal.decider.v1.DeciderService/Ingest":              {"collector"},
 	"/tidal.collector.v1.CollectorService/PushStats":       {"pusher"},
 	"/tidal.collector.v1.CollectorService/PushStatsStream": {"pusher"},
+	"/externalscaler.ExternalScaler/IsActive":              {"keda", "operator"},
+	"/externalscaler.ExternalScaler/StreamIsActive":        {"keda", "operator"},
+	"/externalscaler.ExternalScaler/GetMetricSpec":         {"keda", "operator"},
+	"/externalscaler.ExternalScaler/GetMetrics":            {"keda", "operator"},
+	"/externalscaler.ExternalScaler/StreamMetricSpec":      {"keda", "operator"},
 }
 
-var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "reader"}
+var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "reader"}
 
 func allows(method, caller string) bool {
 	list, ok := allowed[method]
@@ -135,7 +142,7 @@ func startFleet(t *testing.T) *fleet {
 		files := pki.DirFiles(f.dirs[svc])
 		args = append(args,
 			"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-ca-file", files.CA,
-			"--authz-pushers", ids["pusher"].String(), "--authz-operators", ids["operator"].String())
+			"--authz-pushers", ids["pusher"].String(), "--authz-operators", ids["operator"].String(), "--authz-keda", ids["keda"].String())
 		p, err := system.NewProc(svc, binDir, svc, logDir, args...)
 		if err != nil {
 			t.Fatal(err)
@@ -261,10 +268,30 @@ func TestSecurity(t *testing.T) {
 		t.Fatalf("the actuator never scaled %s: collector → decider → actuator did not pass (last GetScale: %v)", target.Key(), last)
 	})
 
+	// KEDA's certificate reads the loop's target through the collector's
+	// external scaler (the collector asks the decider over its own mutual
+	// TLS); a reader's is refused.
+	t.Run("keda", func(t *testing.T) {
+		so := &externalscaler.ScaledObjectRef{Name: "hello", Namespace: "default", ScalerMetadata: map[string]string{"function": "hello"}}
+		m, err := externalscaler.NewExternalScalerClient(f.dial(t, "keda", f.collector)).GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: so})
+		if err != nil || len(m.GetMetricValues()) != 1 || m.GetMetricValues()[0].GetMetricValue() < 1 {
+			t.Errorf("GetMetrics with KEDA's certificate: %v, %v; want the decider's desired replicas, at least 1", m, err)
+		}
+		_, err = externalscaler.NewExternalScalerClient(f.dial(t, "reader", f.collector)).GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: so})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("GetMetrics with a reader's certificate: %v, want PERMISSION_DENIED", err)
+		}
+	})
+
 	t.Run("matrix", func(t *testing.T) {
-		for svc, sd := range map[*system.Proc]grpc.ServiceDesc{
-			f.actuator: actuatorv1.ActuatorService_ServiceDesc, f.decider: deciderv1.DeciderService_ServiceDesc, f.collector: collectorv1.CollectorService_ServiceDesc,
+		for _, served := range []struct {
+			svc *system.Proc
+			sd  grpc.ServiceDesc
+		}{
+			{f.actuator, actuatorv1.ActuatorService_ServiceDesc}, {f.decider, deciderv1.DeciderService_ServiceDesc},
+			{f.collector, collectorv1.CollectorService_ServiceDesc}, {f.collector, externalscaler.ExternalScaler_ServiceDesc},
 		} {
+			svc, sd := served.svc, served.sd
 			for caller := range ids {
 				conn := f.dial(t, caller, svc)
 				for method, desc := range methodsOf(sd) {

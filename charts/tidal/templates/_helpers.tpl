@@ -93,6 +93,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "spiffe://%s/ns/%s/sa/%s" .root.Values.tls.trustDomain .root.Release.Namespace (include "tidal.serviceAccountName" .) }}
 {{- end }}
 
+{{/* SPIFFE ID of KEDA's client certificate (tls.keda). */}}
+{{- define "tidal.kedaID" -}}
+{{- printf "spiffe://%s/ns/%s/sa/%s-keda" .Values.tls.trustDomain .Release.Namespace (include "tidal.fullname" .) }}
+{{- end }}
+
 {{/* SPIFFE ID of the read-only client certificate for people. */}}
 {{- define "tidal.readerID" -}}
 {{- printf "spiffe://%s/ns/%s/sa/%s-reader" .Values.tls.trustDomain .Release.Namespace (include "tidal.fullname" .) }}

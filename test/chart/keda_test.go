@@ -1,0 +1,48 @@
+package chart_test
+
+import (
+	"crypto/x509"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tidalscale/tidal/identity"
+)
+
+// TestKEDACertificate: with tls.keda the chart makes KEDA a client
+// certificate of its own identity, signed by the release's CA, and tells
+// the services that identity may call the external scaler.
+func TestKEDACertificate(t *testing.T) {
+	t.Parallel()
+	m := manifest(render(t, release{name: "tidal", namespace: "tidal-system", set: []string{"tls.keda=true", "authz.keda={spiffe://cluster.local/ns/keda/sa/keda-operator}"}}))
+	caSec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-tls-ca"))
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caSec.Data["tls.crt"]) {
+		t.Fatal("tidal-tls-ca holds no certificate")
+	}
+	sec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-keda-tls"))
+	leaf := leafOf(t, writeSecret(t, sec))
+	const want = "spiffe://cluster.local/ns/tidal-system/sa/tidal-keda"
+	if id, err := identity.FromCertificate(leaf, true); err != nil || id.String() != want {
+		t.Errorf("identity %v, %v; want %s", id, err, want)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("KEDA's certificate as a client's: %v", err)
+	}
+	for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		if len(sec.Data[k]) == 0 {
+			t.Errorf("Secret tidal-keda-tls has no %s for the TriggerAuthentication", k)
+		}
+	}
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "tidal-collector"))
+	got := ""
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "TIDAL_AUTHZ_KEDA" {
+			got = e.Value
+		}
+	}
+	if got != "spiffe://cluster.local/ns/keda/sa/keda-operator,"+want {
+		t.Errorf("collector's TIDAL_AUTHZ_KEDA = %q, want authz.keda and the chart's KEDA identity", got)
+	}
+}
