@@ -95,7 +95,13 @@ type TargetSpec struct {
 	// least 0 and at most 100000.
 	ContainerConcurrency int32 `protobuf:"varint,4,opt,name=container_concurrency,json=containerConcurrency,proto3" json:"container_concurrency,omitempty"`
 	// Whether the target receives traffic (KPA).
-	Reachability  Reachability `protobuf:"varint,5,opt,name=reachability,proto3,enum=tidal.decider.v1.Reachability" json:"reachability,omitempty"`
+	Reachability Reachability `protobuf:"varint,5,opt,name=reachability,proto3,enum=tidal.decider.v1.Reachability" json:"reachability,omitempty"`
+	// Decide and explain, never actuate: the decider decides an advisory
+	// target and shows its decisions (GetDecision, ListDecisions,
+	// WatchDecisions, Explain) like any other, but sends no Scale for it.
+	// The collector sets it for a KEDA inline Kafka trigger, whose workload
+	// KEDA and its HPA scale. False (the default) for every other target.
+	Advisory      bool `protobuf:"varint,6,opt,name=advisory,proto3" json:"advisory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -163,6 +169,13 @@ func (x *TargetSpec) GetReachability() Reachability {
 		return x.Reachability
 	}
 	return Reachability_REACHABILITY_UNSPECIFIED
+}
+
+func (x *TargetSpec) GetAdvisory() bool {
+	if x != nil {
+		return x.Advisory
+	}
+	return false
 }
 
 // TargetMetrics is what one batch holds for one target.
@@ -1444,14 +1457,15 @@ var File_tidal_decider_v1_decider_service_proto protoreflect.FileDescriptor
 
 const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\n" +
-	"&tidal/decider/v1/decider_service.proto\x12\x10tidal.decider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1etidal/common/v1/decision.proto\x1a\x1ctidal/common/v1/sample.proto\x1a\x1ctidal/common/v1/target.proto\"\x81\x03\n" +
+	"&tidal/decider/v1/decider_service.proto\x12\x10tidal.decider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1etidal/common/v1/decision.proto\x1a\x1ctidal/common/v1/sample.proto\x1a\x1ctidal/common/v1/target.proto\"\x9d\x03\n" +
 	"\n" +
 	"TargetSpec\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x125\n" +
 	"\bstrategy\x18\x02 \x01(\x0e2\x19.tidal.common.v1.StrategyR\bstrategy\x12O\n" +
 	"\vannotations\x18\x03 \x03(\v2-.tidal.decider.v1.TargetSpec.AnnotationsEntryR\vannotations\x123\n" +
 	"\x15container_concurrency\x18\x04 \x01(\x05R\x14containerConcurrency\x12B\n" +
-	"\freachability\x18\x05 \x01(\x0e2\x1e.tidal.decider.v1.ReachabilityR\freachability\x1a>\n" +
+	"\freachability\x18\x05 \x01(\x0e2\x1e.tidal.decider.v1.ReachabilityR\freachability\x12\x1a\n" +
+	"\badvisory\x18\x06 \x01(\bR\badvisory\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +
