@@ -657,6 +657,7 @@ func (e *Engine) kpaDecisionLocked(t *target) Decision {
 		Panicking:           kd.Panicking,
 		ExcessBurstCapacity: st.ExcessBurstCapacity,
 		MaxScale:            t.maxScale,
+		Advisory:            t.spec.Advisory,
 		KPA:                 &kd,
 	}
 	if !kd.At.IsZero() {
@@ -673,6 +674,7 @@ func (e *Engine) lagDecisionLocked(t *target) Decision {
 		At:       ld.Time,
 		Desired:  ld.Desired,
 		Reason:   ld.Summary(),
+		Advisory: t.spec.Advisory,
 		Lag:      &ld,
 	}
 	if !ld.Time.IsZero() {

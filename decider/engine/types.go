@@ -52,6 +52,10 @@ type Spec struct {
 	ContainerConcurrency int32
 	// Reachable is false when no traffic is routed to the target.
 	Reachable bool
+	// Advisory targets are decided and explained but never actuated:
+	// their decisions say so (Decision.Advisory) and are not sent to the
+	// actuator. A KEDA inline Kafka trigger is one.
+	Advisory bool
 }
 
 // Sample is one measurement of a target.
@@ -101,6 +105,9 @@ type Decision struct {
 	// SpecError is set when the target's spec was refused; the target then
 	// keeps its last decision and is not decided for.
 	SpecError string
+	// Advisory is the target's Spec.Advisory: nothing applies the
+	// decision.
+	Advisory bool
 	// KPA or Lag holds the strategy's full decision, for Explain.
 	KPA *kpa.Decision
 	Lag *lag.Decision

@@ -109,14 +109,15 @@ func (s *Sender) Pending() int {
 	return len(s.pending)
 }
 
-// Enqueue queues decisions; invalid ones (no desired scale) are never sent,
-// and one older than a decision already waiting for its target is dropped.
+// Enqueue queues decisions; invalid ones (no desired scale) and advisory
+// ones (a target something else scales, such as KEDA) are never sent, and
+// one older than a decision already waiting for its target is dropped.
 func (s *Sender) Enqueue(ds []engine.Decision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range ds {
 		d := &ds[i]
-		if !d.Valid() {
+		if !d.Valid() || d.Advisory {
 			continue
 		}
 		key := d.Target.Key()

@@ -213,9 +213,11 @@ func TestInvalidAndOlderDecisionsAreNotSent(t *testing.T) {
 	s.Enqueue([]engine.Decision{decision("busy", 1, 1)})
 	waitFor(t, "the first call", func() bool { c, _, _ := a.snapshot(); return len(c) == 1 })
 	unknown := decision("x", 5, -1)
-	s.Enqueue([]engine.Decision{decision("t", 9, 2), decision("t", 4, 8), unknown})
+	advisory := decision("keda", 6, 3)
+	advisory.Advisory = true
+	s.Enqueue([]engine.Decision{decision("t", 9, 2), decision("t", 4, 8), unknown, advisory})
 	if p := s.Pending(); p != 1 {
-		t.Fatalf("Pending() = %d, want 1 (t's newest only; the invalid one is never queued)", p)
+		t.Fatalf("Pending() = %d, want 1 (t's newest only; the invalid and the advisory ones are never queued)", p)
 	}
 	close(a.gate)
 	waitFor(t, "t's call", func() bool { c, _, _ := a.snapshot(); return len(c) == 2 })

@@ -32,6 +32,7 @@ func specOf(s *deciderv1.TargetSpec) engine.Spec {
 		Annotations:          s.GetAnnotations(),
 		ContainerConcurrency: s.GetContainerConcurrency(),
 		Reachable:            s.GetReachability() != deciderv1.Reachability_REACHABILITY_UNREACHABLE,
+		Advisory:             s.GetAdvisory(),
 	}
 }
 
