@@ -67,7 +67,14 @@ type Target struct {
 	Group string
 	// Interval is how often the lag is read (the strategy's tick).
 	Interval time.Duration
+	// OnDemand targets are read only when Poll asks (a KEDA trigger in keda
+	// mode, measured once per KEDA poll); Interval does not apply.
+	OnDemand bool
 }
+
+// ErrUnknownTarget is returned by Poll for a target the fetcher does not
+// hold, or no longer can read (Run has ended).
+var ErrUnknownTarget = errors.New("unknown lag target")
 
 // Recorder receives lag samples and error states.
 type Recorder interface {
@@ -260,7 +267,7 @@ func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
 	f.mu.Lock()
 	for _, t := range f.targets {
 		c := f.clusters[t.cluster]
-		if c == nil || now.Before(t.next) || c.busy {
+		if c == nil || t.spec.OnDemand || now.Before(t.next) || c.busy {
 			continue
 		}
 		t.next = now.Add(t.spec.Interval)
@@ -283,14 +290,62 @@ func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
+// Poll reads one target's lag now, whatever its interval, records the
+// result as a periodic fetch does (the sample, or the target's error
+// state), and returns it: the sample, or an error saying what failed (its
+// reason first). Polls may run beside the periodic fetches of the
+// target's cluster, whose client is safe for concurrent use.
+func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.MetricSample, error) {
+	f.mu.Lock()
+	var (
+		c    *cluster
+		spec Target
+	)
+	t, ok := f.targets[ref.Key()]
+	if ok {
+		c, spec = f.clusters[t.cluster], t.spec
+	}
+	f.mu.Unlock()
+	if c == nil {
+		return nil, fmt.Errorf("%w %s", ErrUnknownTarget, ref.Key())
+	}
+	r := f.measure(ctx, c, []Target{spec})[0]
+	if r.err != nil {
+		f.fail(spec, r.reason, r.err.Error())
+		return nil, fmt.Errorf("%s: %w", r.reason, r.err)
+	}
+	f.rec.Record(spec.Ref, r.sample)
+	return r.sample, nil
+}
+
 // fetchCluster reads the committed offsets of every due group and the end
 // offsets of every due topic of one cluster, then records each target.
 func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster, ts []Target) {
-	if c.err != nil {
-		for _, t := range ts {
-			f.fail(t, ReasonConfig, fmt.Sprintf("kafka cluster %v: %v", c.cfg.Brokers, c.err))
+	for i, r := range f.measure(ctx, c, ts) {
+		if r.err != nil {
+			f.fail(ts[i], r.reason, r.err.Error())
+			continue
 		}
-		return
+		f.rec.Record(ts[i].Ref, r.sample)
+	}
+}
+
+// measured is one target's result of a fetch: a sample, or the reason and
+// error of its failure.
+type measured struct {
+	sample *commonv1.MetricSample
+	reason string
+	err    error
+}
+
+// measure reads what fetchCluster records, in the order of ts.
+func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []Target) []measured {
+	out := make([]measured, len(ts))
+	if c.err != nil {
+		for i := range ts {
+			out[i] = measured{reason: ReasonConfig, err: fmt.Errorf("kafka cluster %v: %w", c.cfg.Brokers, c.err)}
+		}
+		return out
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
@@ -353,16 +408,13 @@ func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster, ts []Target) {
 			if isBrokerErr(err) {
 				reason = ReasonBroker
 			}
-			f.fail(t, reason, err.Error())
+			out[i] = measured{reason: reason, err: err}
 			continue
 		}
 		s, reason, err := sample(ends, endsErr, commits[t.Group].Fetched, topicOf[i], now)
-		if err != nil {
-			f.fail(t, reason, err.Error())
-			continue
-		}
-		f.rec.Record(t.Ref, s)
+		out[i] = measured{sample: s, reason: reason, err: err}
 	}
+	return out
 }
 
 // sample builds one target's lag sample from the cluster's answers.

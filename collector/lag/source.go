@@ -1,18 +1,24 @@
 package lag
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
 
 // Auth is how to reach a Kafka cluster: TLS and SASL, as KEDA's Kafka
@@ -64,7 +70,17 @@ func AuthFromSecret(data map[string][]byte) (Auth, error) {
 type Cluster struct {
 	Brokers []string
 	Auth    Auth
+	// Allow, when set, is asked before every connection to a broker, the
+	// seeds and those the cluster advertises alike: an address (host:port)
+	// it refuses is never dialled. Clusters named by whoever calls the
+	// collector (a KEDA trigger's bootstrapServers) set it; every Allow of
+	// a collector is the same policy, so the key records only that it is
+	// set.
+	Allow func(addr string) bool
 }
+
+// dialTimeout is franz-go's own default, kept when Allow replaces its dialer.
+const dialTimeout = 10 * time.Second
 
 // key identifies a cluster and its credentials; targets with equal keys
 // share one client.
@@ -72,7 +88,7 @@ func (c Cluster) key() string {
 	b := slices.Clone(c.Brokers)
 	slices.Sort(b)
 	h := sha256.New()
-	fmt.Fprintf(h, "%q|%v|%q|%q|%q|%q|%q|%q|%q", b, c.Auth.TLS, c.Auth.CA, c.Auth.Cert, c.Auth.Key, c.Auth.ServerName, c.Auth.SASL, c.Auth.User, c.Auth.Password)
+	fmt.Fprintf(h, "%q|%v|%q|%q|%q|%q|%q|%q|%q|%v", b, c.Auth.TLS, c.Auth.CA, c.Auth.Cert, c.Auth.Key, c.Auth.ServerName, c.Auth.SASL, c.Auth.User, c.Auth.Password, c.Allow != nil)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -82,6 +98,7 @@ func (c Cluster) options() ([]kgo.Opt, error) {
 		return nil, fmt.Errorf("brokers: want at least one host:port")
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	var tlsCfg *tls.Config
 	if c.Auth.TLS {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Auth.ServerName}
 		if len(c.Auth.CA) > 0 {
@@ -98,7 +115,15 @@ func (c Cluster) options() ([]kgo.Opt, error) {
 			}
 			cfg.Certificates = []tls.Certificate{cert}
 		}
-		opts = append(opts, kgo.DialTLSConfig(cfg))
+		tlsCfg = cfg
+	}
+	switch {
+	case c.Allow != nil:
+		// franz-go takes a dialer or a TLS config, not both: with Allow the
+		// dialer does TLS itself.
+		opts = append(opts, kgo.Dialer(allowDialer(c.Allow, tlsCfg)))
+	case tlsCfg != nil:
+		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
 	}
 	var m sasl.Mechanism
 	switch c.Auth.SASL {
@@ -114,3 +139,27 @@ func (c Cluster) options() ([]kgo.Opt, error) {
 	}
 	return opts, nil
 }
+
+// allowDialer dials only the addresses allow accepts, over TLS when cfg is
+// set (its server name, when empty, the broker's host, as franz-go does).
+func allowDialer(allow func(string) bool, cfg *tls.Config) func(ctx context.Context, network, host string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: dialTimeout}
+	return func(ctx context.Context, network, host string) (net.Conn, error) {
+		if !allow(host) {
+			return nil, fmt.Errorf("broker %s: %w", commonv1.Prefix(host), ErrBrokerNotAllowed)
+		}
+		if cfg == nil {
+			return d.DialContext(ctx, network, host)
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" {
+			if h, _, err := net.SplitHostPort(host); err == nil {
+				c.ServerName = h
+			}
+		}
+		return (&tls.Dialer{NetDialer: d, Config: c}).DialContext(ctx, network, host)
+	}
+}
+
+// ErrBrokerNotAllowed: a cluster's Allow refused a broker's address.
+var ErrBrokerNotAllowed = errors.New("address not allowed")

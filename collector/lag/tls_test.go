@@ -77,3 +77,28 @@ func TestFetchTLS(t *testing.T) {
 		t.Errorf("untrusted certificate: sample %v error %q; want an error state", s, e)
 	}
 }
+
+// TestAllowWithTLS: a cluster with Allow does TLS in its own dialer, with
+// the broker's host as the server name, and is read as without Allow.
+func TestAllowWithTLS(t *testing.T) {
+	cert, caPEM := selfSigned(t)
+	c := kfake.MustCluster(kfake.NumBrokers(1), kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	defer c.Close()
+	tg := lagTarget("tls", c, "input", "fn")
+	tg.Cluster.Auth = Auth{TLS: true, CA: caPEM}
+	cl, err := kgo.NewClient(mustOpts(t, tg.Cluster)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 2, 1, nil, "input"); err != nil {
+		t.Fatal(err)
+	}
+	tg.Cluster.Allow = func(string) bool { return true }
+	tg.OnDemand = true
+	f, _ := newFetcher(t, newRecorder())
+	f.Set(tg)
+	if s, err := f.Poll(context.Background(), tg.Ref); err != nil || s.GetPartitionCount() != 2 {
+		t.Errorf("Poll over TLS with Allow = %v, %v; want 2 partitions", s, err)
+	}
+}

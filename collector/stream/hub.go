@@ -209,6 +209,13 @@ func (h *Hub) streamingLocked(dst []*outbox, key tkey, t *target) []*outbox {
 // hub's default, is kept for this target (its stable window plus scale-down
 // delay, say).
 func (h *Hub) SetSpec(spec *deciderv1.TargetSpec, retention time.Duration) {
+	h.TrySetSpec(spec, retention)
+}
+
+// TrySetSpec is SetSpec, and reports whether the hub holds the target
+// afterwards: false when it is new and the hub holds MaxTargets (the
+// refusal is counted as SetSpec's is).
+func (h *Hub) TrySetSpec(spec *deciderv1.TargetSpec, retention time.Duration) bool {
 	spec = proto.CloneOf(spec)
 	key := keyOf(spec.GetTarget())
 	h.mu.Lock()
@@ -216,7 +223,7 @@ func (h *Hub) SetSpec(spec *deciderv1.TargetSpec, retention time.Duration) {
 	h.expireLocked()
 	t := h.targets[key]
 	if t == nil && !h.roomLocked(1) {
-		return
+		return false
 	}
 	if t != nil && t.pushed != nil {
 		// Discovered now: it lives as long as its object does.
@@ -224,6 +231,7 @@ func (h *Hub) SetSpec(spec *deciderv1.TargetSpec, retention time.Duration) {
 		t.pushed = nil
 	}
 	h.addLocked(key, spec, retention)
+	return true
 }
 
 // roomLocked reports whether the hub may take n new targets; a refusal is

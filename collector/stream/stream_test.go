@@ -513,11 +513,14 @@ func TestPushedTargetsAreBoundedAndExpire(t *testing.T) {
 	if hub.Known(ref("c")) || len(hub.targets) != 2 {
 		t.Fatalf("targets after a refused call: %d, c known %v; want a and b only", len(hub.targets), hub.Known(ref("c")))
 	}
-	// A discovered target counts against the bound too.
-	hub.SetSpec(spec("x"), 0)
-	hub.SetSpec(spec("y"), 0)
-	if !hub.Known(ref("x")) || hub.Known(ref("y")) {
-		t.Fatalf("x known %v, y known %v; want x taken and y refused at the bound", hub.Known(ref("x")), hub.Known(ref("y")))
+	// A discovered target counts against the bound too; TrySetSpec says
+	// which were taken.
+	tookX, tookY := hub.TrySetSpec(spec("x"), 0), hub.TrySetSpec(spec("y"), 0)
+	if !hub.Known(ref("x")) || hub.Known(ref("y")) || !tookX || tookY {
+		t.Fatalf("x known %v (took %v), y known %v (took %v); want x taken and y refused at the bound", hub.Known(ref("x")), tookX, hub.Known(ref("y")), tookY)
+	}
+	if !hub.TrySetSpec(spec("x"), 0) {
+		t.Error("TrySetSpec of a held target at the bound = false, want true")
 	}
 	// a keeps pushing; b goes quiet and expires after a minute, making room.
 	_ = hub.take("d:1", 1000)
