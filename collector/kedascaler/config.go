@@ -3,7 +3,12 @@ package kedascaler
 import (
 	"flag"
 	"fmt"
+	"math"
+	"path"
+	"strings"
 	"time"
+
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
 
 // Config bounds the external scaler's calls and streams.
@@ -28,6 +33,30 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait before a broken watch of a
 	// decider is reopened.
 	MinBackoff, MaxBackoff time.Duration
+
+	// Inline Kafka triggers (see Triggers).
+
+	// TargetTTL is how long an inline Kafka target lives without a KEDA
+	// call naming it; then it is forgotten here and by its decider.
+	TargetTTL time.Duration
+	// MaxTargets bounds the inline Kafka targets this collector measures;
+	// they count against --max-targets too.
+	MaxTargets int
+	// MaxPolls bounds the Kafka reads for KEDA's calls in flight at once;
+	// more wait, up to CallTimeout.
+	MaxPolls int
+	// PollRate and PollBurst bound the inline Kafka calls one caller
+	// identity makes (a token bucket): each may read Kafka.
+	PollRate  float64
+	PollBurst int
+	// ActivityReuse is how old a trigger's latest poll may be for IsActive
+	// to answer from it rather than poll again: KEDA calls IsActive right
+	// after GetMetrics, in one GetMetricsAndActivity.
+	ActivityReuse time.Duration
+	// AllowedBrokers are the Kafka broker addresses (host:port) inline
+	// triggers may make this collector reach, as path.Match patterns;
+	// empty means any.
+	AllowedBrokers []string
 }
 
 // RegisterFlagsWithPrefix registers the flags with their defaults.
@@ -39,6 +68,21 @@ func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 	fs.DurationVar(&c.OwnerCheck, p+"owner-check-interval", time.Second, "How often KEDA streams look for their target having moved to another decider.")
 	fs.DurationVar(&c.MinBackoff, p+"watch-min-backoff", 100*time.Millisecond, "First wait before reopening a broken watch of a decider.")
 	fs.DurationVar(&c.MaxBackoff, p+"watch-max-backoff", 5*time.Second, "Longest wait before reopening a broken watch of a decider.")
+	fs.DurationVar(&c.TargetTTL, p+"target-ttl", 10*time.Minute, "How long an inline Kafka target lives without a KEDA call naming it; keep it above the ScaledObjects' pollingInterval.")
+	fs.IntVar(&c.MaxTargets, p+"max-targets", 1000, "Inline Kafka targets (KEDA triggers with bootstrapServers) this collector measures at most; one more is refused with RESOURCE_EXHAUSTED.")
+	fs.IntVar(&c.MaxPolls, p+"max-polls", 32, "Kafka reads for KEDA's inline Kafka calls in flight at once on this collector; more wait.")
+	fs.Float64Var(&c.PollRate, p+"poll-rate", 200, "Inline Kafka calls (GetMetrics, IsActive, StreamIsActive) per second one caller identity may make; KEDA makes about two per trigger per pollingInterval and HPA sync.")
+	fs.IntVar(&c.PollBurst, p+"poll-burst", 400, "Inline Kafka calls one caller identity may make at once above --keda-poll-rate.")
+	fs.DurationVar(&c.ActivityReuse, p+"activity-reuse", 2*time.Second, "IsActive of an inline Kafka trigger in keda mode answers from the trigger's latest poll while it is at most this old (KEDA calls it right after GetMetrics); 0 means every IsActive polls.")
+	fs.Func(p+"allowed-brokers", "Comma-separated host:port patterns (Go path.Match, e.g. *.kafka.svc.cluster.local:9092) of the Kafka brokers inline Kafka triggers may make this collector connect to, seeds and advertised brokers alike; empty means any.", func(v string) error {
+		c.AllowedBrokers = nil
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.AllowedBrokers = append(c.AllowedBrokers, p)
+			}
+		}
+		return nil
+	})
 }
 
 // Validate refuses values that would disable a bound, naming the flag.
@@ -56,6 +100,37 @@ func (c *Config) Validate(p string) error {
 		return fmt.Errorf("--%sowner-check-interval %s: want more than 0", p, c.OwnerCheck)
 	case c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("--%swatch-min-backoff %s, --%swatch-max-backoff %s: want 0 < min <= max", p, c.MinBackoff, p, c.MaxBackoff)
+	case c.TargetTTL <= 0:
+		return fmt.Errorf("--%starget-ttl %s: want more than 0", p, c.TargetTTL)
+	case c.MaxTargets < 1:
+		return fmt.Errorf("--%smax-targets %d: want at least 1", p, c.MaxTargets)
+	case c.MaxPolls < 1:
+		return fmt.Errorf("--%smax-polls %d: want at least 1", p, c.MaxPolls)
+	case !(c.PollRate > 0) || math.IsInf(c.PollRate, 0):
+		return fmt.Errorf("--%spoll-rate %g: want a finite number above 0", p, c.PollRate)
+	case c.PollBurst < 1:
+		return fmt.Errorf("--%spoll-burst %d: want at least 1", p, c.PollBurst)
+	case c.ActivityReuse < 0:
+		return fmt.Errorf("--%sactivity-reuse %s: want at least 0", p, c.ActivityReuse)
+	}
+	for _, pat := range c.AllowedBrokers {
+		if _, err := path.Match(pat, ""); err != nil {
+			return fmt.Errorf("--%sallowed-brokers %q: want host:port patterns (Go path.Match): %w", p, commonv1.Prefix(pat), err)
+		}
 	}
 	return nil
+}
+
+// allowBroker reports whether inline triggers may reach the broker at
+// addr (host:port): always with no AllowedBrokers.
+func (c *Config) allowBroker(addr string) bool {
+	if len(c.AllowedBrokers) == 0 {
+		return true
+	}
+	for _, pat := range c.AllowedBrokers {
+		if ok, _ := path.Match(pat, addr); ok {
+			return true
+		}
+	}
+	return false
 }

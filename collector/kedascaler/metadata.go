@@ -1,6 +1,8 @@
 package kedascaler
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -9,6 +11,7 @@ import (
 	"strings"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
@@ -99,12 +102,16 @@ func (f Follow) MetricName() string {
 	if f.Kind == KindFunction {
 		kind = "function"
 	}
-	name := "tidal-" + kind + "-" + f.Namespace + "-" + strings.ReplaceAll(f.Name, ".", "-")
+	return metricName("tidal-" + kind + "-" + f.Namespace + "-" + strings.ReplaceAll(f.Name, ".", "-"))
+}
+
+// metricName bounds name to MaxMetricName bytes: a long name keeps a
+// readable prefix and a hash of the whole, so two names that share the
+// prefix still differ.
+func metricName(name string) string {
 	if len(name) <= MaxMetricName {
 		return name
 	}
-	// Long names keep a readable prefix and a hash of the whole, so two
-	// names that share the prefix still differ.
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(name))
 	return fmt.Sprintf("%s-%08x", strings.TrimRight(name[:MaxMetricName-9], "-"), h.Sum32())
@@ -117,6 +124,66 @@ type Kafka struct {
 	Topic   string // empty: the one topic the group has committed offsets for
 	Group   string
 	Config  lagconfig.Config
+	// Mode and Params are the lag mode and parameters as the trigger gave
+	// them (KEDA's keys by their names, lag.tidal.dev/NAME as NAME): what
+	// the decider's spec carries.
+	Mode   lagconfig.Mode
+	Params map[string]string
+	// Hash identifies the measurement: brokers, group, topic, mode and
+	// every parameter. A trigger whose metadata changes is a new target.
+	Hash string
+}
+
+// Inline targets are named as KEDA's ScaledObjects, with the hash of their
+// trigger appended: a key no Deployment or PodAutoscaler target shares.
+const (
+	InlineAPIVersion = "keda.sh/v1alpha1"
+	InlineKind       = "ScaledObject"
+	hashBytes        = 5 // 10 hex digits
+)
+
+// Target is the trigger's tidal target for the ScaledObject namespace/name
+// (both valid): kind ScaledObject, named NAME-HASH.
+func (k *Kafka) Target(namespace, name string) *commonv1.TargetRef {
+	const keep = 253 - 1 - 2*hashBytes
+	if len(name) > keep {
+		// A subdomain's labels end with a letter or digit.
+		name = strings.TrimRight(name[:keep], ".-")
+	}
+	return &commonv1.TargetRef{Namespace: namespace, Name: name + "-" + k.Hash, ApiVersion: InlineAPIVersion, Kind: InlineKind}
+}
+
+// MetricName is the trigger's metric, named for its topic (or its group
+// when it names no topic), a valid HPA metric name as Follow.MetricName.
+func (k *Kafka) MetricName() string {
+	what := k.Topic
+	if what == "" {
+		what = "group-" + k.Group
+	}
+	seg := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, what)
+	return metricName(strings.TrimRight("tidal-kafka-"+seg, "-"))
+}
+
+// KEDAMode reports whether the trigger answers with KEDA's metric (keda
+// mode) rather than tidal's desired replicas (the riff modes).
+func (k *Kafka) KEDAMode() bool { return k.Mode == lagconfig.ModeKEDA }
+
+// Spec is the decider's spec of the trigger's target: its lag parameters
+// under lag.tidal.dev/, and advisory, as KEDA scales the workload.
+func (k *Kafka) Spec(ref *commonv1.TargetRef) *deciderv1.TargetSpec {
+	ann := map[string]string{lagconfig.AnnotationPrefix + "mode": string(k.Mode)}
+	for name, v := range k.Params {
+		ann[lagconfig.AnnotationPrefix+name] = v
+	}
+	return &deciderv1.TargetSpec{Target: ref, Strategy: commonv1.Strategy_STRATEGY_LAG, Annotations: ann, Advisory: true}
 }
 
 // Trigger is one parsed trigger: exactly one of Follow and Kafka is set.
@@ -312,8 +379,26 @@ func parseKafka(vals map[string]string) (Kafka, error) {
 		// prefix of its value.
 		return k, fmt.Errorf("scalerMetadata: %w", err)
 	}
-	k.Config = cfg
+	k.Config, k.Mode, k.Params = cfg, cfg.Mode, params
+	k.Hash = measurementHash(&k)
 	return k, nil
+}
+
+// measurementHash hashes what defines a trigger's measurement, the same
+// on every collector replica.
+func measurementHash(k *Kafka) string {
+	names := make([]string, 0, len(k.Params))
+	for name := range k.Params {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	// Quoted fields cannot run into each other.
+	fmt.Fprintf(h, "%q|%q|%q|%q", k.Brokers, k.Group, k.Topic, k.Mode)
+	for _, name := range names {
+		fmt.Fprintf(h, "|%q=%q", name, k.Params[name])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:hashBytes])
 }
 
 func isHostPort(a string) bool {

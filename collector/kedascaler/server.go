@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -54,23 +55,37 @@ type Server struct {
 	cfg       Config
 	targets   Targets
 	decisions Decisions
+	inline    *Inline
 	caller    func(context.Context) string
 	log       *zap.Logger
 
 	refused *prometheus.CounterVec
 
-	// mu guards streams and perCaller.
+	// mu guards streams, perCaller and rates.
 	mu        sync.Mutex
 	streams   int
 	perCaller map[string]int
+	// rates are the callers' token buckets for inline Kafka calls, at
+	// most maxCallers of them.
+	rates map[string]*rate.Limiter
 }
 
 var _ externalscaler.ExternalScalerServer = (*Server)(nil)
 
+// maxCallers bounds the callers whose inline Kafka rate is kept: beyond it
+// one is forgotten, and its next call starts with a full bucket. Under
+// mutual TLS the callers are the few identities allowed to call at all.
+const maxCallers = 4096
+
 // New returns a Server. caller names a call's caller for the per-caller
-// bound of streams (the authenticated identity, or the peer address).
-func New(cfg Config, targets Targets, decisions Decisions, caller func(context.Context) string, reg prometheus.Registerer, log *zap.Logger) *Server {
-	s := &Server{cfg: cfg, targets: targets, decisions: decisions, caller: caller, log: log, perCaller: map[string]int{}}
+// bounds (the authenticated identity, or the peer address). inline serves
+// inline Kafka triggers; with nil, or no Triggers, they are UNIMPLEMENTED.
+func New(cfg Config, targets Targets, decisions Decisions, inline *Inline, caller func(context.Context) string, reg prometheus.Registerer, log *zap.Logger) *Server {
+	if inline == nil {
+		inline = &Inline{}
+	}
+	s := &Server{cfg: cfg, targets: targets, decisions: decisions, inline: inline, caller: caller, log: log,
+		perCaller: map[string]int{}, rates: map[string]*rate.Limiter{}}
 	f := promauto.With(reg)
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidal_collector_keda_streams",
@@ -82,104 +97,239 @@ func New(cfg Config, targets Targets, decisions Decisions, caller func(context.C
 	})
 	s.refused = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "tidal_collector_keda_streams_refused_total",
-		Help: "KEDA streams refused, by reason: server-limit, caller-limit, watch-limit.",
+		Help: "KEDA calls refused, by reason: server-limit, caller-limit, watch-limit (streams); poll-rate (inline Kafka calls over --keda-poll-rate).",
 	}, []string{"reason"})
-	for _, r := range []string{"server-limit", "caller-limit", "watch-limit"} {
+	for _, r := range []string{"server-limit", "caller-limit", "watch-limit", "poll-rate"} {
 		s.refused.WithLabelValues(r)
 	}
 	return s
 }
 
-// follow reads ref's trigger and finds the target it follows. Inline Kafka
-// is refused as not served yet, once its metadata has been checked.
-func (s *Server) follow(ref *externalscaler.ScaledObjectRef) (Follow, *commonv1.TargetRef, error) {
+// trigger reads ref's trigger, refusing with INVALID_ARGUMENT what cannot
+// be right: bad metadata; for inline Kafka, a ScaledObject without a valid
+// namespace and name (its target is named after it) or a broker this
+// collector may not reach.
+func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 	if ref == nil {
-		return Follow{}, nil, status.Error(codes.InvalidArgument, "scaledObjectRef: required")
+		return Trigger{}, status.Error(codes.InvalidArgument, "scaledObjectRef: required")
 	}
 	trig, err := Parse(ref.GetNamespace(), ref.GetScalerMetadata())
 	if err != nil {
-		return Follow{}, nil, status.Error(codes.InvalidArgument, err.Error())
+		return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if trig.Kafka != nil {
-		return Follow{}, nil, status.Error(codes.Unimplemented, "inline Kafka (bootstrapServers) is not yet served by this tidal version; its metadata is valid. Follow a tidal PodAutoscaler or Function (podAutoscaler or function) instead")
+	if k := trig.Kafka; k != nil {
+		if err := commonv1.ValidateLabel("scaledObjectRef.namespace", ref.GetNamespace()); err != nil {
+			return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := commonv1.ValidateSubdomain("scaledObjectRef.name", ref.GetName()); err != nil {
+			return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+		for _, b := range k.Brokers {
+			if !s.cfg.allowBroker(b) {
+				return Trigger{}, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--keda-allowed-brokers)").Error())
+			}
+		}
 	}
-	f := *trig.Follow
+	return trig, nil
+}
+
+// follow finds the target a follow trigger follows.
+func (s *Server) follow(f Follow) (*commonv1.TargetRef, error) {
 	target, err := s.targets.Target(f)
 	switch {
 	case err == nil:
-		return f, target, nil
+		return target, nil
 	case errors.Is(err, ErrNoObject):
-		return f, nil, status.Errorf(codes.NotFound, "%s: %v", f, err)
+		return nil, status.Errorf(codes.NotFound, "%s: %v", f, err)
 	case errors.Is(err, ErrNoLookup):
-		return f, nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	return f, nil, status.Errorf(codes.Unavailable, "%s: %v", f, err)
+	return nil, status.Errorf(codes.Unavailable, "%s: %v", f, err)
+}
+
+// inlineName names an inline trigger in errors.
+func inlineName(ref *externalscaler.ScaledObjectRef) string {
+	return "inline Kafka trigger of ScaledObject " + ref.GetNamespace() + "/" + ref.GetName()
+}
+
+// kafka serves a call for an inline trigger, within the caller's rate and
+// Config.CallTimeout: here when this replica measures it, else at the
+// replica that does.
+func (s *Server) kafka(ctx context.Context, ref *externalscaler.ScaledObjectRef, k *Kafka, call Call) (*commonv1.TargetRef, *Poll, error) {
+	if s.inline.Triggers == nil {
+		return nil, nil, errNoInline
+	}
+	if err := s.allow(s.caller(ctx)); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	return s.inline.serve(ctx, ref.GetNamespace(), ref.GetName(), ref.GetScalerMetadata(), k, call)
+}
+
+// allow takes a token from caller's bucket: each inline Kafka call may
+// read Kafka, here or at another replica.
+func (s *Server) allow(caller string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.rates[caller]
+	if !ok {
+		if len(s.rates) >= maxCallers {
+			for c := range s.rates {
+				delete(s.rates, c)
+				break
+			}
+		}
+		l = rate.NewLimiter(rate.Limit(s.cfg.PollRate), s.cfg.PollBurst)
+		s.rates[caller] = l
+	}
+	if !l.Allow() {
+		s.refused.WithLabelValues("poll-rate").Inc()
+		return status.Errorf(codes.ResourceExhausted, "inline Kafka calls: this caller made more than --keda-poll-rate (%g per second, bursts of %d); retry later", s.cfg.PollRate, s.cfg.PollBurst)
+	}
+	return nil
 }
 
 // latest is the target's latest decision, or the status KEDA gets: never a
 // zero standing in for "not known".
-func (s *Server) latest(ctx context.Context, f Follow, target *commonv1.TargetRef) (*commonv1.Decision, error) {
+func (s *Server) latest(ctx context.Context, what string, target *commonv1.TargetRef) (*commonv1.Decision, error) {
 	d, err := s.decisions.Latest(ctx, target)
 	if err == nil {
 		return d, nil
 	}
-	return nil, decisionStatus(f, target, err)
+	return nil, decisionStatus(what, target, err)
 }
 
-func decisionStatus(f Follow, target *commonv1.TargetRef, err error) error {
+func decisionStatus(what string, target *commonv1.TargetRef, err error) error {
 	switch {
+	case errors.Is(err, ErrUnknownTarget) && target.GetKind() == InlineKind:
+		// Its collector made it a moment ago; its decider has not heard yet.
+		return status.Errorf(codes.Unavailable, "%s: its decider does not hold target %s yet; retry", what, target.Key())
 	case errors.Is(err, ErrUnknownTarget):
-		return status.Errorf(codes.NotFound, "%s: tidal decides nothing for its target %s (%v)", f, target.Key(), err)
+		return status.Errorf(codes.NotFound, "%s: tidal decides nothing for its target %s (%v)", what, target.Key(), err)
 	case errors.Is(err, ErrNoDecision):
-		return status.Errorf(codes.Unavailable, "%s: target %s has no decision yet (tidal needs its first measurements); retry", f, target.Key())
+		return status.Errorf(codes.Unavailable, "%s: target %s has no decision yet (tidal needs its first measurements); retry", what, target.Key())
 	case errors.Is(err, ErrTooManyWatches):
-		return status.Errorf(codes.ResourceExhausted, "%s: %v; close a stream or retry later", f, err)
+		return status.Errorf(codes.ResourceExhausted, "%s: %v; close a stream or retry later", what, err)
 	}
-	return status.Errorf(codes.Unavailable, "%s: target %s: %v", f, target.Key(), err)
+	return status.Errorf(codes.Unavailable, "%s: target %s: %v", what, target.Key(), err)
 }
 
-// IsActive says whether tidal wants the target running: desired > 0.
+// IsActive says whether the trigger wants the workload running: tidal's
+// desired replicas > 0 (follow, riff modes), or KEDA's activity (keda).
 func (s *Server) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
-	f, target, err := s.follow(ref)
+	trig, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.latest(ctx, f, target)
+	what, target := "", (*commonv1.TargetRef)(nil)
+	switch k := trig.Kafka; {
+	case k != nil && k.KEDAMode():
+		_, p, err := s.kafka(ctx, ref, k, CallIsActive)
+		if err != nil {
+			return nil, err
+		}
+		return &externalscaler.IsActiveResponse{Result: p.Active}, nil
+	case k != nil:
+		if target, _, err = s.kafka(ctx, ref, k, CallEnsure); err != nil {
+			return nil, err
+		}
+		what = inlineName(ref)
+	default:
+		if target, err = s.follow(*trig.Follow); err != nil {
+			return nil, err
+		}
+		what = trig.Follow.String()
+	}
+	d, err := s.latest(ctx, what, target)
 	if err != nil {
 		return nil, err
 	}
 	return &externalscaler.IsActiveResponse{Result: d.GetDesiredReplicas() > 0}, nil
 }
 
-// metricSpec is the follow trigger's one metric: tidal's desired replicas
-// against a target of 1, so that the HPA's AverageValue arithmetic,
-// ceil(value / 1), is tidal's number.
-func metricSpec(f Follow) *externalscaler.GetMetricSpecResponse {
+// metricSpec is the trigger's one metric. Against a target of 1 the HPA's
+// AverageValue arithmetic, ceil(value / 1), is tidal's desired replicas
+// (follow, riff modes); in keda mode it is KEDA's own: the capped total
+// lag against lagThreshold.
+func metricSpec(trig Trigger) *externalscaler.GetMetricSpecResponse {
+	if k := trig.Kafka; k != nil {
+		target := int64(1)
+		if k.KEDAMode() {
+			target = k.Config.LagThreshold
+		}
+		return &externalscaler.GetMetricSpecResponse{MetricSpecs: []*externalscaler.MetricSpec{{
+			MetricName: k.MetricName(), TargetSize: target, TargetSizeFloat: float64(target),
+		}}}
+	}
 	return &externalscaler.GetMetricSpecResponse{MetricSpecs: []*externalscaler.MetricSpec{{
-		MetricName: f.MetricName(), TargetSize: 1, TargetSizeFloat: 1,
+		MetricName: trig.Follow.MetricName(), TargetSize: 1, TargetSizeFloat: 1,
 	}}}
 }
 
-// GetMetricSpec returns the trigger's metric once its object is found.
-func (s *Server) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
-	f, _, err := s.follow(ref)
-	if err != nil {
-		return nil, err
+func metricNameOf(trig Trigger) string {
+	if trig.Kafka != nil {
+		return trig.Kafka.MetricName()
 	}
-	return metricSpec(f), nil
+	return trig.Follow.MetricName()
 }
 
-// GetMetrics returns tidal's desired replicas for the target.
-func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
-	f, target, err := s.follow(req.GetScaledObjectRef())
+// GetMetricSpec returns the trigger's metric once its object is found. It
+// measures nothing and asks no decider.
+func (s *Server) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
+	trig, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
 	}
-	name := f.MetricName()
+	if trig.Kafka != nil {
+		if s.inline.Triggers == nil {
+			return nil, errNoInline
+		}
+	} else if _, err := s.follow(*trig.Follow); err != nil {
+		return nil, err
+	}
+	return metricSpec(trig), nil
+}
+
+var errNoInline = status.Error(codes.Unimplemented, "this collector does not serve inline Kafka (bootstrapServers); follow a tidal PodAutoscaler or Function instead")
+
+// GetMetrics returns tidal's desired replicas (follow, riff modes) or, in
+// keda mode, KEDA's metric from one poll. A request for another metric is
+// refused before anything is read, so it costs no poll.
+func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
+	ref := req.GetScaledObjectRef()
+	trig, err := s.trigger(ref)
+	if err != nil {
+		return nil, err
+	}
+	name := metricNameOf(trig)
 	if m := req.GetMetricName(); m != "" && m != name {
 		return nil, status.Error(codes.InvalidArgument, commonv1.Invalid("metricName", m, fmt.Sprintf("this trigger's metric %q (from GetMetricSpec)", name)).Error())
 	}
-	d, err := s.latest(ctx, f, target)
+	what, target := "", (*commonv1.TargetRef)(nil)
+	switch k := trig.Kafka; {
+	case k != nil && k.KEDAMode():
+		_, p, err := s.kafka(ctx, ref, k, CallGetMetrics)
+		if err != nil {
+			return nil, err
+		}
+		// KEDA reads metricValueFloat when it is above 0, at milli
+		// precision; the lag is whole.
+		return &externalscaler.GetMetricsResponse{MetricValues: []*externalscaler.MetricValue{{
+			MetricName: name, MetricValue: int64(p.Metric), MetricValueFloat: p.Metric,
+		}}}, nil
+	case k != nil:
+		if target, _, err = s.kafka(ctx, ref, k, CallEnsure); err != nil {
+			return nil, err
+		}
+		what = inlineName(ref)
+	default:
+		if target, err = s.follow(*trig.Follow); err != nil {
+			return nil, err
+		}
+		what = trig.Follow.String()
+	}
+	d, err := s.latest(ctx, what, target)
 	if err != nil {
 		return nil, err
 	}
@@ -225,11 +375,37 @@ func (s *Server) release(caller string) {
 // to push true), or while the decider cannot be reached. KEDA still polls
 // IsActive, which says why; and a stream ended with an error would make
 // KEDA wait up to a minute before it opens the next.
+//
+// An inline Kafka trigger in a riff mode streams its decider's decisions
+// in the same way (KEDA's polls keep its target measured); one in keda
+// mode is refused with FAILED_PRECONDITION: its activity is KEDA's own,
+// known only at a poll, so it is polled (type external).
 func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamIsActiveServer) error {
 	ctx := st.Context()
-	f, target, err := s.follow(ref)
+	trig, err := s.trigger(ref)
 	if err != nil {
 		return err
+	}
+	var (
+		what   string
+		target *commonv1.TargetRef
+	)
+	switch k := trig.Kafka; {
+	case k != nil && k.KEDAMode():
+		if s.inline.Triggers == nil {
+			return errNoInline
+		}
+		return status.Errorf(codes.FailedPrecondition, "%s: keda mode answers KEDA's polls; use trigger type external, or lag.tidal.dev/mode riff-queue or riff-offset for pushed activity", inlineName(ref))
+	case k != nil:
+		if target, _, err = s.kafka(ctx, ref, k, CallEnsure); err != nil {
+			return err
+		}
+		what = inlineName(ref)
+	default:
+		if target, err = s.follow(*trig.Follow); err != nil {
+			return err
+		}
+		what = trig.Follow.String()
 	}
 	caller := s.caller(ctx)
 	if err := s.acquire(caller); err != nil {
@@ -241,7 +417,7 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 		if errors.Is(err, ErrTooManyWatches) {
 			s.refused.WithLabelValues("watch-limit").Inc()
 		}
-		return decisionStatus(f, target, err)
+		return decisionStatus(what, target, err)
 	}
 	defer w.Close()
 
@@ -285,10 +461,10 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 }
 
 // StreamMetricSpec sends the trigger's metric spec, then holds the stream:
-// a follow trigger's spec never changes.
+// a trigger's spec never changes (new metadata is a new trigger).
 func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamMetricSpecServer) error {
 	ctx := st.Context()
-	f, _, err := s.follow(ref)
+	spec, err := s.GetMetricSpec(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -297,7 +473,7 @@ func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st extern
 		return err
 	}
 	defer s.release(caller)
-	if err := st.Send(metricSpec(f)); err != nil {
+	if err := st.Send(spec); err != nil {
 		return err
 	}
 	<-ctx.Done()

@@ -139,7 +139,8 @@ var (
 
 func testConfig() Config {
 	return Config{CallTimeout: time.Second, MaxStreams: 4, MaxStreamsPerCaller: 2, MaxWatches: 4, OwnerCheck: 10 * time.Millisecond,
-		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+		TargetTTL: time.Minute, MaxTargets: 4, MaxPolls: 2, PollRate: 1000, PollBurst: 1000, ActivityReuse: time.Second}
 }
 
 // callerOf names callers by the "caller" metadata key, as the identity
@@ -160,7 +161,7 @@ func newTestServer(t *testing.T) (*Server, *fakeDecisions, *prometheus.Registry)
 		{KindFunction, "shop", "gone"}: goneRef,
 	}
 	reg := prometheus.NewRegistry()
-	return New(testConfig(), targets, dec, callerOf, reg, zap.NewNop()), dec, reg
+	return New(testConfig(), targets, dec, nil, callerOf, reg, zap.NewNop()), dec, reg
 }
 
 func ref(md map[string]string) *externalscaler.ScaledObjectRef {
@@ -219,7 +220,7 @@ func TestUnaryErrors(t *testing.T) {
 	}{
 		{"no metadata", nil, nil, codes.InvalidArgument, "podAutoscaler"},
 		{"bad metadata", map[string]string{"podAutoscaler": "web", "lagThreshold": "x"}, nil, codes.InvalidArgument, "lagThreshold"},
-		{"inline Kafka, valid", kafka, nil, codes.Unimplemented, "not yet served"},
+		{"inline Kafka on a collector that does not serve it", kafka, nil, codes.Unimplemented, "does not serve inline Kafka"},
 		{"inline Kafka, invalid", map[string]string{"bootstrapServers": "kafka:9092", "consumerGroup": "g", "lagThreshold": "0"}, nil, codes.InvalidArgument, "lagThreshold"},
 		{"no such PodAutoscaler", map[string]string{"podAutoscaler": "nope"}, nil, codes.NotFound, "PodAutoscaler shop/nope"},
 		{"the decider holds no such target", map[string]string{"function": "gone"}, nil, codes.NotFound, "shop/gone"},
@@ -269,7 +270,7 @@ func TestUnaryErrors(t *testing.T) {
 		}
 	})
 	t.Run("a PodAutoscaler without Kubernetes", func(t *testing.T) {
-		push := New(testConfig(), PushTargets{}, dec, callerOf, prometheus.NewRegistry(), zap.NewNop())
+		push := New(testConfig(), PushTargets{}, dec, nil, callerOf, prometheus.NewRegistry(), zap.NewNop())
 		_, err := push.IsActive(context.Background(), ref(followWeb))
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--discovery=push") {
 			t.Errorf("IsActive: %v, want FAILED_PRECONDITION", err)

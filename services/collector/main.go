@@ -268,8 +268,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		kedaTargets = kubeTargets{disc}
 	}
 	kedaDecisions := kedascaler.NewRemote(cfg.keda, deciderRouter{hub, streams}, reg, log)
-	externalscaler.RegisterExternalScalerServer(srv.GRPC(), kedascaler.New(cfg.keda, kedaTargets, kedaDecisions, server.Caller, reg, log))
+	inline, peers, err := kedaInline(&cfg, hub, fetcher, buckets, reg, log)
+	if err != nil {
+		return err
+	}
+	defer peers.Close()
+	externalscaler.RegisterExternalScalerServer(srv.GRPC(), kedascaler.New(cfg.keda, kedaTargets, kedaDecisions, inline, server.Caller, reg, log))
+	collectorv1.RegisterKEDATargetServiceServer(srv.GRPC(), kedascaler.NewTargetService(inline))
 	g.Go(func() error { return kedaDecisions.Run(gctx) })
+	g.Go(func() error { return inline.Triggers.Run(gctx) })
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}

@@ -88,6 +88,9 @@ var mutating = map[string]Role{
 	deciderv1.DeciderService_Ingest_FullMethodName:              RoleCollector,
 	collectorv1.CollectorService_PushStats_FullMethodName:       RolePusher,
 	collectorv1.CollectorService_PushStatsStream_FullMethodName: RolePusher,
+	// Collectors hand a KEDA inline Kafka trigger to the replica owning
+	// its bucket.
+	collectorv1.KEDATargetService_EnsureKEDATarget_FullMethodName: RoleCollector,
 }
 
 // roleOnly lists methods that change nothing but only some roles may
@@ -152,7 +155,8 @@ func classify(method string) (methodClass, Role) {
 // SPIFFE IDs. The built-in policy lets any identity of the trust domain
 // read (Get*, List*, Watch*, Explain, health, reflection); Scale, Deploy,
 // Undeploy and Update only deciders and operators (and actuators Scale,
-// which they forward to each other); Ingest only collectors; PushStats and
+// which they forward to each other); Ingest and EnsureKEDATarget (a KEDA
+// trigger forwarded to its collector) only collectors; PushStats and
 // PushStatsStream only pushers; the ExternalScaler methods only KEDA and
 // operators. With plaintext no caller has an identity and nothing is
 // checked.
