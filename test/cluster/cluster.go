@@ -193,7 +193,7 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return nil, fmt.Errorf("cluster directory: %w", err)
 	}
-	slot, release, err := takePodNetSlot(ctx, bins.Dir)
+	slot, release, err := takePodNetSlot(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -520,9 +520,12 @@ func freePorts(n int) ([]int, error) {
 }
 
 // takePodNetSlot takes the first free pod-network slot, holding a file lock
-// on it until release is called or the process dies.
-func takePodNetSlot(ctx context.Context, cacheDir string) (slot int, release func(), err error) {
-	dir := filepath.Join(cacheDir, "slots")
+// on it until release is called or the process dies. The locks live in the
+// machine's temporary directory, not in the binary cache: loopback
+// addresses belong to the machine, and two checkouts or two cache
+// directories (XDG_CACHE_HOME) testing at once must not share a range.
+func takePodNetSlot(ctx context.Context) (slot int, release func(), err error) {
+	dir := filepath.Join(os.TempDir(), "tidal-podnet-slots")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, nil, fmt.Errorf("pod network slot: %w", err)
 	}

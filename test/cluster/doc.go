@@ -43,6 +43,8 @@
 // Stop, or by the next Start when its owner died. Ports are free loopback
 // ports picked at start; each running cluster holds one of 16 /16 slices of
 // 127.16.0.0/12 for its pod IPs (65,534 each, 127.16.0.0/16 for the first),
-// so clusters side by side never hand out the same pod address. A component that does not come up in time fails Start
-// with the last lines of its log.
+// locked in $TMPDIR/tidal-podnet-slots, so clusters side by side, from any
+// checkout or cache directory, never hand out the same pod address. A
+// component that does not come up in time fails Start with the last lines of
+// its log.
 package cluster

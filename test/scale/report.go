@@ -32,6 +32,8 @@ type Report struct {
 	Steady       time.Duration
 	Pods         int
 	ListenErrors int64
+	// ListenError is the first of them, nil when none.
+	ListenError error
 
 	// Changes are the load changes measured; Already those made when
 	// spec.replicas already had the new level's count (not measured); Lost

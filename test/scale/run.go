@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	}
 	rep.Steady = time.Since(steadyStart)
 	rep.Pods = farm.Pods()
-	rep.ListenErrors, _ = farm.Err()
+	rep.ListenErrors, rep.ListenError = farm.Err()
 	rep.changes(rec.results(steadyEnd))
 	rep.decisionAges(rec, steadyEnd.Add(-30*time.Second), steadyEnd)
 	rep.Procs = procs.report(svcs)

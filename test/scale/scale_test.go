@@ -66,7 +66,7 @@ func TestScaleGuard(t *testing.T) {
 		t.Errorf("load changes measured = %d, want at least %d", rep.Changes, want)
 	}
 	if rep.ListenErrors > 0 {
-		t.Errorf("pod IPs not served = %d, want 0", rep.ListenErrors)
+		t.Errorf("pod IPs not served = %d, want 0; first: %v", rep.ListenErrors, rep.ListenError)
 	}
 	if rep.Lost > 0 {
 		t.Errorf("load changes never applied before the next one = %d of %d, want 0; first: %v", rep.Lost, rep.Changes, rep.LostExamples)
