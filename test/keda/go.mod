@@ -323,3 +323,10 @@ replace github.com/tidalscale/tidal => ../..
 // KEDA's own go.mod pins this (its v0.1.0 has no licence); replace directives do not carry over to
 // modules that require KEDA, so the same replace is needed here for the graph to resolve as KEDA's does.
 replace github.com/nexus-rpc/nexus-proto-annotations v0.1.0 => github.com/nexus-rpc/nexus-proto-annotations v0.1.1-0.20260629224316-835bd8d49cb4
+
+// KEDA v2.21.0's predictkube scaler is written against client_golang v1.24's
+// Prometheus query API (Query and QueryRange return three values; v1.25, which
+// tidal requires, returns four), and pkg/scalers compiles only as a whole.
+// None of the tidal packages these tests link uses client_golang, and the
+// services run as binaries built in tidal's own module, with v1.25.
+replace github.com/prometheus/client_golang => github.com/prometheus/client_golang v1.24.1

@@ -1,0 +1,117 @@
+package keda
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/system"
+)
+
+// The Function workload: records produced at fnRate onto fnPartitions
+// partitions, each pod consuming fnPerPod a second, so under load tidal
+// wants every partition served (its lag strategy caps at the partitions).
+const (
+	fnPartitions = 4
+	fnRate       = 300.0
+	fnPerPod     = 50.0
+	fnIdle       = 3 * time.Second
+)
+
+// TestFollowFunction runs the README's example that follows a Function
+// (type external: KEDA polls) through KEDA's own scaler: a backlog makes
+// tidal decide N > 0 and KEDA reads N against a target of 1, active, which
+// the HPA's formula keeps; once the records are consumed and the Function
+// idles, tidal decides 0 and KEDA reads a true 0, inactive. Here tidal's
+// actuator scales the Function (no KEDA loop), so its consumers drain the
+// backlog.
+func TestFollowFunction(t *testing.T) {
+	kedaLog.follow(t)
+	ex := loadExamples(t)
+	found := ex.find("function", "external", "external-push")
+	if len(found) == 0 {
+		t.Fatalf("no example ScaledObject following a function in %s", *examplesDir)
+	}
+	c := cluster.Shared(t)
+	installKEDACRDs(t, c)
+	tc := newCerts(t)
+	sys := startTidal(t, c, tc, true)
+	for _, e := range found {
+		t.Run(e.so.Name, func(t *testing.T) {
+			kedaLog.follow(t)
+			followFunction(t, c, sys, tc, ex, e)
+		})
+	}
+}
+
+func followFunction(t *testing.T, c *cluster.Cluster, sys *system.System, tc *certs, ex *examples, e exampleTrigger) {
+	ns := c.Namespace(t)
+	d := &deployment{c: c, kube: kubeClient(t, c), ns: ns, scalerAddr: sys.Collectors[0].GRPCAddr, certs: tc}
+	fn := e.trigger().Metadata["function"]
+	overrides := map[string]string{}
+	if _, ok := e.trigger().Metadata["namespace"]; ok {
+		overrides["namespace"] = ns // the example's namespace is the test's
+	}
+	cfg := d.apply(t, ex, e, e.so.Name, overrides)
+	scaler := newScaler(t, cfg)
+	t.Logf("%s: KEDA's %s scaler for Function %s/%s via %s", e, cfg.TriggerType, ns, fn, d.scalerAddr)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	produce := system.NewDial(0)
+	idle, maxReplicas := fnIdle, int32(fnPartitions)
+	f, err := sys.StartFunction(ctx, system.FunctionOptions{
+		Namespace: ns, Name: fn, Topic: fn + "-in", Partitions: fnPartitions,
+		IdleTimeout: &idle, MaxReplicas: &maxReplicas,
+		Produce: produce, RatePerPod: fnPerPod, ColdStart: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	// A Function's target is its Deployment, of the Function's name.
+	obs := newDecisionLog(t, ctx, &wg, sys, ns, fn)
+
+	var specs []autoscalingv2.MetricSpec
+	for start := time.Now(); len(specs) == 0; time.Sleep(100 * time.Millisecond) {
+		if specs = scaler.GetMetricSpecForScaling(ctx); len(specs) == 0 && time.Since(start) > 10*time.Second {
+			t.Fatalf("KEDA's GetMetricSpecForScaling gave no spec 10 s after the Function was created (KEDA logs its error above)")
+		}
+	}
+	metric := checkSpec(t, specs, cfg.TriggerIndex, fmt.Sprintf("tidal-function-%s-%s", ns, fn))
+	target := specs[0].External.Target.AverageValue.MilliValue()
+
+	// A backlog: tidal decides N > 0, and KEDA reads N, active.
+	loadAt := time.Now()
+	produce.Set(fnRate)
+	up := obs.waitFor(t, loadAt, 30*time.Second, "tidal's first decision above 0", func(d *commonv1.Decision) bool { return d.GetDesiredReplicas() > 0 })
+	t.Logf("tidal decided %d (%q)", up.dec.GetDesiredReplicas(), up.dec.GetReason())
+	obs.waitFor(t, loadAt, 30*time.Second, fmt.Sprintf("tidal to serve all %d partitions", fnPartitions), func(d *commonv1.Decision) bool {
+		return d.GetDesiredReplicas() == fnPartitions
+	})
+	compareValues(t, ctx, scaler, obs, metric, 3, func(desired int32, milli int64) {
+		if got := hpaReplicas(milli, target, desired); got != desired {
+			t.Errorf("HPA at tidal's %d replicas, metric %dm, target %dm: asks for %d", desired, milli, target, got)
+		}
+		if got := hpaReplicas(milli, target, 1); got != desired {
+			t.Errorf("HPA at 1 replica, metric %dm, target %dm: asks for %d, want tidal's %d", milli, target, got, desired)
+		}
+	})
+
+	// The producer stops; the consumers drain the backlog, the Function
+	// idles and tidal decides 0: KEDA reads a true 0, inactive.
+	offAt := time.Now()
+	produce.Set(0)
+	obs.waitFor(t, offAt, fnIdle+60*time.Second, "tidal's decision of 0 once the backlog is consumed and the Function idled", func(d *commonv1.Decision) bool {
+		return d.GetDesiredReplicas() == 0
+	})
+	compareValues(t, ctx, scaler, obs, metric, 2, nil)
+}
