@@ -188,8 +188,9 @@ func upToDate(b Binaries, stamp string) bool {
 	return err == nil && string(got) == stamp
 }
 
-// sourceDir finds hack/kube in the checkout: the directory of the main
-// module's go.mod, as the go command sees it from the working directory.
+// sourceDir finds hack/kube in the checkout: beside the main module's
+// go.mod, as the go command sees it from the working directory, or beside
+// the nearest go.mod above it, for a module nested in the checkout (test/keda).
 func sourceDir() (string, error) {
 	out, err := exec.Command(goCmd(), "env", "GOMOD").Output()
 	if err != nil {
@@ -199,11 +200,17 @@ func sourceDir() (string, error) {
 	if gomod == "" || gomod == os.DevNull {
 		return "", errors.New("test/cluster: not inside the tidal module: cannot find hack/kube")
 	}
-	dir := filepath.Join(filepath.Dir(gomod), "hack", "kube")
-	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
-		return "", fmt.Errorf("test/cluster: hack/kube: %w", err)
+	for root := filepath.Dir(gomod); ; {
+		dir := filepath.Join(root, "hack", "kube")
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(root)
+		if up == root {
+			return "", fmt.Errorf("test/cluster: no hack/kube/go.mod beside %s or in a directory above it", gomod)
+		}
+		root = up
 	}
-	return dir, nil
 }
 
 // sourceStamp hashes what the binaries are built from, so a cache built from
