@@ -30,6 +30,14 @@ import (
 // that only records, so decisions go somewhere) on loopback.
 func startDeciderProcess(t *testing.T) *system.Proc {
 	t.Helper()
+	dec, _ := startDeciderAndActuator(t)
+	return dec
+}
+
+// startDeciderAndActuator is startDeciderProcess, returning the actuator
+// too.
+func startDeciderAndActuator(t *testing.T) (dec, act *system.Proc) {
+	t.Helper()
 	bin, logs := t.TempDir(), t.TempDir()
 	for _, svc := range []string{"decider", "actuator"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "tidal-"+svc), "./services/"+svc)
@@ -56,8 +64,8 @@ func startDeciderProcess(t *testing.T) *system.Proc {
 		})
 		return p
 	}
-	act := start("actuator", "--scaler", "memory")
-	return start("decider", "--actuator-addr", act.GRPCAddr)
+	act = start("actuator", "--scaler", "memory")
+	return start("decider", "--actuator-addr", act.GRPCAddr), act
 }
 
 // runCollector runs the collector's run in-process until the test ends.

@@ -1,0 +1,472 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	declag "github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/proto/externalscaler"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/strategy/lagconfig"
+)
+
+// kedaVectors is KEDA's Kafka scaler vectors (../shared/vectors/keda from
+// the checkout's root).
+var kedaVectors = flag.String("keda-vectors", "../../../shared/vectors/keda", "Directory of KEDA's Kafka scaler vectors (*.json) that TestKEDAInlineKafkaVectors replays.")
+
+// kafkaVector is one vector file; its format is in the vectors' README.
+type kafkaVector struct {
+	Topic  string `json:"topic"`
+	Config struct {
+		LagThreshold               int64   `json:"lagThreshold"`
+		ActivationLagThreshold     int64   `json:"activationLagThreshold"`
+		OffsetResetPolicy          string  `json:"offsetResetPolicy"`
+		AllowIdleConsumers         bool    `json:"allowIdleConsumers"`
+		ScaleToZeroOnInvalidOffset bool    `json:"scaleToZeroOnInvalidOffset"`
+		ExcludePersistentLag       bool    `json:"excludePersistentLag"`
+		LimitToPartitionsWithLag   bool    `json:"limitToPartitionsWithLag"`
+		PartitionLimitation        *string `json:"partitionLimitation"`
+	} `json:"config"`
+	Polls []struct {
+		Partitions []struct {
+			Partition int32  `json:"partition"`
+			Latest    int64  `json:"latest"`
+			Committed *int64 `json:"committed"`
+		} `json:"partitions"`
+		WantMilli  *float64 `json:"want_metric_milli_value"`
+		WantActive *bool    `json:"want_active"`
+		WantHPA    *int64   `json:"hpa_desired_replicas_unclamped"`
+	} `json:"polls"`
+}
+
+const vectorGroup = "vec-group"
+
+// params are the vector's configuration as KEDA's kafka trigger keys.
+func (v *kafkaVector) params() map[string]string {
+	c := v.Config
+	p := map[string]string{
+		"topic":                      v.Topic,
+		"lagThreshold":               strconv.FormatInt(c.LagThreshold, 10),
+		"activationLagThreshold":     strconv.FormatInt(c.ActivationLagThreshold, 10),
+		"allowIdleConsumers":         strconv.FormatBool(c.AllowIdleConsumers),
+		"scaleToZeroOnInvalidOffset": strconv.FormatBool(c.ScaleToZeroOnInvalidOffset),
+		"excludePersistentLag":       strconv.FormatBool(c.ExcludePersistentLag),
+		"limitToPartitionsWithLag":   strconv.FormatBool(c.LimitToPartitionsWithLag),
+	}
+	if c.OffsetResetPolicy != "" {
+		p["offsetResetPolicy"] = c.OffsetResetPolicy
+	}
+	if c.PartitionLimitation != nil {
+		p["partitionLimitation"] = *c.PartitionLimitation
+	}
+	return p
+}
+
+// TestKEDAInlineKafkaVectors replays KEDA's Kafka scaler vectors through
+// tidal's ExternalScaler gRPC API in inline Kafka mode: a kfake broker
+// holds each poll's end and committed offsets, and each poll is one
+// GetMetrics followed by IsActive, as KEDA's GetMetricsAndActivity makes
+// them, on the collector's run with the real decider. Faithful, the metric
+// (at KEDA's milli precision), the activity and the HPA's replica count
+// ceil(metric / target) are the vector's; with tidal's fixes (the default)
+// they are what tidal's keda mode decides in-process on the same offsets.
+// Then the decider explains such a target and the actuator never hears of
+// it.
+func TestKEDAInlineKafkaVectors(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(*kedaVectors, "*.json"))
+	if len(files) == 0 {
+		t.Skipf("no KEDA vectors in %s (-keda-vectors DIR)", *kedaVectors)
+	}
+	sort.Strings(files)
+	dec, _ := startDeciderAndActuator(t)
+	col := runCollector(t, "--discovery", "push", "--decider-addr", dec.GRPCAddr)
+	conn := dialPlain(t, col)
+	waitServing(t, conn)
+	keda := externalscaler.NewExternalScalerClient(conn)
+
+	replayed := 0
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v kafkaVector
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(v.Polls) == 0 || v.Config.LagThreshold <= 0 || v.Topic == "" {
+			continue // not a topic-named Kafka scaler vector
+		}
+		for _, faithful := range []bool{true, false} {
+			name := strings.TrimSuffix(filepath.Base(f), ".json")
+			flavour := "fixed"
+			if faithful {
+				flavour = "faithful"
+			}
+			so := fmt.Sprintf("vector-%d", replayed)
+			replayed++
+			t.Run(name+"/"+flavour, func(t *testing.T) { replayInline(t, keda, so, &v, faithful) })
+		}
+	}
+	if replayed < 4 {
+		t.Fatalf("replayed %d vector flavours from %s, want at least two vectors", replayed, *kedaVectors)
+	}
+	t.Run("explained, never actuated", func(t *testing.T) {
+		explainedNotActuated(t, keda, deciderv1.NewDeciderServiceClient(dialPlain(t, dec.GRPCAddr)), "http://"+dec.HTTPAddr+"/metrics")
+	})
+}
+
+// waitServing waits for the collector's health service to say SERVING.
+func waitServing(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector is not serving after 30 s: %v, %v", r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so string, v *kafkaVector, faithful bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := newKafkaVectorBroker(t, v)
+	md := map[string]string{"bootstrapServers": strings.Join(b.kf.ListenAddrs(), ","), "consumerGroup": vectorGroup, "lag.tidal.dev/faithful": strconv.FormatBool(faithful)}
+	params := v.params()
+	for k, val := range params {
+		md[k] = val
+	}
+	ref := &externalscaler.ScaledObjectRef{Namespace: "vectors", Name: so, ScalerMetadata: md}
+
+	// tidal's keda mode in-process, on the same offsets in the same order.
+	params["faithful"] = strconv.FormatBool(faithful)
+	cfg, err := lagconfig.ParseConfig(string(lagconfig.ModeKEDA), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := declag.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	spec, err := keda.GetMetricSpec(ctx, ref)
+	if err != nil {
+		t.Fatalf("GetMetricSpec: %v", err)
+	}
+	if len(spec.GetMetricSpecs()) != 1 || spec.GetMetricSpecs()[0].GetTargetSizeFloat() != float64(v.Config.LagThreshold) {
+		t.Fatalf("GetMetricSpec = %v, want one metric against lagThreshold %d", spec, v.Config.LagThreshold)
+	}
+	metric, target := spec.GetMetricSpecs()[0].GetMetricName(), spec.GetMetricSpecs()[0].GetTargetSizeFloat()
+	for i, p := range v.Polls {
+		at := fmt.Sprintf("poll %d", i+1)
+		var in declag.Input
+		for _, q := range p.Partitions {
+			part := declag.Partition{ID: q.Partition, End: q.Latest}
+			if q.Committed != nil {
+				part.Committed, part.HasCommitted = *q.Committed, true
+			}
+			in.Partitions = append(in.Partitions, part)
+		}
+		b.set(t, at, in.Partitions)
+
+		m, err := keda.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref, MetricName: metric})
+		if err != nil {
+			t.Fatalf("%s: GetMetrics: %v", at, err)
+		}
+		a, err := keda.IsActive(ctx, ref)
+		if err != nil {
+			t.Fatalf("%s: IsActive: %v", at, err)
+		}
+		vals := m.GetMetricValues()
+		if len(vals) != 1 || vals[0].GetMetricName() != metric {
+			t.Fatalf("%s: GetMetrics = %v, want one value of %s", at, m, metric)
+		}
+		// KEDA reads the float when it is above 0, else the integer, and
+		// keeps it at milli precision.
+		value := float64(vals[0].GetMetricValue())
+		if f := vals[0].GetMetricValueFloat(); f > 0 {
+			value = f
+		}
+		milli := math.Round(value * 1000)
+		replicas := int64(math.Ceil(milli / (target * 1000)))
+
+		d := own.Decide(&in, time.Now())
+		if d.Status != declag.StatusOK {
+			t.Fatalf("%s: tidal's keda mode in-process: %v", at, d.Err)
+		}
+		if wantMilli := math.Round(d.KEDA.Metric * 1000); milli != wantMilli || a.GetResult() != d.KEDA.Active {
+			t.Errorf("%s: through the external scaler %vm, active %v; tidal's keda mode in-process %vm, active %v", at, milli, a.GetResult(), wantMilli, d.KEDA.Active)
+		}
+		if !faithful {
+			continue
+		}
+		if p.WantMilli != nil && milli != *p.WantMilli {
+			t.Errorf("%s: metric %vm, KEDA's kafka scaler %vm", at, milli, *p.WantMilli)
+		}
+		if p.WantActive != nil && a.GetResult() != *p.WantActive {
+			t.Errorf("%s: active %v, KEDA's kafka scaler %v", at, a.GetResult(), *p.WantActive)
+		}
+		if p.WantHPA != nil && replicas != *p.WantHPA {
+			t.Errorf("%s: the HPA's ceil(%v / %v) = %d replicas, KEDA's %d", at, value, target, replicas, *p.WantHPA)
+		}
+	}
+}
+
+// explainedNotActuated: an inline target KEDA polls is decided and
+// explained by its decider (keda mode on the polled offsets), shows on
+// WatchDecisions, and the decider never calls Scale for it (nor for any of
+// the vectors' targets before it), though it decides to run a replica.
+func explainedNotActuated(t *testing.T, keda externalscaler.ExternalScalerClient, decider deciderv1.DeciderServiceClient, deciderMetrics string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var v kafkaVector
+	v.Topic = "orders"
+	v.Config.LagThreshold = 10
+	b := newKafkaVectorBroker(t, &v)
+	b.set(t, "setup", []declag.Partition{{ID: 0, End: 40, Committed: 5, HasCommitted: true}})
+	// The decider decides keda targets every pollingInterval: 1 s here.
+	md := map[string]string{"bootstrapServers": strings.Join(b.kf.ListenAddrs(), ","), "consumerGroup": vectorGroup, "topic": "orders", "lag.tidal.dev/pollingInterval": "1"}
+	ref := &externalscaler.ScaledObjectRef{Namespace: "explain", Name: "orders", ScalerMetadata: md}
+	watch, err := decider.WatchDecisions(ctx, &deciderv1.WatchDecisionsRequest{Namespace: "explain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := make(chan *commonv1.Decision, 16)
+	go func() {
+		for {
+			r, err := watch.Recv()
+			if err != nil {
+				close(watched)
+				return
+			}
+			watched <- r.GetDecision()
+		}
+	}()
+
+	var (
+		target *commonv1.TargetRef
+		exp    *deciderv1.ExplainResponse
+	)
+	for exp == nil {
+		m, err := keda.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref})
+		if err != nil {
+			t.Fatalf("GetMetrics: %v", err)
+		}
+		// A lag of 35 on one partition, capped at 1 × lagThreshold.
+		if got := m.GetMetricValues()[0].GetMetricValueFloat(); got != 10 {
+			t.Fatalf("GetMetrics = %v, want KEDA's capped lag, 10", got)
+		}
+		select {
+		case d, ok := <-watched:
+			if !ok {
+				t.Fatal("WatchDecisions ended")
+			}
+			if d.GetDesiredReplicas() < 0 || d.GetTarget().GetKind() != "ScaledObject" {
+				continue
+			}
+			target = d.GetTarget()
+			e, err := decider.Explain(ctx, &deciderv1.ExplainRequest{Target: target})
+			if err != nil {
+				t.Fatalf("Explain %s: %v", target.Key(), err)
+			}
+			if e.GetLag().GetKedaMetric() == 10 {
+				exp = e
+			}
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("no decision for the inline target on WatchDecisions")
+		}
+	}
+	if !strings.HasPrefix(target.Key(), "explain/ScaledObject.keda.sh/orders-") {
+		t.Errorf("target %s, want one named after ScaledObject explain/orders", target.Key())
+	}
+	if in := exp.GetLag(); in.GetMode() != "keda" || !in.GetKedaActive() || exp.GetDecision().GetDesiredReplicas() < 1 {
+		t.Errorf("Explain = %v: want keda mode, active, desiring a replica", exp)
+	}
+	// Had the decision gone to the sender, the call (refused or not) would
+	// be counted by now: the sender calls within milliseconds.
+	time.Sleep(time.Second)
+	if n := scaleCalls(t, deciderMetrics); n != 0 {
+		t.Errorf("the decider made %v Scale calls; every target here is advisory", n)
+	}
+}
+
+// scaleCalls sums tidal_decider_scale_calls_total over its results.
+func scaleCalls(t *testing.T, url string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The counter shows once a call was made; the pending gauge always,
+	// which says this is the decider's page.
+	if !strings.Contains(string(body), "tidal_decider_scale_pending") {
+		t.Fatalf("%s is not the decider's metrics", url)
+	}
+	var sum float64
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if !strings.HasPrefix(line, "tidal_decider_scale_calls_total") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// kafkaVectorBroker is a kfake broker whose topic and group hold a poll's
+// offsets.
+type kafkaVectorBroker struct {
+	kf    *kfake.Cluster
+	topic string
+	parts int32
+}
+
+func newKafkaVectorBroker(t *testing.T, v *kafkaVector) *kafkaVectorBroker {
+	t.Helper()
+	parts := int32(1)
+	for _, p := range v.Polls {
+		for _, q := range p.Partitions {
+			parts = max(parts, q.Partition+1)
+		}
+	}
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, v.Topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kf.Close)
+	return &kafkaVectorBroker{kf: kf, topic: v.Topic, parts: parts}
+}
+
+// set makes the broker's end offsets and the group's commits those of
+// parts; a log that would have to shrink is a recreated topic.
+func (b *kafkaVectorBroker) set(t *testing.T, at string, parts []declag.Partition) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fail := func(what string, err error) {
+		t.Helper()
+		t.Fatalf("%s: %s: %v", at, what, err)
+	}
+	// A client of its own each time: one that knew a recreated topic would
+	// keep its old id.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.kf.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		fail("client", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, b.topic)
+	if err != nil {
+		fail("end offsets", err)
+	}
+	end := func(p int32) int64 { o, _ := ends.Lookup(b.topic, p); return o.Offset }
+	for _, p := range parts {
+		if p.End < end(p.ID) {
+			if _, err := adm.DeleteTopic(ctx, b.topic); err != nil {
+				fail("delete the topic", err)
+			}
+			if _, err := adm.CreateTopic(ctx, b.parts, 1, nil, b.topic); err != nil {
+				fail("recreate the topic", err)
+			}
+			cl.Close()
+			if cl, err = kgo.NewClient(kgo.SeedBrokers(b.kf.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
+				fail("client", err)
+			}
+			defer cl.Close()
+			adm = kadm.NewClient(cl)
+			ends = kadm.ListedOffsets{}
+			break
+		}
+	}
+	var recs []*kgo.Record
+	for _, p := range parts {
+		for range p.End - end(p.ID) {
+			recs = append(recs, &kgo.Record{Topic: b.topic, Partition: p.ID, Value: []byte("v")})
+		}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		fail("produce", err)
+	}
+	commits, drop := kadm.Offsets{}, kadm.TopicsSet{}
+	for _, p := range parts {
+		if p.HasCommitted {
+			commits.AddOffset(b.topic, p.ID, p.Committed, -1)
+		} else {
+			drop.Add(b.topic, p.ID)
+		}
+	}
+	if len(commits) > 0 {
+		r, err := adm.CommitOffsets(ctx, vectorGroup, commits)
+		if err == nil {
+			err = r.Error()
+		}
+		if err != nil {
+			fail("commit", err)
+		}
+	}
+	if len(drop) > 0 {
+		if _, err := adm.DeleteOffsets(ctx, vectorGroup, drop); err != nil && !errors.Is(err, kadm.ErrEmpty) && !isGroupMissing(err) {
+			fail("delete commits", err)
+		}
+	}
+	// Read back what the collector will read.
+	fetched, err := adm.FetchOffsets(ctx, vectorGroup)
+	if err != nil && !isGroupMissing(err) {
+		fail("fetch commits", err)
+	}
+	if ends, err = adm.ListEndOffsets(ctx, b.topic); err != nil {
+		fail("end offsets", err)
+	}
+	for _, p := range parts {
+		o, ok := fetched.Lookup(b.topic, p.ID)
+		has := ok && o.Err == nil && o.At >= 0
+		if end(p.ID) != p.End || has != p.HasCommitted || (has && o.At != p.Committed) {
+			t.Fatalf("%s: partition %d holds end %d, commit %+v; want end %d, commit %d (%v)", at, p.ID, end(p.ID), o, p.End, p.Committed, p.HasCommitted)
+		}
+	}
+}
+
+func isGroupMissing(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "GROUP_ID_NOT_FOUND")
+}
