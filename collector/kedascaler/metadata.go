@@ -60,6 +60,12 @@ var kafkaKeys = []string{
 	"limitToPartitionsWithLag", "partitionLimitation", "ensureEvenDistributionOfPartitions",
 }
 
+// kafkaAuthKeys are KEDA's kafka trigger keys for a secured cluster. KEDA
+// forwards no TriggerAuthentication secret to an external scaler, so inline
+// Kafka reaches plaintext brokers only, and says so rather than connect
+// without the credentials the trigger asked for.
+var kafkaAuthKeys = []string{"sasl", "tls", "username", "password", "ca", "cert", "key", "keyPassword", "saslTokenProvider", "oauthTokenEndpointUri", "awsRegion"}
+
 // fromEnv is the suffix KEDA keeps on a key whose value it read from the
 // scale target's environment (lagThresholdFromEnv).
 const fromEnv = "FromEnv"
@@ -254,6 +260,9 @@ func normalize(md map[string]string) (map[string]string, error) {
 				return nil, commonv1.Invalid(field(k), v, "only one of "+base+" and "+k)
 			}
 			name = base
+		}
+		if slices.Contains(kafkaAuthKeys, name) {
+			return nil, commonv1.Invalid(field(name), "(not shown)", "no Kafka authentication: KEDA forwards no TriggerAuthentication secret to an external scaler, so inline Kafka reads plaintext brokers only; measure a secured cluster through a Function or a PodAutoscaler lag source (its Secret) and follow it")
 		}
 		if !known(name) {
 			return nil, commonv1.Invalid("scalerMetadata", commonv1.Printable(k),

@@ -160,6 +160,8 @@ func TestParseRefuses(t *testing.T) {
 		{"an unknown tidal option", "shop", kafka("lag.tidal.dev/lagThreshhold", "6"), []string{"lagThreshhold"}},
 		{"an unknown mode", "shop", kafka("lag.tidal.dev/mode", "fast"), []string{"mode", `"fast"`}},
 		{"a long bad value", "shop", kafka("lagThreshold", long), []string{"lagThreshold", "bytes"}},
+		{"Kafka SASL", "shop", kafka("sasl", "scram_sha512"), []string{"scalerMetadata.sasl", "plaintext brokers only"}},
+		{"a Kafka password is not quoted", "shop", kafka("password", "hunter2"), []string{"scalerMetadata.password", "not shown"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,6 +174,9 @@ func TestParseRefuses(t *testing.T) {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error %q does not contain %q", msg, w)
 				}
+			}
+			if strings.Contains(msg, "hunter2") {
+				t.Errorf("error %q quotes a secret", msg)
 			}
 			if len(msg) > 600 {
 				t.Errorf("error is %d bytes long, want a bounded prefix of the value: %q", len(msg), msg)
