@@ -57,19 +57,18 @@ func (s scaleEvent) String() string {
 func (l *kedaLoop) run(ctx context.Context, t *testing.T) {
 	tick := time.NewTicker(kedaTick)
 	defer tick.Stop()
-	// Push reports are looked at often, as KEDA reacts to one at once.
-	push := time.NewTicker(20 * time.Millisecond)
-	defer push.Stop()
+	var push <-chan struct{} // nil, never ready, without a push scaler
+	if l.pushed != nil {
+		push = l.pushed.changed
+	}
 	var lastActive time.Time
 	seen := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-push.C:
-			if l.pushed == nil {
-				continue
-			}
+		case <-push:
+			// KEDA acts on a pushed true at once.
 			evs := l.pushed.events()
 			fresh := evs[seen:]
 			seen = len(evs)
