@@ -129,9 +129,14 @@ func (in *Inline) serve(ctx context.Context, namespace, name string, md map[stri
 	})
 	if err != nil {
 		// The owner's answer, with its code: a bad trigger is refused the
-		// same there, a failed read is UNAVAILABLE there too.
+		// same there, a failed read is UNAVAILABLE there too. A bucket
+		// that moved meanwhile is as passing as a replica out of reach.
 		st := status.Convert(err)
-		return nil, nil, status.Errorf(st.Code(), "collector %s: %s", owner, commonv1.Printable(commonv1.Truncate(st.Message(), 512)))
+		code := st.Code()
+		if code == codes.FailedPrecondition {
+			code = codes.Unavailable
+		}
+		return nil, nil, status.Errorf(code, "collector %s: %s", owner, commonv1.Printable(commonv1.Truncate(st.Message(), 512)))
 	}
 	rp := resp.GetPoll()
 	if rp == nil {

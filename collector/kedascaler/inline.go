@@ -113,8 +113,7 @@ type Triggers struct {
 
 // trigger is one inline target.
 type trigger struct {
-	ref   *commonv1.TargetRef
-	kafka Kafka
+	ref *commonv1.TargetRef
 	// seen is the last KEDA call naming it. Guarded by Triggers.mu.
 	seen time.Time
 
@@ -196,7 +195,7 @@ func (t *Triggers) ensure(namespace, name string, k *Kafka) (*trigger, error) {
 		t.refused.Inc()
 		return nil, fmt.Errorf("%w: this collector measures %d (--keda-max-targets); idle ones go after --keda-target-ttl", ErrTooManyTargets, t.cfg.MaxTargets)
 	}
-	tr := &trigger{ref: ref, kafka: *k, seen: now}
+	tr := &trigger{ref: ref, seen: now}
 	if k.KEDAMode() {
 		sc, err := t.scalers(k.Config)
 		if err != nil {

@@ -537,10 +537,16 @@ func TestForwardToTheOwner(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a follow trigger forwarded: %v, want INVALID_ARGUMENT", err)
 	}
-	// A bucket that moved since the entry looked: refused, not forwarded on.
+	// A bucket that moved since the entry looked: refused there naming the
+	// new owner, not forwarded on; KEDA hears UNAVAILABLE, as for any
+	// passing state.
 	ownerOwners.set("third")
-	if _, err := entry.metrics(t, billing()); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "third") {
-		t.Errorf("at a replica that no longer owns the target: %v, want FAILED_PRECONDITION naming the owner", err)
+	if _, err := entry.metrics(t, billing()); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "third") {
+		t.Errorf("at a replica that no longer owns the target: %v, want UNAVAILABLE naming the owner", err)
+	}
+	_, err = cl.EnsureKEDATarget(context.Background(), &collectorv1.EnsureKEDATargetRequest{Namespace: "shop", Name: "billing", ScalerMetadata: billing(), Call: collectorv1.KEDACall_KEDA_CALL_GET_METRICS})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("EnsureKEDATarget at a replica that does not own the target: %v, want FAILED_PRECONDITION", err)
 	}
 	// No owner known: UNAVAILABLE.
 	lone := newInlineFixture(t, testConfig(), &fakeOwners{self: "entry"}, peers)

@@ -22,12 +22,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	declag "github.com/tidalscale/tidal/decider/lag"
 	"github.com/tidalscale/tidal/proto/externalscaler"
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
+	"github.com/tidalscale/tidal/test/cluster"
 )
 
 // kedaVectors is KEDA's Kafka scaler vectors (../shared/vectors/keda from
@@ -469,4 +472,134 @@ func (b *kafkaVectorBroker) set(t *testing.T, at string, parts []declag.Partitio
 
 func isGroupMissing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "GROUP_ID_NOT_FOUND")
+}
+
+// TestKEDAInlineKafkaSharded: two collector replicas share the targets
+// through bucket Leases. KEDA's calls for one inline trigger, alternating
+// between them, are measured by the replica owning the trigger's bucket
+// only (the other forwards them), so the polls share one state: with
+// excludePersistentLag the answers are those of one scaler seeing every
+// poll in order, whichever replica KEDA called.
+func TestKEDAInlineKafkaSharded(t *testing.T) {
+	c := cluster.Shared(t)
+	leaseNS := c.Namespace(t)
+	dec := startDeciderProcess(t)
+	var replicas []*grpc.ClientConn
+	for range 2 {
+		addr := runCollector(t, "--kubeconfig", c.Kubeconfig, "--decider-addr", dec.GRPCAddr, "--buckets", "4", "--lease-namespace", leaseNS,
+			"--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms")
+		conn := dialPlain(t, addr)
+		waitServing(t, conn)
+		replicas = append(replicas, conn)
+	}
+	var v kafkaVector
+	v.Topic = "payments"
+	b := newKafkaVectorBroker(t, &v)
+	md := map[string]string{"bootstrapServers": strings.Join(b.kf.ListenAddrs(), ","), "consumerGroup": vectorGroup, "topic": "payments",
+		"lagThreshold": "10", "allowIdleConsumers": "true", "excludePersistentLag": "true"}
+	ref := &externalscaler.ScaledObjectRef{Namespace: "sharded", Name: "payments", ScalerMetadata: md}
+	cfg, err := lagconfig.ParseConfig("keda", map[string]string{"topic": "payments", "lagThreshold": "10", "allowIdleConsumers": "true", "excludePersistentLag": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := declag.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Until both replicas hold their buckets a call may find no owner, and
+	// a bucket may still move to the replica it belongs with (whose
+	// measurement starts afresh).
+	waitBucketsSettled(t, c, leaseNS, 4, 2)
+	b.set(t, "setup", []declag.Partition{{ID: 0, End: 1, Committed: 1, HasCommitted: true}})
+	for i := 0; ; i++ {
+		_, err0 := externalscaler.NewExternalScalerClient(replicas[0]).GetMetricSpec(ctx, ref)
+		_, err1 := externalscaler.NewExternalScalerClient(replicas[1]).IsActive(ctx, ref)
+		_, err2 := externalscaler.NewExternalScalerClient(replicas[0]).IsActive(ctx, ref)
+		if err0 == nil && err1 == nil && err2 == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the replicas never both answered: %v; %v; %v", err0, err1, err2)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The setup's IsActive calls were polls: the in-process scaler makes
+	// the same (its state is the first sighting of the commit).
+	in := declag.Input{Partitions: []declag.Partition{{ID: 0, End: 1, Committed: 1, HasCommitted: true}}}
+	own.Decide(&in, time.Now())
+
+	polls := [][2]int64{{100, 40}, {100, 40}, {150, 40}, {150, 90}, {150, 90}, {200, 150}}
+	for i, p := range polls {
+		at := fmt.Sprintf("poll %d", i+1)
+		parts := []declag.Partition{{ID: 0, End: p[0], Committed: p[1], HasCommitted: true}}
+		b.set(t, at, parts)
+		keda := externalscaler.NewExternalScalerClient(replicas[i%2])
+		m, err := keda.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref})
+		if err != nil {
+			t.Fatalf("%s through replica %d: %v", at, i%2, err)
+		}
+		in := declag.Input{Partitions: parts}
+		want := own.Decide(&in, time.Now())
+		if got := m.GetMetricValues()[0].GetMetricValueFloat(); got != want.KEDA.Metric {
+			t.Errorf("%s through replica %d: metric %v, one scaler seeing every poll: %v", at, i%2, got, want.KEDA.Metric)
+		}
+	}
+	// One replica holds the target; the other only forwarded.
+	holders := 0
+	for i, conn := range replicas {
+		list, err := collectorv1.NewCollectorServiceClient(conn).ListTargets(ctx, &collectorv1.ListTargetsRequest{Namespace: "sharded"})
+		if err != nil {
+			t.Fatalf("ListTargets of replica %d: %v", i, err)
+		}
+		holders += len(list.GetTargets())
+	}
+	if holders != 1 {
+		t.Errorf("%d replicas hold the inline target, want exactly one", holders)
+	}
+}
+
+// waitBucketsSettled waits until the buckets' Leases have had the same
+// holders for three seconds, with every bucket held and every replica's
+// member Lease live.
+func waitBucketsSettled(t *testing.T, c *cluster.Cluster, ns string, buckets, replicas int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var last string
+	since := time.Now()
+	for {
+		list, err := c.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("list Leases: %v", err)
+		}
+		var holders []string
+		members := 0
+		for _, l := range list.Items {
+			h := ""
+			if l.Spec.HolderIdentity != nil {
+				h = *l.Spec.HolderIdentity
+			}
+			switch {
+			case h == "":
+			case strings.HasPrefix(l.Name, "tidal-collector-member-"):
+				members++
+			default:
+				holders = append(holders, l.Name+"="+h)
+			}
+		}
+		sort.Strings(holders)
+		sig := strings.Join(holders, ",")
+		if sig != last || len(holders) != buckets || members != replicas {
+			last, since = sig, time.Now()
+		} else if time.Since(since) >= 3*time.Second {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the bucket Leases did not settle: %s, %d members", sig, members)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
