@@ -89,6 +89,8 @@ var allowed = map[string][]string{
 	"/externalscaler.ExternalScaler/GetMetricSpec":         {"keda", "operator"},
 	"/externalscaler.ExternalScaler/GetMetrics":            {"keda", "operator"},
 	"/externalscaler.ExternalScaler/StreamMetricSpec":      {"keda", "operator"},
+	// Collector replicas forward a KEDA trigger to the replica owning it.
+	"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget": {"collector"},
 }
 
 var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "reader"}
@@ -290,6 +292,7 @@ func TestSecurity(t *testing.T) {
 		}{
 			{f.actuator, actuatorv1.ActuatorService_ServiceDesc}, {f.decider, deciderv1.DeciderService_ServiceDesc},
 			{f.collector, collectorv1.CollectorService_ServiceDesc}, {f.collector, externalscaler.ExternalScaler_ServiceDesc},
+			{f.collector, collectorv1.KEDATargetService_ServiceDesc},
 		} {
 			svc, sd := served.svc, served.sd
 			for caller := range ids {
