@@ -19,11 +19,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidalscale/tidal/collector/lag"
-	declag "github.com/tidalscale/tidal/decider/lag"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	lagstrategy "github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
@@ -125,27 +125,10 @@ func (r *fakeReader) count() int {
 	return r.polls
 }
 
-// declagScaler runs decider/lag's keda mode, as the collector's wiring does.
-type declagScaler struct{ s *declag.Scaler }
-
-func newDeclagScaler(cfg lagconfig.Config) (KafkaScaler, error) {
-	s, err := declag.New(cfg)
-	return declagScaler{s}, err
-}
-
-func (d declagScaler) Poll(s *commonv1.MetricSample, at time.Time) (float64, bool, error) {
-	in := toInput(s)
-	dec := d.s.Decide(&in, at)
-	if dec.Status != declag.StatusOK {
-		return 0, false, dec.Err
-	}
-	return dec.KEDA.Metric, dec.KEDA.Active, nil
-}
-
-func toInput(s *commonv1.MetricSample) declag.Input {
-	in := declag.Input{PartitionCount: s.GetPartitionCount()}
+func toInput(s *commonv1.MetricSample) lagstrategy.Input {
+	in := lagstrategy.Input{PartitionCount: s.GetPartitionCount()}
 	for _, p := range s.GetPartitionLags() {
-		in.Partitions = append(in.Partitions, declag.Partition{ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil})
+		in.Partitions = append(in.Partitions, lagstrategy.Partition{ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil})
 	}
 	return in
 }
@@ -167,7 +150,7 @@ func newInlineFixture(t *testing.T, cfg Config, owners Owners, peers Peers) *inl
 	if owners != nil {
 		owns = func(ref *commonv1.TargetRef) bool { _, mine := owners.Owner(ref); return mine }
 	}
-	f.tr = NewTriggers(cfg, f.hub, f.reader, newDeclagScaler, owns, f.reg, zap.NewNop())
+	f.tr = NewTriggers(cfg, f.hub, f.reader, NewKafkaScaler, owns, f.reg, zap.NewNop())
 	f.tr.now = func() time.Time { return f.now }
 	f.s = New(cfg, fakeTargets{}, f.dec, &Inline{Triggers: f.tr, Owners: owners, Peers: peers}, callerOf, f.reg, zap.NewNop())
 	return f
@@ -212,7 +195,7 @@ func TestInlineKEDAPolls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := declag.New(cfg)
+	own, err := lagstrategy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

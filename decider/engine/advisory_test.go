@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/strategy/lag"
 )
 
 // TestAdvisoryDecisionsSaySo: an advisory target is decided like any other,

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/lag"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 	"github.com/tidalscale/tidal/targetkey"
 )

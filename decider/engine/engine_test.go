@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/lag"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/lag"
 )
 
 var epoch = time.Unix(1700000000, 0)

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/targetkey"
 )
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -13,11 +12,9 @@ import (
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/collector/targets"
-	declag "github.com/tidalscale/tidal/decider/lag"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/server"
 	"github.com/tidalscale/tidal/shard/bucket"
-	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // deciderRouter is kedascaler.Router over the collector's streams: the
@@ -70,10 +67,9 @@ func (b bucketOwners) Owner(ref *commonv1.TargetRef) (string, bool) {
 }
 
 // kedaInline wires inline Kafka: triggers measured by this replica's lag
-// reader into its hub, KEDA's arithmetic from the decider's own lag
-// strategy (so the answers are the ones tidal's keda mode gives), and with
-// buckets the owner of each trigger's bucket, reached over the collectors'
-// mutual TLS. Close the returned pool once the server has stopped.
+// reader into its hub, KEDA's arithmetic from tidal's own lag strategy
+// (kedascaler.NewKafkaScaler), and with buckets the owner of each trigger's
+// bucket, reached over the collectors' mutual TLS. Close the returned pool once the server has stopped.
 func kedaInline(cfg *config, hub *stream.Hub, fetcher *lag.Fetcher, buckets *bucket.Set, reg prometheus.Registerer, log *zap.Logger) (*kedascaler.Inline, *kedascaler.PeerPool, error) {
 	opt, err := cfg.server.DialOption(server.RoleCollector)
 	if err != nil {
@@ -86,41 +82,6 @@ func kedaInline(cfg *config, hub *stream.Hub, fetcher *lag.Fetcher, buckets *buc
 		in.Owners = bucketOwners{buckets}
 		owns = func(ref *commonv1.TargetRef) bool { return buckets.Owns(ref.Key()) }
 	}
-	in.Triggers = kedascaler.NewTriggers(cfg.keda, hub, fetcher, newKafkaScaler, owns, reg, log.With(zap.String("component", "keda")))
+	in.Triggers = kedascaler.NewTriggers(cfg.keda, hub, fetcher, kedascaler.NewKafkaScaler, owns, reg, log.With(zap.String("component", "keda")))
 	return in, peers, nil
-}
-
-// kafkaScaler is kedascaler.KafkaScaler over decider/lag's keda mode, the
-// code test/conformance replays KEDA's vectors through: each Poll is one
-// Decide, whose state carries excludePersistentLag's offsets to the next.
-type kafkaScaler struct {
-	s  *declag.Scaler
-	in declag.Input
-}
-
-func newKafkaScaler(cfg lagconfig.Config) (kedascaler.KafkaScaler, error) {
-	// Only KEDA's metric and activity are read, not the HPA model around
-	// them: its recommendation window (the stabilization window over the
-	// tick interval, up to 4096 slots) would be memory for nothing.
-	cfg.ScaleDownStabilization = 0
-	s, err := declag.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &kafkaScaler{s: s}, nil
-}
-
-func (k *kafkaScaler) Poll(s *commonv1.MetricSample, at time.Time) (float64, bool, error) {
-	k.in.Partitions = k.in.Partitions[:0]
-	for _, p := range s.GetPartitionLags() {
-		k.in.Partitions = append(k.in.Partitions, declag.Partition{
-			ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil,
-		})
-	}
-	k.in.PartitionCount = s.GetPartitionCount()
-	d := k.s.Decide(&k.in, at)
-	if d.Status != declag.StatusOK {
-		return 0, false, fmt.Errorf("KEDA's arithmetic: %w", d.Err)
-	}
-	return d.KEDA.Metric, d.KEDA.Active, nil
 }

@@ -24,11 +24,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	declag "github.com/tidalscale/tidal/decider/lag"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	lagstrategy "github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -172,7 +172,7 @@ func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so str
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := declag.New(cfg)
+	own, err := lagstrategy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,9 +187,9 @@ func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so str
 	metric, target := spec.GetMetricSpecs()[0].GetMetricName(), spec.GetMetricSpecs()[0].GetTargetSizeFloat()
 	for i, p := range v.Polls {
 		at := fmt.Sprintf("poll %d", i+1)
-		var in declag.Input
+		var in lagstrategy.Input
 		for _, q := range p.Partitions {
-			part := declag.Partition{ID: q.Partition, End: q.Latest}
+			part := lagstrategy.Partition{ID: q.Partition, End: q.Latest}
 			if q.Committed != nil {
 				part.Committed, part.HasCommitted = *q.Committed, true
 			}
@@ -219,7 +219,7 @@ func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so str
 		replicas := int64(math.Ceil(milli / (target * 1000)))
 
 		d := own.Decide(&in, time.Now())
-		if d.Status != declag.StatusOK {
+		if d.Status != lagstrategy.StatusOK {
 			t.Fatalf("%s: tidal's keda mode in-process: %v", at, d.Err)
 		}
 		if wantMilli := math.Round(d.KEDA.Metric * 1000); milli != wantMilli || a.GetResult() != d.KEDA.Active {
@@ -251,7 +251,7 @@ func explainedNotActuated(t *testing.T, keda externalscaler.ExternalScalerClient
 	v.Topic = "orders"
 	v.Config.LagThreshold = 10
 	b := newKafkaVectorBroker(t, &v)
-	b.set(t, "setup", []declag.Partition{{ID: 0, End: 40, Committed: 5, HasCommitted: true}})
+	b.set(t, "setup", []lagstrategy.Partition{{ID: 0, End: 40, Committed: 5, HasCommitted: true}})
 	// The decider decides keda targets every pollingInterval: 1 s here.
 	md := map[string]string{"bootstrapServers": strings.Join(b.kf.ListenAddrs(), ","), "consumerGroup": vectorGroup, "topic": "orders", "lag.tidal.dev/pollingInterval": "1"}
 	ref := &externalscaler.ScaledObjectRef{Namespace: "explain", Name: "orders", ScalerMetadata: md}
@@ -383,7 +383,7 @@ func newKafkaVectorBroker(t *testing.T, v *kafkaVector) *kafkaVectorBroker {
 
 // set makes the broker's end offsets and the group's commits those of
 // parts; a log that would have to shrink is a recreated topic.
-func (b *kafkaVectorBroker) set(t *testing.T, at string, parts []declag.Partition) {
+func (b *kafkaVectorBroker) set(t *testing.T, at string, parts []lagstrategy.Partition) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -502,7 +502,7 @@ func TestKEDAInlineKafkaSharded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := declag.New(cfg)
+	own, err := lagstrategy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,7 +513,7 @@ func TestKEDAInlineKafkaSharded(t *testing.T) {
 	// a bucket may still move to the replica it belongs with (whose
 	// measurement starts afresh).
 	waitBucketsSettled(t, c, leaseNS, 4, 2)
-	b.set(t, "setup", []declag.Partition{{ID: 0, End: 1, Committed: 1, HasCommitted: true}})
+	b.set(t, "setup", []lagstrategy.Partition{{ID: 0, End: 1, Committed: 1, HasCommitted: true}})
 	for i := 0; ; i++ {
 		_, err0 := externalscaler.NewExternalScalerClient(replicas[0]).GetMetricSpec(ctx, ref)
 		_, err1 := externalscaler.NewExternalScalerClient(replicas[1]).IsActive(ctx, ref)
@@ -528,20 +528,20 @@ func TestKEDAInlineKafkaSharded(t *testing.T) {
 	}
 	// The setup's IsActive calls were polls: the in-process scaler makes
 	// the same (its state is the first sighting of the commit).
-	in := declag.Input{Partitions: []declag.Partition{{ID: 0, End: 1, Committed: 1, HasCommitted: true}}}
+	in := lagstrategy.Input{Partitions: []lagstrategy.Partition{{ID: 0, End: 1, Committed: 1, HasCommitted: true}}}
 	own.Decide(&in, time.Now())
 
 	polls := [][2]int64{{100, 40}, {100, 40}, {150, 40}, {150, 90}, {150, 90}, {200, 150}}
 	for i, p := range polls {
 		at := fmt.Sprintf("poll %d", i+1)
-		parts := []declag.Partition{{ID: 0, End: p[0], Committed: p[1], HasCommitted: true}}
+		parts := []lagstrategy.Partition{{ID: 0, End: p[0], Committed: p[1], HasCommitted: true}}
 		b.set(t, at, parts)
 		keda := externalscaler.NewExternalScalerClient(replicas[i%2])
 		m, err := keda.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref})
 		if err != nil {
 			t.Fatalf("%s through replica %d: %v", at, i%2, err)
 		}
-		in := declag.Input{Partitions: parts}
+		in := lagstrategy.Input{Partitions: parts}
 		want := own.Decide(&in, time.Now())
 		if got := m.GetMetricValues()[0].GetMetricValueFloat(); got != want.KEDA.Metric {
 			t.Errorf("%s through replica %d: metric %v, one scaler seeing every poll: %v", at, i%2, got, want.KEDA.Metric)

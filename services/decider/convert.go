@@ -9,10 +9,10 @@ import (
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpa"
-	"github.com/tidalscale/tidal/decider/lag"
 	"github.com/tidalscale/tidal/decider/sender"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/strategy/lag"
 )
 
 func targetOf(ref *commonv1.TargetRef) engine.Target {

@@ -2,7 +2,8 @@
 // (riff-offset, riff-queue, keda), their parameters under the originals'
 // names with the originals' defaults, and how they are read from
 // lag.tidal.dev/* annotations. The collector reads it to know how often to
-// measure a target; the decider's decider/lag runs it.
+// measure a target; strategy/lag runs it, in the decider and, for KEDA's
+// inline Kafka triggers, in the collector.
 package lagconfig
 
 import (

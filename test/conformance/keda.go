@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 

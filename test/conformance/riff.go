@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/strategy/lag"
 )
 
 // riffFamilies replays ../shared/vectors/riff: riff's function controller

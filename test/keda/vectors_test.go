@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tidalscale/tidal/decider/lag"
+	"github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
@@ -102,7 +102,7 @@ var flavours = []struct {
 // holds each poll's end and committed offsets, the trigger is the README's
 // inline Kafka example with the vector's keys, and every poll is one
 // GetMetricsAndActivity. KEDA-through-tidal must read what tidal's own keda
-// mode decides in-process on the same offsets (decider/lag, as
+// mode decides in-process on the same offsets (strategy/lag, as
 // test/conformance replays the vectors), and in the faithful flavour what
 // KEDA's kafka scaler itself read (the vector): the metric, the activity and
 // the HPA's replica count. A tidal that answers inline Kafka with
