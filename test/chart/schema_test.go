@@ -36,6 +36,8 @@ func TestSchemaRefuses(t *testing.T) {
 		{"negative buckets", []string{"collector.buckets=-1"}, []string{"/collector/buckets", "minimum"}},
 		{"unknown decider discovery", []string{"collector.deciderDiscovery=consul"}, []string{"/collector/deciderDiscovery"}},
 		{"broker without a port", []string{"kafka.brokers[0]=kafka"}, []string{"/kafka/brokers/0"}},
+		{"KEDA broker pattern without a port", []string{"collector.keda.allowedBrokers[0]=*.kafka"}, []string{"/collector/keda/allowedBrokers/0"}},
+		{"KEDA broker patterns in one string", []string{`collector.keda.allowedBrokers[0]=a:9092\,b:9092`}, []string{"/collector/keda/allowedBrokers/0"}},
 		{"running as root", []string{"podSecurityContext.runAsNonRoot=false"}, []string{"/podSecurityContext/runAsNonRoot"}},
 		{"root user id", []string{"podSecurityContext.runAsUser=0"}, []string{"/podSecurityContext/runAsUser", "minimum"}},
 		{"writable root filesystem", []string{"securityContext.readOnlyRootFilesystem=false"}, []string{"/securityContext/readOnlyRootFilesystem"}},
