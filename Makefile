@@ -13,7 +13,7 @@ TAG ?=
 PUSH ?= 0
 PLATFORMS ?=
 
-.PHONY: all generate build test prepare unit lint fuzz bench bench-knative conformance conformance-shared run e2e scale image chart clean
+.PHONY: all generate build test prepare unit lint fuzz bench bench-knative conformance conformance-shared run e2e keda scale image chart clean
 
 all: build
 
@@ -111,6 +111,25 @@ run:
 ## e2e: end-to-end tests: the three services as processes, a real API server with kwok pods, kfake.
 e2e:
 	$(GO) test -count=1 -timeout 60m ./test/e2e/...
+
+## keda: tidal's external scaler driven by KEDA v2.21.0's own client code (test/keda, its own module). Builds
+## first, with progress and outside any test deadline: the control plane, the services, then KEDA's packages
+## (cold: about 25 minutes on two cores; cached after that) and the test binary; then runs the tests.
+keda:
+	@echo "== keda: the Kubernetes control plane (built once per version, then cached)"
+	$(GO) run ./test/cluster/cmd/testcluster build
+	@echo "== keda: the services"
+	$(GO) build ./services/...
+	@echo "== keda: KEDA's client and every other package the tests import (cold: about 25 minutes on two cores)"
+	@set -o pipefail; cd test/keda && \
+		pkgs=$$($(GO) list -deps -test . | grep -v '^github.com/tidalscale/tidal/test/keda'); \
+		total=$$(echo "$$pkgs" | wc -l); \
+		$(GO) build -v $$pkgs 2>&1 | awk -v total=$$total \
+			'/^#|\.go:[0-9]+/ { print; next } { if (++n % 200 == 0) printf "   %d packages compiled (of %d; cached ones are not counted)\n", n, total }'
+	@mkdir -p bin
+	cd test/keda && $(GO) test -c -o ../../bin/keda.test .
+	@echo "== keda: running"
+	cd test/keda && ../../bin/keda.test -test.count=1 -test.timeout=20m -test.v -vectors $(abspath $(SHARED))/vectors/keda
 
 ## scale: the whole system at scale on a test cluster of its own, then a report of latencies and costs
 ## (SCALE="-kpa 1000 -lag 100 -for 3m"; defaults: 10,000 KPA + 1,000 lag targets for 10 minutes; "-replicas 2"
