@@ -222,30 +222,36 @@ func (s *Server) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectR
 	if err != nil {
 		return nil, err
 	}
-	what, target := "", (*commonv1.TargetRef)(nil)
-	switch k := trig.Kafka; {
-	case k != nil && k.KEDAMode():
+	if k := trig.Kafka; k != nil && k.KEDAMode() {
 		_, p, err := s.kafka(ctx, ref, k, CallIsActive)
 		if err != nil {
 			return nil, err
 		}
 		return &externalscaler.IsActiveResponse{Result: p.Active}, nil
-	case k != nil:
-		if target, _, err = s.kafka(ctx, ref, k, CallEnsure); err != nil {
-			return nil, err
-		}
-		what = inlineName(ref)
-	default:
-		if target, err = s.follow(*trig.Follow); err != nil {
-			return nil, err
-		}
-		what = trig.Follow.String()
 	}
-	d, err := s.latest(ctx, what, target)
+	d, err := s.decision(ctx, ref, trig)
 	if err != nil {
 		return nil, err
 	}
 	return &externalscaler.IsActiveResponse{Result: d.GetDesiredReplicas() > 0}, nil
+}
+
+// decision is the latest decision for a trigger answered from the decider
+// (follow, and inline Kafka in the riff modes, whose target is made sure of
+// first).
+func (s *Server) decision(ctx context.Context, ref *externalscaler.ScaledObjectRef, trig Trigger) (*commonv1.Decision, error) {
+	if k := trig.Kafka; k != nil {
+		target, _, err := s.kafka(ctx, ref, k, CallEnsure)
+		if err != nil {
+			return nil, err
+		}
+		return s.latest(ctx, inlineName(ref), target)
+	}
+	target, err := s.follow(*trig.Follow)
+	if err != nil {
+		return nil, err
+	}
+	return s.latest(ctx, trig.Follow.String(), target)
 }
 
 // metricSpec is the trigger's one metric. Against a target of 1 the HPA's
@@ -306,9 +312,7 @@ func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsR
 	if m := req.GetMetricName(); m != "" && m != name {
 		return nil, status.Error(codes.InvalidArgument, commonv1.Invalid("metricName", m, fmt.Sprintf("this trigger's metric %q (from GetMetricSpec)", name)).Error())
 	}
-	what, target := "", (*commonv1.TargetRef)(nil)
-	switch k := trig.Kafka; {
-	case k != nil && k.KEDAMode():
+	if k := trig.Kafka; k != nil && k.KEDAMode() {
 		_, p, err := s.kafka(ctx, ref, k, CallGetMetrics)
 		if err != nil {
 			return nil, err
@@ -318,18 +322,8 @@ func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsR
 		return &externalscaler.GetMetricsResponse{MetricValues: []*externalscaler.MetricValue{{
 			MetricName: name, MetricValue: int64(p.Metric), MetricValueFloat: p.Metric,
 		}}}, nil
-	case k != nil:
-		if target, _, err = s.kafka(ctx, ref, k, CallEnsure); err != nil {
-			return nil, err
-		}
-		what = inlineName(ref)
-	default:
-		if target, err = s.follow(*trig.Follow); err != nil {
-			return nil, err
-		}
-		what = trig.Follow.String()
 	}
-	d, err := s.latest(ctx, what, target)
+	d, err := s.decision(ctx, ref, trig)
 	if err != nil {
 		return nil, err
 	}
