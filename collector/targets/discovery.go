@@ -548,8 +548,13 @@ func (d *Discovery) claim(key string, ref *commonv1.TargetRef, r rank) bool {
 	winner := bestLocked(c)
 	var displaced []string
 	if winner == key {
-		for k, a := range d.active {
-			if k != key && a.ref.Key() == target {
+		// Every active source has a claim on its own target (a source
+		// whose target changes is released first), so the sources to
+		// displace are among this target's claims: one or two, not every
+		// active target (a scan of those cost a fifth of the collector's
+		// CPU at 11,000 targets).
+		for k := range c {
+			if _, on := d.active[k]; on && k != key {
 				displaced = append(displaced, k)
 			}
 		}
