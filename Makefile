@@ -45,9 +45,12 @@ prepare:
 	$(GO) test -count=1 -run '^$$' ./...
 	@echo "== prepare: done"
 
-## unit: every package's tests but the end-to-end ones.
+## unit: every package's tests but the end-to-end ones; test/scale last and alone, as its guard runs 300 targets
+## with about 900 pods and three services, and other packages' test clusters starved beside it on two cores.
 unit:
-	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v '/test/e2e$$')
+	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v -e '/test/e2e$$' -e '/test/scale$$')
+	@echo "== unit: test/scale alone"
+	$(GO) test -count=1 -timeout 30m ./test/scale
 
 conformance-shared:
 	@found=0; for fam in $(VECTOR_FAMILIES); do \
@@ -133,7 +136,7 @@ keda:
 
 ## scale: the whole system at scale on a test cluster of its own, then a report of latencies and costs
 ## (SCALE="-kpa 1000 -lag 100 -for 3m"; defaults: 10,000 KPA + 1,000 lag targets for 10 minutes; "-replicas 2"
-## runs two of each service; bin/tidal-scale -h lists every flag). TestScaleGuard runs 300 targets in `make unit`.
+## runs two of each service; bin/tidal-scale -h lists every flag). TestScaleGuard runs 300 targets in `make unit`, alone.
 scale:
 	@mkdir -p bin
 	$(GO) build -o bin/tidal-scale ./test/scale/cmd/scale
