@@ -41,6 +41,9 @@ prepare:
 	$(GO) build -modfile=tools/go.mod helm.sh/helm/v3/cmd/helm github.com/fullstorydev/grpcurl/cmd/grpcurl
 	@echo "== prepare: the Kubernetes control plane for the tests (built once per version, then cached)"
 	$(GO) run ./test/cluster/cmd/testcluster build
+	@echo "== prepare: the services as the Dockerfile builds them (CGO_ENABLED=0, -trimpath: a build cache of its own), which test/chart checks"
+	@d=$$(mktemp -d) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $$d/ ./services/collector ./services/decider ./services/actuator; \
+		rc=$$?; rm -rf "$$d"; exit $$rc
 	@echo "== prepare: compiling every test binary"
 	$(GO) test -count=1 -run '^$$' ./...
 	@echo "== prepare: done"
