@@ -102,6 +102,19 @@ func smooth(memory float32, target, current int32) Smoothing {
 	return sm
 }
 
+// smoothTarget runs d.Target through the scaler's smoothing memory (both
+// riff modes smooth alike), records the step and its reason in d, and
+// returns the rounded count.
+func (s *Scaler) smoothTarget(d *Decision) int32 {
+	d.Smoothing = smooth(s.memory, d.Target, s.current)
+	s.memory = d.Smoothing.After
+	d.Reason = ReasonProposal
+	if d.Smoothing.FromZero {
+		d.Reason = ReasonFromZero
+	}
+	return d.Smoothing.Rounded
+}
+
 // offset is riff-offset (v0.0.5): policy(max lag) → smoother → delayer.
 func (s *Scaler) offset(d *Decision, in *Input, now time.Time) {
 	sumEnd, sumCurrent := s.riffLags(d, in)
@@ -116,13 +129,7 @@ func (s *Scaler) offset(d *Decision, in *Input, now time.Time) {
 	}
 
 	a := s.current
-	d.Smoothing = smooth(s.memory, d.Target, a)
-	s.memory = d.Smoothing.After
-	r := d.Smoothing.Rounded
-	d.Reason = ReasonProposal
-	if d.Smoothing.FromZero {
-		d.Reason = ReasonFromZero
-	}
+	r := s.smoothTarget(d)
 
 	// The delayer: hold the current count for IdleTimeout before going to 0,
 	// restarting on any write; never scale up while no offset moves.
@@ -225,13 +232,7 @@ func (s *Scaler) queue(d *Decision, in *Input, now time.Time, queryFailed bool) 
 
 	// 4. smooth.
 	a := s.current
-	d.Smoothing = smooth(s.memory, d.Target, a)
-	s.memory = d.Smoothing.After
-	r := d.Smoothing.Rounded
-	d.Reason = ReasonProposal
-	if d.Smoothing.FromZero {
-		d.Reason = ReasonFromZero
-	}
+	r := s.smoothTarget(d)
 
 	// 5. hold one replica while the queue is non-empty (riff re-queried the
 	// queue here; the collector samples once per tick, so the same value is
