@@ -1,9 +1,11 @@
 package history
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -57,5 +59,128 @@ func TestAppendMergesPushesOfOneSecond(t *testing.T) {
 	h.Append(sample(t0.Add(time.Second), push, 1))
 	if got[3].GetAverageConcurrency() != 8 {
 		t.Error("AppendTo handed out a sample that a later merge changed")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestAppendToGivesBackEveryField checks that what is stored flat comes back
+// as the message that went in, field for field.
+func TestAppendToGivesBackEveryField(t *testing.T) {
+	t0 := time.Unix(1000, 250)
+	in := []*commonv1.MetricSample{
+		{Time: timestamppb.New(t0), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, AverageConcurrency: 1.5,
+			AverageProxiedConcurrency: 0.5, RequestCount: 7, ProxiedRequestCount: 2, ReadyPods: ptr[int32](3)},
+		{Time: timestamppb.New(t0.Add(time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_PUSH, AverageConcurrency: 1},
+		{Time: timestamppb.New(t0.Add(2 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, ReadyPods: ptr[int32](0)},
+		{Time: timestamppb.New(t0.Add(3 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA, PartitionCount: ptr[int32](3),
+			ReadyPods: ptr[int32](2), PartitionLags: []*commonv1.PartitionLag{
+				{Partition: 0, EndOffset: 10, CommittedOffset: ptr[int64](4)},
+				{Partition: 1, EndOffset: 1 << 40},
+				{Partition: 2, EndOffset: 5, CommittedOffset: ptr[int64](-1)},
+			}},
+		{Time: timestamppb.New(t0.Add(4 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA, PartitionCount: ptr[int32](0)},
+		{Time: timestamppb.New(t0.Add(5 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+			PartitionLags: []*commonv1.PartitionLag{{Partition: 7, EndOffset: 1, CommittedOffset: ptr[int64](1)}}},
+	}
+	h := New(time.Minute)
+	for _, s := range in {
+		h.Append(Clone(s))
+	}
+	got := h.AppendTo(nil)
+	if len(got) != len(in) {
+		t.Fatalf("got %d samples, want %d", len(got), len(in))
+	}
+	for i := range in {
+		if !proto.Equal(got[i], in[i]) {
+			t.Errorf("sample %d:\n got %v\nwant %v", i, got[i], in[i])
+		}
+	}
+	// What was handed out is the caller's: changing it changes nothing held.
+	*got[3].PartitionLags[0].CommittedOffset = 99
+	*got[0].ReadyPods = 42
+	again := h.AppendTo(nil)
+	for i := range in {
+		if !proto.Equal(again[i], in[i]) {
+			t.Errorf("after the caller changed its copy, sample %d = %v, want %v", i, again[i], in[i])
+		}
+	}
+	if last, ok := h.LastTime(); !ok || !last.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("LastTime = %v, %v; want %v", last, ok, t0.Add(5*time.Second))
+	}
+	if _, ok := New(time.Minute).LastTime(); ok {
+		t.Error("LastTime of an empty history reports a sample")
+	}
+}
+
+// TestRetainedBytes bounds what a retained sample costs, since the history is
+// most of the collector's heap at 10,000 targets: a scraped KPA sample and a
+// lag sample of ten partitions, as the collector stores them.
+func TestRetainedBytes(t *testing.T) {
+	const targets, perTarget = 500, 120
+	cases := []struct {
+		name string
+		make func(at time.Time) *commonv1.MetricSample
+		max  float64 // bytes per retained sample
+	}{
+		{"kpa scrape", func(at time.Time) *commonv1.MetricSample {
+			return &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE,
+				AverageConcurrency: 1, RequestCount: 2, ReadyPods: ptr[int32](3)}
+		}, 120},
+		{"lag, 10 partitions", func(at time.Time) *commonv1.MetricSample {
+			s := &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+				PartitionCount: ptr[int32](10), ReadyPods: ptr[int32](1)}
+			for p := range int32(10) {
+				s.PartitionLags = append(s.PartitionLags, &commonv1.PartitionLag{Partition: p, EndOffset: 100, CommittedOffset: ptr[int64](50)})
+			}
+			return s
+		}, 400},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			hs := make([]*History, targets)
+			t0 := time.Unix(1000, 0)
+			for i := range hs {
+				hs[i] = New(time.Duration(perTarget-1) * time.Second)
+				for j := range perTarget {
+					hs[i].Append(c.make(t0.Add(time.Duration(j) * time.Second)))
+				}
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			per := float64(after.HeapAlloc-before.HeapAlloc) / (targets * perTarget)
+			t.Logf("%.0f bytes per retained sample", per)
+			if per > c.max {
+				t.Errorf("%.0f bytes per retained sample, want at most %.0f", per, c.max)
+			}
+			runtime.KeepAlive(hs)
+		})
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	h := New(time.Minute)
+	t0 := time.Unix(1000, 0)
+	s := &commonv1.MetricSample{Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, AverageConcurrency: 1, ReadyPods: ptr[int32](3)}
+	b.ReportAllocs()
+	for i := range b.N {
+		s.Time = timestamppb.New(t0.Add(time.Duration(i) * time.Second))
+		h.Append(s)
+	}
+}
+
+func BenchmarkAppendTo(b *testing.B) {
+	h := New(2 * time.Minute)
+	t0 := time.Unix(1000, 0)
+	for i := range 120 {
+		h.Append(&commonv1.MetricSample{Time: timestamppb.New(t0.Add(time.Duration(i) * time.Second)),
+			Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, AverageConcurrency: 1, ReadyPods: ptr[int32](3)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = h.AppendTo(nil)
 	}
 }

@@ -81,8 +81,8 @@ func (h *Hub) TargetsPage(namespace, cursor string, limit int) (page []Summary, 
 	for _, k := range keep {
 		t := h.targets[k]
 		s := Summary{Target: t.ref, ReadyPods: t.ready}
-		if last := t.hist.Last(); last != nil {
-			s.LastSampleTime = last.GetTime() // timestamps are never changed in place
+		if last, ok := t.hist.LastTime(); ok {
+			s.LastSampleTime = timestamppb.New(last)
 		}
 		if ob := h.outboxes[t.owner]; ob != nil && ob.connected {
 			s.Decider = t.owner
