@@ -6,7 +6,7 @@
 // Knative's queue-proxy serves at that pod's IP, port 9090, /metrics: the
 // protobuf Stat of the last 1 s reporting period (knative.dev/serving v0.50.0 pkg/autoscaler/metrics/stat.proto),
 // and optionally the old Prometheus text series on another port. The numbers
-// come from a load model (Model): requests arrive following a Profile, go to
+// come from a load model (Model, sim/podmodel): requests arrive following a Profile, go to
 // the least-loaded warm pod, are served ContainerConcurrency at a time per pod
 // and queue beyond that, and a new pod serves only after a cold-start delay.
 // Report says what users would have felt: requests served, queued, and

@@ -1,4 +1,4 @@
-package workload
+package podmodel
 
 import (
 	"encoding/csv"

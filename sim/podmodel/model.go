@@ -1,0 +1,443 @@
+package podmodel
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tidalscale/tidal/collector/queuestat"
+)
+
+// ModelConfig describes how the simulated service behaves.
+type ModelConfig struct {
+	// ContainerConcurrency is how many requests one pod serves at once;
+	// requests beyond it queue in the pod (as behind Knative's queue-proxy
+	// breaker). 0 means no limit.
+	ContainerConcurrency int
+	// ServiceTime is how long one request takes once a pod starts it, or
+	// the mean of that time with ExponentialService.
+	ServiceTime time.Duration
+	// ExponentialService draws each request's service time from an
+	// exponential distribution (seeded by Seed), for realistic latency
+	// tails; otherwise every request takes exactly ServiceTime.
+	ExponentialService bool
+	// ColdStart is how long a pod takes, after it turns Ready, before it
+	// serves; requests wait for a warm pod meanwhile.
+	ColdStart time.Duration
+	// ReportingPeriod is the queue-proxy's reporting period; 0 means 1 s.
+	ReportingPeriod time.Duration
+	// MaxStep bounds one simulation step, the resolution of arrivals; 0
+	// means 10 ms.
+	MaxStep time.Duration
+	// Poisson makes arrivals a Poisson process with the profile's rate,
+	// seeded by Seed, so requests bunch up as real traffic does; otherwise
+	// they are evenly spaced and the model is fully deterministic.
+	Poisson bool
+	Seed    uint64
+}
+
+// Validate names the first invalid field.
+func (c ModelConfig) Validate() error {
+	switch {
+	case c.ContainerConcurrency < 0:
+		return fmt.Errorf("ContainerConcurrency = %d: want >= 0 (0 means no limit)", c.ContainerConcurrency)
+	case c.ServiceTime <= 0:
+		return fmt.Errorf("ServiceTime = %s: want > 0", c.ServiceTime)
+	case c.ColdStart < 0:
+		return fmt.Errorf("ColdStart = %s: want >= 0", c.ColdStart)
+	case c.ReportingPeriod < 0:
+		return fmt.Errorf("ReportingPeriod = %s: want >= 0", c.ReportingPeriod)
+	case c.MaxStep < 0:
+		return fmt.Errorf("MaxStep = %s: want >= 0", c.MaxStep)
+	}
+	return nil
+}
+
+// Model is the load model behind the simulated queue-proxies: a pure,
+// deterministic simulation stepped by Advance with the time passed in. It is
+// not safe for concurrent use; Workload serialises access.
+type Model struct {
+	cfg     ModelConfig
+	profile Profile
+	start   time.Time
+	now     time.Time
+	// carry is the fractional arrival left over from the last step, so a
+	// rate of 0.5/s over 10 ms steps still yields one request every 2 s.
+	carry float64
+
+	pods map[string]*simPod
+	// order lists the pods sorted by name, for deterministic dispatch.
+	order []*simPod
+	// rr rotates ties between equally loaded pods.
+	rr int
+	// pending holds the arrival times of requests waiting for any warm pod
+	// (the activator's queue at zero pods, or during cold starts).
+	pending []time.Time
+
+	arrived, served int64
+	waits           []time.Duration
+	latencies       []time.Duration
+	rng             *rand.Rand // nil unless Poisson or ExponentialService
+}
+
+// simPod is one pod's queue-proxy: requests in service, requests queued, and
+// the accumulators of the current reporting period.
+type simPod struct {
+	name    string
+	addedAt time.Time
+	warmAt  time.Time
+	// finishes holds the requests in service, a min-heap by finish time.
+	finishes inService
+	// queue holds arrival times of requests waiting for a slot.
+	queue []time.Time
+
+	// Reporting period state: a time-weighted integral of the requests in
+	// the pod (in service + queued), as the queue-proxy measures them.
+	lastChange   time.Time
+	integral     float64 // request·seconds
+	periodArrive int
+	nextReport   time.Time
+	last         queuestat.Stat
+}
+
+func (p *simPod) outstanding() int { return len(p.finishes) + len(p.queue) }
+
+// NewModel returns a model with no pods, starting at start.
+func NewModel(cfg ModelConfig, profile Profile, start time.Time) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("model config: %w", err)
+	}
+	if profile == nil {
+		return nil, errors.New("model config: nil Profile")
+	}
+	if cfg.ReportingPeriod == 0 {
+		cfg.ReportingPeriod = time.Second
+	}
+	if cfg.MaxStep == 0 {
+		cfg.MaxStep = 10 * time.Millisecond
+	}
+	m := &Model{cfg: cfg, profile: profile, start: start, now: start, pods: map[string]*simPod{}}
+	if cfg.Poisson || cfg.ExponentialService {
+		m.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	}
+	return m, nil
+}
+
+// AddPod adds a pod that turned Ready at now. It serves after ColdStart and
+// reports every ReportingPeriod from now on. Adding a known pod does nothing.
+func (m *Model) AddPod(name string, now time.Time) {
+	m.Advance(now)
+	if _, ok := m.pods[name]; ok {
+		return
+	}
+	p := &simPod{
+		name:       name,
+		addedAt:    m.now,
+		warmAt:     m.now.Add(m.cfg.ColdStart),
+		lastChange: m.now,
+		nextReport: m.now.Add(m.cfg.ReportingPeriod),
+		last:       queuestat.Stat{PodName: name},
+	}
+	m.pods[name] = p
+	i, _ := slices.BinarySearchFunc(m.order, name, func(p *simPod, name string) int { return strings.Compare(p.name, name) })
+	m.order = slices.Insert(m.order, i, p)
+	m.dispatchPending()
+}
+
+// RemovePod takes a pod away at now. Requests it was serving complete (the
+// pod drains); requests queued in it go back to the front of the pending
+// queue, keeping their arrival times.
+func (m *Model) RemovePod(name string, now time.Time) {
+	m.Advance(now)
+	p, ok := m.pods[name]
+	if !ok {
+		return
+	}
+	// Requests in service drain: they complete as if the pod finished them.
+	for _, r := range p.finishes {
+		m.complete(r)
+	}
+	m.pending = append(slices.Clone(p.queue), m.pending...)
+	delete(m.pods, name)
+	m.order = slices.DeleteFunc(m.order, func(q *simPod) bool { return q == p })
+	m.dispatchPending()
+}
+
+// Pods returns the names of the pods in the model, sorted.
+func (m *Model) Pods() []string {
+	names := make([]string, len(m.order))
+	for i, p := range m.order {
+		names[i] = p.name
+	}
+	return names
+}
+
+// Stat returns the pod's last complete report, or an all-zero stat (with
+// the pod name) before its first, as the queue-proxy serves.
+func (m *Model) Stat(name string) (queuestat.Stat, bool) {
+	p, ok := m.pods[name]
+	if !ok {
+		return queuestat.Stat{}, false
+	}
+	return p.last, true
+}
+
+// Advance runs the simulation up to now. Times before the model's current
+// time are ignored.
+func (m *Model) Advance(now time.Time) {
+	for m.now.Before(now) {
+		next := m.now.Add(m.cfg.MaxStep)
+		if now.Before(next) {
+			next = now
+		}
+		// Stop exactly at report boundaries and warm-ups inside the step so
+		// each report covers exactly one period.
+		for _, p := range m.pods {
+			if p.nextReport.After(m.now) && p.nextReport.Before(next) {
+				next = p.nextReport
+			}
+			if p.warmAt.After(m.now) && p.warmAt.Before(next) {
+				next = p.warmAt
+			}
+		}
+		m.step(next)
+	}
+}
+
+// step moves the simulation from m.now to t (at most MaxStep later).
+func (m *Model) step(t time.Time) {
+	// Completions inside the step, each starting the next queued request.
+	for _, p := range m.pods {
+		m.completeUntil(p, t)
+	}
+	dt := t.Sub(m.now)
+	// Arrivals of the step land at its end, with the rate at its middle.
+	rate := m.profile.Rate(m.now.Add(dt / 2).Sub(m.start))
+	if rate < 0 || math.IsNaN(rate) {
+		rate = 0
+	}
+	var n int
+	if m.rng != nil {
+		n = poisson(m.rng, rate*dt.Seconds())
+	} else {
+		m.carry += rate * dt.Seconds()
+		// The epsilon keeps ten steps of 0.1 from summing to 0.999… and
+		// losing a request to float rounding.
+		n = int(m.carry + 1e-9)
+		m.carry = max(m.carry-float64(n), 0)
+	}
+	m.now = t
+	m.dispatchPending()
+	for range n {
+		m.arrived++
+		m.dispatch(t)
+	}
+	for _, p := range m.pods {
+		if !p.nextReport.After(t) {
+			m.report(p)
+		}
+	}
+}
+
+// completeUntil finishes p's requests that end by t, in time order.
+func (m *Model) completeUntil(p *simPod, t time.Time) {
+	for len(p.finishes) > 0 && !p.finishes[0].finish.After(t) {
+		r := heap.Pop(&p.finishes).(request)
+		f := r.finish
+		m.complete(r)
+		if len(p.queue) > 0 {
+			// The next queued request takes the slot the moment it frees;
+			// the number of requests in the pod drops by one either way.
+			arrival := p.queue[0]
+			p.queue = p.queue[1:]
+			m.begin(p, arrival, f)
+		}
+		m.change(p, f, -1)
+	}
+}
+
+// dispatch sends a request that arrived at the given time to the least
+// loaded warm pod, or leaves it pending if there is none.
+func (m *Model) dispatch(arrival time.Time) {
+	p := m.pick()
+	if p == nil {
+		m.pending = append(m.pending, arrival)
+		return
+	}
+	p.periodArrive++
+	if m.cfg.ContainerConcurrency == 0 || len(p.finishes) < m.cfg.ContainerConcurrency {
+		m.begin(p, arrival, m.now)
+	} else {
+		p.queue = append(p.queue, arrival)
+	}
+	m.change(p, m.now, +1)
+}
+
+func (m *Model) dispatchPending() {
+	for len(m.pending) > 0 && m.pick() != nil {
+		arrival := m.pending[0]
+		m.pending = m.pending[1:]
+		m.dispatch(arrival)
+	}
+}
+
+// pick returns the warm pod with the fewest requests in it, rotating between
+// ties, or nil if no pod is warm.
+func (m *Model) pick() *simPod {
+	var best *simPod
+	for i := range m.order {
+		p := m.order[(m.rr+i)%len(m.order)]
+		if p.warmAt.After(m.now) {
+			continue
+		}
+		if best == nil || p.outstanding() < best.outstanding() {
+			best = p
+		}
+	}
+	if best != nil {
+		m.rr++
+	}
+	return best
+}
+
+// begin starts serving a request at t in p.
+func (m *Model) begin(p *simPod, arrival, t time.Time) {
+	m.waits = append(m.waits, t.Sub(arrival))
+	service := m.cfg.ServiceTime
+	if m.cfg.ExponentialService {
+		service = time.Duration(m.rng.ExpFloat64() * float64(service))
+	}
+	heap.Push(&p.finishes, request{arrival: arrival, finish: t.Add(service)})
+}
+
+// complete records a finished request.
+func (m *Model) complete(r request) {
+	m.served++
+	m.latencies = append(m.latencies, r.finish.Sub(r.arrival))
+}
+
+// request is one request in service.
+type request struct{ arrival, finish time.Time }
+
+// inService is a min-heap of requests by finish time (container/heap).
+type inService []request
+
+func (h inService) Len() int           { return len(h) }
+func (h inService) Less(i, j int) bool { return h[i].finish.Before(h[j].finish) }
+func (h inService) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *inService) Push(x any)        { *h = append(*h, x.(request)) }
+func (h *inService) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return r
+}
+
+// change records that the number of requests in p changes by delta at t.
+// It must be called after the lists changed, with the count before it
+// derived from them.
+func (m *Model) change(p *simPod, t time.Time, delta int) {
+	before := p.outstanding() - delta
+	p.integral += float64(before) * t.Sub(p.lastChange).Seconds()
+	p.lastChange = t
+}
+
+// report closes p's reporting period at p.nextReport.
+func (m *Model) report(p *simPod) {
+	end := p.nextReport
+	p.integral += float64(p.outstanding()) * end.Sub(p.lastChange).Seconds()
+	p.lastChange = end
+	period := m.cfg.ReportingPeriod.Seconds()
+	p.last = queuestat.Stat{
+		PodName:                   p.name,
+		AverageConcurrentRequests: p.integral / period,
+		RequestCount:              float64(p.periodArrive) / period,
+		ProcessUptime:             end.Sub(p.addedAt).Seconds(),
+		Timestamp:                 end.Unix(),
+	}
+	p.integral, p.periodArrive = 0, 0
+	p.nextReport = end.Add(m.cfg.ReportingPeriod)
+}
+
+// Report is what users of the simulated service would have felt so far.
+type Report struct {
+	// Arrived counts requests that arrived; Served those that completed.
+	Arrived, Served int64
+	// InService is the number of requests being served now; Queued those
+	// waiting, in pods or for a warm pod.
+	InService, Queued int
+	// Pods is the number of ready pods, WarmPods those past their cold start.
+	Pods, WarmPods int
+	// Wait summarises the time from arrival to the start of service of
+	// every request that started.
+	Wait WaitStats
+	// Latency summarises the time from arrival to completion of every
+	// request served.
+	Latency WaitStats
+}
+
+// WaitStats summarises a set of durations.
+type WaitStats struct {
+	Count                    int
+	Mean, P50, P90, P99, Max time.Duration
+}
+
+// Report summarises the run so far.
+func (m *Model) Report() Report {
+	r := Report{Arrived: m.arrived, Served: m.served, Queued: len(m.pending), Pods: len(m.pods)}
+	for _, p := range m.pods {
+		r.InService += len(p.finishes)
+		r.Queued += len(p.queue)
+		if !p.warmAt.After(m.now) {
+			r.WarmPods++
+		}
+	}
+	r.Wait = summarise(m.waits)
+	r.Latency = summarise(m.latencies)
+	return r
+}
+
+func summarise(waits []time.Duration) WaitStats {
+	if len(waits) == 0 {
+		return WaitStats{}
+	}
+	s := slices.Clone(waits)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, w := range s {
+		sum += w
+	}
+	q := func(p float64) time.Duration {
+		// Nearest rank: the smallest wait with at least p of all at or below.
+		i := int(math.Ceil(p*float64(len(s)))) - 1
+		return s[max(i, 0)]
+	}
+	return WaitStats{
+		Count: len(s), Mean: sum / time.Duration(len(s)),
+		P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: s[len(s)-1],
+	}
+}
+
+// poisson draws from a Poisson distribution with mean lambda: Knuth's
+// product of uniforms for small means, a rounded normal approximation for
+// large ones (where the two agree closely).
+func poisson(rng *rand.Rand, lambda float64) int {
+	switch {
+	case lambda <= 0:
+		return 0
+	case lambda < 30:
+		limit, k, p := math.Exp(-lambda), 0, rng.Float64()
+		for p > limit {
+			k++
+			p *= rng.Float64()
+		}
+		return k
+	default:
+		return max(int(math.Round(lambda+math.Sqrt(lambda)*rng.NormFloat64())), 0)
+	}
+}
