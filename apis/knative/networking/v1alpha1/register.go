@@ -23,4 +23,3 @@ var schemeBuilder = runtime.NewSchemeBuilder(func(s *runtime.Scheme) error {
 
 // AddToScheme registers the types with a scheme.
 var AddToScheme = schemeBuilder.AddToScheme
-
