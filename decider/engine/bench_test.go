@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/strategy/lag"
 )
 
 // BenchmarkEngineSecond is one second of a decider's life over N KPA
@@ -103,4 +104,58 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkLagSecond is one second of a decider's life over N lag targets of
+// ten partitions each at a steady lag: one sample per target and ten runs of
+// the 100 ms tick loop (lag targets tick every second by default).
+func BenchmarkLagSecond(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			e := New(Config{TickInterval: 2 * time.Second, KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment()})
+			targets := make([]Target, n)
+			for i := range targets {
+				targets[i] = Target{Namespace: "ns", Name: fmt.Sprintf("fn%d", i)}
+				if err := e.Upsert(Spec{Target: targets[i], Strategy: Lag}, epoch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			parts := make([]lag.Partition, 10)
+			for p := range parts {
+				parts[p] = lag.Partition{ID: int32(p), End: 1000, Committed: 900, HasCommitted: true}
+			}
+			// Steady state: the targets run the replicas they want, so a
+			// tick changes nothing and reports nothing.
+			ready := int32(1)
+			const warm = 30 // seconds for the smoothed proposal to settle
+			for s := range warm {
+				sec := epoch.Add(time.Duration(s-warm) * time.Second)
+				for _, t := range targets {
+					at := sec.Add(500 * time.Millisecond)
+					_, _ = e.Record(t, Sample{At: at, Partitions: parts, PartitionCount: 10, ReadyPods: ready}, at)
+				}
+				for ms := 0; ms < 1000; ms += 100 {
+					e.Tick(sec.Add(time.Duration(ms) * time.Millisecond))
+				}
+				d, _ := e.Get(targets[0])
+				ready = d.Desired
+			}
+			if ready <= 0 {
+				b.Fatalf("desired %d at a steady lag", ready)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				sec := epoch.Add(time.Duration(i) * time.Second)
+				for _, t := range targets {
+					at := sec.Add(500 * time.Millisecond)
+					_, _ = e.Record(t, Sample{At: at, Partitions: parts, PartitionCount: 10, ReadyPods: ready}, at)
+				}
+				for ms := 0; ms < 1000; ms += 100 {
+					e.Tick(sec.Add(time.Duration(ms) * time.Millisecond))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/target-second")
+		})
+	}
 }
