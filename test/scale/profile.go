@@ -33,6 +33,14 @@ func profileServices(ctx context.Context, svcs *services, dir string, steady tim
 				return
 			}
 			logf("CPU profile of %s over %ds: %s", p.Name, secs, path)
+			// The heap at the end of the steady phase: what holds memory
+			// with every target known and measured.
+			path = filepath.Join(dir, p.Name+".heap.pprof")
+			if err := fetchProfile(ctx, "http://"+p.HTTPAddr+"/debug/pprof/heap?gc=1", path, 30*time.Second); err != nil {
+				logf("heap profile of %s: %v", p.Name, err)
+				return
+			}
+			logf("heap profile of %s: %s", p.Name, path)
 		})
 	}
 	wg.Wait()

@@ -35,7 +35,8 @@ type Env struct {
 	// removed at the end.
 	LogDir string
 	// ProfileDir, if set, receives a CPU profile of each service over the
-	// steady phase, <process>.cpu.pprof, for `go tool pprof`.
+	// steady phase, <process>.cpu.pprof, and its heap at the end of it,
+	// <process>.heap.pprof, for `go tool pprof`.
 	ProfileDir string
 	// Log receives progress lines.
 	Log io.Writer
