@@ -55,6 +55,18 @@ func (h *Histogram) Add(d time.Duration) {
 	h.max = max(h.max, d)
 }
 
+// AddN records n equal durations.
+func (h *Histogram) AddN(d time.Duration, n uint64) {
+	if n == 0 {
+		return
+	}
+	d = max(d, 0)
+	h.counts[histIndex(d)] += n
+	h.n += n
+	h.sum += d * time.Duration(n)
+	h.max = max(h.max, d)
+}
+
 // Merge adds every duration of o to h.
 func (h *Histogram) Merge(o *Histogram) {
 	for i, c := range o.counts {

@@ -476,6 +476,20 @@ type WaitStats struct {
 	Mean, P50, P90, P99, Max time.Duration
 }
 
+// Waiting returns, at the model's current time, the requests waiting (for
+// a warm pod, or in a pod's queue) and the warm pods: what an activator
+// sees, without Report's summaries.
+func (m *Model) Waiting() (queued, warm int) {
+	queued = len(m.pending)
+	for _, p := range m.order {
+		queued += len(p.queue)
+		if !p.warmAt.After(m.now) {
+			warm++
+		}
+	}
+	return queued, warm
+}
+
 // Waits returns the histograms of waits and latencies of a model with
 // BoundedStats (nil otherwise), for merging across models.
 func (m *Model) Waits() (wait, latency *Histogram) { return m.waitHist, m.latencyHist }
