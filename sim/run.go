@@ -98,10 +98,10 @@ type runner struct {
 
 	start, end, now time.Time
 
-	eng  *engine.Engine
-	tgt  engine.Target
-	rev  kpaconfig.Revision
-	lagc lagconfig.Config
+	eng   *engine.Engine
+	tgt   engine.Target
+	rev   kpaconfig.Revision
+	lagc  lagconfig.Config
 	isKPA bool
 
 	// The Deployment.

@@ -1,17 +1,9 @@
 package main
 
 import (
-	"fmt"
-	"image/color"
-	"os"
 	"time"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-
+	"github.com/tidalscale/tidal/sim/timeplot"
 	"github.com/tidalscale/tidal/test/system"
 )
 
@@ -22,107 +14,24 @@ type series struct {
 	samples  []system.Sample
 }
 
-var (
-	colLoad     = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	colObserved = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}
-	colDesired  = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-	colReady    = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
-)
-
 // writePlot draws, per target, the offered load (and what the decider
 // observed) above the desired and ready replicas, over the same time axis,
-// into a PNG at path.
+// into a PNG at path (sim/timeplot, which tidal-sim draws with too).
 func writePlot(path string, start time.Time, targets []series) error {
-	rows := make([][]*plot.Plot, 0, 2*len(targets))
+	out := make([]timeplot.Series, 0, len(targets))
 	for _, t := range targets {
-		load, observed, desired, ready := plotter.XYs{}, plotter.XYs{}, plotter.XYs{}, plotter.XYs{}
-		for _, s := range t.samples {
-			x := s.Time.Sub(start).Seconds()
-			load = append(load, plotter.XY{X: x, Y: s.Load})
-			if s.Known && s.State() != "no-data" && s.State() != "error" {
-				observed = append(observed, plotter.XY{X: x, Y: s.Observed()})
+		s := timeplot.Series{Name: t.name, LoadUnit: t.loadUnit}
+		for _, x := range t.samples {
+			p := timeplot.Point{Seconds: x.Time.Sub(start).Seconds(), Load: x.Load, Desired: -1, Ready: x.Ready}
+			if x.Known && x.State() != "no-data" && x.State() != "error" {
+				p.Observed, p.HasObserved = x.Observed(), true
 			}
-			if s.Known && s.Desired >= 0 {
-				desired = append(desired, plotter.XY{X: x, Y: float64(s.Desired)})
+			if x.Known && x.Desired >= 0 {
+				p.Desired = x.Desired
 			}
-			if s.Ready >= 0 {
-				ready = append(ready, plotter.XY{X: x, Y: float64(s.Ready)})
-			}
+			s.Points = append(s.Points, p)
 		}
-		top := plot.New()
-		top.Title.Text = t.name + ": load"
-		top.Y.Label.Text = t.loadUnit
-		if t.loadUnit == "requests/s" {
-			top.Y.Label.Text = "req/s; concurrency"
-		}
-		top.Legend.Top = true
-		obsName := "observed concurrency (panic window)"
-		if t.loadUnit == "records/s" {
-			obsName = "observed lag (records)"
-		}
-		if err := addLine(top, load, "offered load ("+t.loadUnit+")", colLoad, true); err != nil {
-			return err
-		}
-		if err := addLine(top, observed, obsName, colObserved, false); err != nil {
-			return err
-		}
-		bottom := plot.New()
-		bottom.Title.Text = t.name + ": replicas"
-		bottom.X.Label.Text = "seconds since start"
-		bottom.Y.Label.Text = "pods"
-		bottom.Y.Min = 0
-		bottom.Legend.Top = true
-		if err := addLine(bottom, ready, "ready pods", colReady, true); err != nil {
-			return err
-		}
-		if err := addLine(bottom, desired, "desired (decider)", colDesired, true); err != nil {
-			return err
-		}
-		rows = append(rows, []*plot.Plot{top}, []*plot.Plot{bottom})
+		out = append(out, s)
 	}
-	if len(rows) == 0 {
-		return fmt.Errorf("plot: no targets")
-	}
-	img := vgimg.New(vg.Length(28)*vg.Centimeter, vg.Length(9*len(rows))*vg.Centimeter/2+vg.Centimeter)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter,
-		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	canvases := plot.Align(rows, tiles, dc)
-	for i, row := range rows {
-		row[0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
-}
-
-func addLine(p *plot.Plot, xys plotter.XYs, name string, c color.Color, step bool) error {
-	if len(xys) == 0 {
-		return nil
-	}
-	l, err := plotter.NewLine(xys)
-	if err != nil {
-		return fmt.Errorf("plot %s: %w", name, err)
-	}
-	l.Color = c
-	l.Width = vg.Points(1.5)
-	if step {
-		l.StepStyle = plotter.PostStep
-	}
-	if c == colDesired {
-		// Drawn over the ready pods, which mostly equal it.
-		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	}
-	p.Add(l)
-	p.Legend.Add(name, l)
-	return nil
+	return timeplot.Write(path, out)
 }

@@ -71,7 +71,9 @@ type lineLimit struct {
 	run  int // bytes since the last newline
 }
 
-func newLineLimit(r io.Reader) *lineLimit { return &lineLimit{r: bufio.NewReaderSize(r, 64<<10), line: 1} }
+func newLineLimit(r io.Reader) *lineLimit {
+	return &lineLimit{r: bufio.NewReaderSize(r, 64<<10), line: 1}
+}
 
 func (l *lineLimit) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
