@@ -1,0 +1,482 @@
+package knative
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tidalscale/tidal/actuator/podautoscaler"
+	"github.com/tidalscale/tidal/actuator/scale"
+	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
+	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/apis/knative/duck"
+	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/test/cluster"
+)
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+var crdsOnce sync.Once
+
+// installKnativeCRDs installs Knative's PodAutoscaler and
+// ServerlessService CRDs from the module cache, at the versions
+// test/benchknative requires (knative.dev/serving v0.50.0 and its
+// knative.dev/networking), downloading them through the module proxy if
+// the cache lacks them.
+func installKnativeCRDs(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	var err error
+	crdsOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		modDir := filepath.Join(filepath.Dir(file), "..", "..", "test", "benchknative")
+		dirs := map[string]string{}
+		for _, mod := range []string{"knative.dev/serving", "knative.dev/networking"} {
+			cmd := exec.Command("go", "mod", "download", "-json", mod)
+			cmd.Dir = modDir
+			out, derr := cmd.Output()
+			if derr != nil {
+				err = derr
+				return
+			}
+			var m struct{ Dir string }
+			if err = json.Unmarshal(out, &m); err != nil {
+				return
+			}
+			dirs[mod] = m.Dir
+		}
+		tmp, derr := os.MkdirTemp("", "knative-crds")
+		if derr != nil {
+			err = derr
+			return
+		}
+		defer func() { _ = os.RemoveAll(tmp) }()
+		for dst, src := range map[string]string{
+			"podautoscaler.yaml":     filepath.Join(dirs["knative.dev/serving"], "config", "core", "300-resources", "podautoscaler.yaml"),
+			"serverlessservice.yaml": filepath.Join(dirs["knative.dev/networking"], "config", "serverlessservice.yaml"),
+		} {
+			b, rerr := os.ReadFile(src)
+			if rerr != nil {
+				err = rerr
+				return
+			}
+			if err = os.WriteFile(filepath.Join(tmp, dst), b, 0o600); err != nil {
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = c.InstallCRDs(ctx, tmp)
+	})
+	if err != nil {
+		t.Fatalf("install Knative's CRDs: %v", err)
+	}
+}
+
+// activator answers the activator probe as Knative's activator does, once
+// inPath is set; it records the probes' hosts.
+type activator struct {
+	srv    *httptest.Server
+	inPath atomic.Bool
+	mu     sync.Mutex
+	probes []string
+}
+
+func newActivator(t *testing.T) *activator {
+	a := &activator{}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.probes = append(a.probes, r.Host+r.URL.Path+" "+r.Header.Get("K-Network-Probe"))
+		a.mu.Unlock()
+		if !a.inPath.Load() || r.Header.Get("K-Network-Probe") != "activator" {
+			// The revision's own pods answer the probe otherwise.
+			http.Error(w, "queue", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("activator"))
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// transport sends every request to the activator, whatever its host: the
+// Service's cluster DNS name does not resolve here.
+func (a *activator) transport() http.RoundTripper {
+	addr := a.srv.Listener.Addr().String()
+	return &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+}
+
+func (a *activator) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.probes)
+}
+
+type harness struct {
+	t     *testing.T
+	c     *cluster.Cluster
+	ns    string
+	clock *clocktesting.FakePassiveClock
+	kn    *knclient.Client
+	ctrl  *Controller
+	act   *activator
+}
+
+func newHarness(t *testing.T, classes ...string) *harness {
+	t.Helper()
+	c := cluster.Shared(t)
+	installKnativeCRDs(t, c)
+	ns := c.Namespace(t)
+	rc := c.Config()
+	kn, err := knclient.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := scale.NewKube(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeInf := informers.NewSharedInformerFactory(c.Client, 0)
+	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := newActivator(t)
+	recorder, broadcaster := podautoscaler.NewEventRecorder(c.Client)
+	clk := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
+	cfg := Config{Classes: classes, Autoscaler: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), Workers: 2,
+		TargetRetry: time.Second, ProbeTransport: act.transport()}
+	ctrl, err := newController(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), clk, kn, kubeInf, scaler, recorder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	kubeInf.Start(ctx.Done())
+	go func() { _ = ctrl.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		kubeInf.Shutdown()
+		broadcaster.Shutdown()
+	})
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		t.Fatal("caches did not sync")
+	}
+	h := &harness{t: t, c: c, ns: ns, clock: clk, kn: kn, ctrl: ctrl, act: act}
+	return h
+}
+
+// revision plays Knative's revision reconciler: the Revision's Deployment
+// and its PodAutoscaler, as pkg/reconciler/revision/resources makes them
+// (named like the Revision, its labels, class annotation, containerConcurrency,
+// reachability, protocolType).
+func (h *harness) revision(name, class string, replicas int32) {
+	h.t.Helper()
+	labels := map[string]string{knautoscaling.LabelRevision: name, "serving.knative.dev/service": "svc"}
+	d := cluster.Deployment(name, labels, replicas)
+	if _, err := h.c.Client.AppsV1().Deployments(h.ns).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	pa := &knautoscaling.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{}},
+		Spec: knautoscaling.PodAutoscalerSpec{
+			ContainerConcurrency: 0,
+			ScaleTargetRef:       corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			Reachability:         knautoscaling.ReachabilityReachable,
+			ProtocolType:         knautoscaling.ProtocolHTTP1,
+		},
+	}
+	if class != "" {
+		pa.Annotations[knautoscaling.AnnotationClass] = class
+	}
+	if _, err := h.kn.PodAutoscalers(h.ns).Create(context.Background(), pa, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		h.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func (h *harness) pa(name string) *knautoscaling.PodAutoscaler {
+	h.t.Helper()
+	pa, err := h.kn.PodAutoscalers(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return pa
+}
+
+func (h *harness) sks(name string) *knnetworking.ServerlessService {
+	h.t.Helper()
+	s, err := h.kn.ServerlessServices(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// serveSKS plays Knative's ServerlessService reconciler: the public and
+// private Services exist, and the activator is in the path when the mode
+// is Proxy (ActivatorEndpointsPopulated since the fake clock's now).
+func (h *harness) serveSKS(name string) {
+	h.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s := h.sks(name)
+		if s == nil {
+			return nil
+		}
+		now := h.clock.Now()
+		s.Status.ServiceName, s.Status.PrivateServiceName = name, name+"-private"
+		s.Status.ObservedGeneration = s.Generation
+		s.Status.Set(duck.Condition{Type: knnetworking.ConditionEndpointsPopulated, Status: corev1.ConditionTrue}, now)
+		act := corev1.ConditionFalse
+		if s.Spec.Mode == knnetworking.ModeProxy {
+			act = corev1.ConditionTrue
+		}
+		s.Status.Set(duck.Condition{Type: knnetworking.ConditionActivatorEndpoints, Status: act, Severity: duck.SeverityInfo}, now)
+		s.Status.DeriveReady(now, knnetworking.ConditionEndpointsPopulated)
+		_, err := h.kn.ServerlessServices(h.ns).UpdateStatus(context.Background(), s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) scale(name string, seq uint64, desired int32, ebc int32) scale.Result {
+	h.t.Helper()
+	res, err := h.ctrl.Scale(context.Background(), podautoscaler.Request{
+		Decision:            scale.Decision{Target: scale.Target{Namespace: h.ns, Name: name, APIVersion: "apps/v1", Kind: "Deployment"}, Desired: desired, Sequence: seq, Reason: "test"},
+		ExcessBurstCapacity: &ebc,
+	})
+	if err != nil {
+		h.t.Fatalf("Scale(%s, seq %d, %d): %v", name, seq, desired, err)
+	}
+	return res
+}
+
+// reconcile runs one reconcile now, as a requeue would.
+func (h *harness) reconcile(name string) outcome {
+	h.t.Helper()
+	n := cache.ObjectName{Namespace: h.ns, Name: name}
+	unlock := h.ctrl.lock(n)
+	defer unlock()
+	out, _, err := h.ctrl.reconcileLatest(context.Background(), n, nil, false)
+	if err != nil {
+		h.t.Fatalf("reconcile %s: %v", name, err)
+	}
+	return out
+}
+
+func (h *harness) replicas(name string) int32 {
+	h.t.Helper()
+	d, err := h.c.Client.AppsV1().Deployments(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return *d.Spec.Replicas
+}
+
+func (h *harness) eventMessages(name, reason string) []string {
+	list, err := h.c.Client.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.name=" + name + ",reason=" + reason,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+func cond(pa *knautoscaling.PodAutoscaler, typ string) string {
+	c := pa.Status.Get(typ)
+	if c == nil {
+		return "<none>"
+	}
+	s := string(c.Status)
+	if c.Reason != "" {
+		s += "/" + c.Reason
+	}
+	return s
+}
+
+func scaleOf(p *int32) int32 {
+	if p == nil {
+		return -2
+	}
+	return *p
+}
+
+// TestRevisionLifecycle follows a Knative PodAutoscaler made as Knative's
+// revision reconciler makes it: the ServerlessService is created in Proxy
+// mode, status follows it, a decision scales the Deployment and puts the
+// SKS in Serve mode, an older decision is refused, and no traffic takes it
+// to Proxy mode and, once the activator answers the probe and the grace
+// period has passed, to zero.
+func TestRevisionLifecycle(t *testing.T) {
+	h := newHarness(t)
+	h.revision("rev-1", "", 1)
+
+	// The SKS, in Proxy mode with Knative's two activators, owned by the PA.
+	h.eventually("serverlessservice", func() bool { return h.sks("rev-1") != nil })
+	s := h.sks("rev-1")
+	if got, want := s.Spec.Mode, knnetworking.ModeProxy; got != want {
+		t.Errorf("sks mode = %s, want %s", got, want)
+	}
+	if got, want := s.Spec.NumActivators, int32(2); got != want {
+		t.Errorf("sks numActivators = %d, want %d", got, want)
+	}
+	if got, want := s.Spec.ObjectRef.Name, "rev-1"; got != want {
+		t.Errorf("sks objectRef = %q, want %q", got, want)
+	}
+	if got, want := s.Spec.ProtocolType, "http1"; got != want {
+		t.Errorf("sks protocolType = %q, want %q", got, want)
+	}
+	if !metav1.IsControlledBy(s, h.pa("rev-1")) {
+		t.Errorf("sks owners = %v, want controlled by the podautoscaler", s.OwnerReferences)
+	}
+	h.eventually("SKSReady Unknown before the SKS has a private service", func() bool {
+		pa := h.pa("rev-1")
+		return cond(pa, knautoscaling.ConditionSKSReady) == "Unknown/NotReady" && pa.Status.ObservedGeneration == pa.Generation
+	})
+	if pa := h.pa("rev-1"); cond(pa, knautoscaling.ConditionReady) == "True" {
+		t.Errorf("Ready = True before the SKS is ready")
+	}
+
+	// Knative's controller reconciles the SKS; the PA follows it.
+	h.serveSKS("rev-1")
+	h.eventually("status from the SKS and the pods", func() bool {
+		pa := h.pa("rev-1")
+		return pa.Status.ServiceName == "rev-1" && pa.Status.MetricsServiceName == "rev-1-private" &&
+			cond(pa, knautoscaling.ConditionSKSReady) == "True" && scaleOf(pa.Status.ActualScale) == 1 &&
+			cond(pa, knautoscaling.ConditionScaleTargetInitialized) == "True" && cond(pa, knautoscaling.ConditionActive) == "True" &&
+			cond(pa, knautoscaling.ConditionReady) == "True"
+	})
+
+	// A decision scales the Deployment and puts the SKS in Serve mode.
+	seq := uint64(time.Now().UnixMilli())
+	res := h.scale("rev-1", seq, 3, 5)
+	if !res.Changed || res.Applied != 3 || res.Previous != 1 {
+		t.Errorf("Scale = %+v, want 1 → 3 changed", res)
+	}
+	if got := h.replicas("rev-1"); got != 3 {
+		t.Errorf("deployment replicas = %d, want 3", got)
+	}
+	h.eventually("sks in Serve mode", func() bool { return h.sks("rev-1").Spec.Mode == knnetworking.ModeServe })
+	if pa := h.pa("rev-1"); scaleOf(pa.Status.DesiredScale) != 3 || lastDecision(pa) == nil || lastDecision(pa).Sequence != int64(seq) {
+		t.Errorf("status desiredScale %d, decision %+v; want 3 and sequence %d", scaleOf(pa.Status.DesiredScale), lastDecision(pa), seq)
+	}
+	h.eventually("actualScale 3", func() bool { return scaleOf(h.pa("rev-1").Status.ActualScale) == 3 })
+
+	// An older decision is refused and changes nothing.
+	if res := h.scale("rev-1", seq-1, 1, 0); !res.Stale || res.Applied != 3 {
+		t.Errorf("older decision: %+v, want stale at 3", res)
+	}
+	h.eventually("stale event", func() bool { return len(h.eventMessages("rev-1", EventStaleDecision)) > 0 })
+
+	// Nothing changed: a reconcile writes nothing.
+	before := h.pa("rev-1").ResourceVersion
+	h.reconcile("rev-1")
+	if after := h.pa("rev-1").ResourceVersion; after != before {
+		t.Errorf("a reconcile with nothing changed wrote the podautoscaler (resourceVersion %s → %s)", before, after)
+	}
+
+	// No traffic after a whole stable window: inactive, Proxy mode, pods
+	// kept until the activator is in the path and the grace period passed.
+	h.clock.SetTime(h.clock.Now().Add(kpaconfig.Default().StableWindow + time.Second))
+	h.scale("rev-1", seq+1, 0, 5)
+	h.eventually("inactive and Proxy", func() bool {
+		return cond(h.pa("rev-1"), knautoscaling.ConditionActive) == "False/NoTraffic" && h.sks("rev-1").Spec.Mode == knnetworking.ModeProxy
+	})
+	if got := h.replicas("rev-1"); got != 3 {
+		t.Errorf("replicas right after going inactive = %d, want 3", got)
+	}
+	h.serveSKS("rev-1") // the activator endpoints are in the SKS now
+	h.clock.SetTime(h.clock.Now().Add(kpaconfig.Default().ScaleToZeroGracePeriod + time.Second))
+	// The activator does not answer yet (the probe reaches the pods): the
+	// pods stay, and the reconcile asks to run again soon.
+	if out := h.reconcile("rev-1"); out.Patched || out.Requeue <= 0 || out.Requeue > probeRetry {
+		t.Errorf("reconcile with the activator not in the path: %+v, want no patch and a requeue within %s", out, probeRetry)
+	}
+	if got := h.replicas("rev-1"); got != 3 {
+		t.Errorf("replicas before the activator answers = %d, want 3", got)
+	}
+	h.act.inPath.Store(true)
+	h.eventually("scaled to zero", func() bool {
+		h.reconcile("rev-1")
+		return h.replicas("rev-1") == 0
+	})
+	wantProbe := "rev-1." + h.ns + ".svc.cluster.local:80/healthz activator"
+	if got := h.act.seen(); !slices.Contains(got, wantProbe) {
+		t.Errorf("activator probes = %q, want %q among them", got, wantProbe)
+	}
+	h.eventually("scaled event", func() bool {
+		return slices.ContainsFunc(h.eventMessages("rev-1", EventScaled), func(m string) bool {
+			return strings.HasPrefix(m, "3 → 0") && strings.Contains(m, "activator answered")
+		})
+	})
+	if pa := h.pa("rev-1"); scaleOf(pa.Status.DesiredScale) != 0 || h.sks("rev-1").Spec.Mode != knnetworking.ModeProxy {
+		t.Errorf("at zero: desiredScale %d, sks mode %s; want 0 and Proxy", scaleOf(pa.Status.DesiredScale), h.sks("rev-1").Spec.Mode)
+	}
+}
+
+// TestOtherClassLeftAlone: a PodAutoscaler of Knative's HPA class gets no
+// SKS, no status and no decisions from tidal; the tidal class is taken only
+// when configured.
+func TestOtherClassLeftAlone(t *testing.T) {
+	h := newHarness(t, knautoscaling.ClassKPA, knautoscaling.ClassTidal)
+	h.revision("hpa-1", knautoscaling.ClassHPA, 1)
+	h.revision("tidal-1", knautoscaling.ClassTidal, 1)
+	h.eventually("tidal-class SKS", func() bool { return h.sks("tidal-1") != nil })
+	target := scale.Target{Namespace: h.ns, Name: "hpa-1", APIVersion: "apps/v1", Kind: "Deployment"}
+	if h.ctrl.Handles(target) {
+		t.Errorf("Handles(hpa-1) = true, want false")
+	}
+	// The controller has seen both (the tidal one's SKS exists); give the
+	// HPA one as long again.
+	time.Sleep(time.Second)
+	if s := h.sks("hpa-1"); s != nil {
+		t.Errorf("hpa-class podautoscaler got a ServerlessService: %+v", s.Spec)
+	}
+	if pa := h.pa("hpa-1"); len(pa.Status.Conditions) != 0 || pa.Status.ObservedGeneration != 0 {
+		t.Errorf("hpa-class podautoscaler status written: %+v", pa.Status)
+	}
+	if _, err := h.ctrl.Scale(context.Background(), podautoscaler.Request{Decision: scale.Decision{Target: target, Desired: 2, Sequence: 1}}); err == nil {
+		t.Errorf("Scale of an hpa-class target succeeded, want an error")
+	}
+}

@@ -1,0 +1,162 @@
+package knative
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/tidalscale/tidal/actuator/podautoscaler"
+	"github.com/tidalscale/tidal/actuator/scale"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
+	"github.com/tidalscale/tidal/targetkey"
+)
+
+// ErrNotSynced is returned before the controller's caches have synced.
+var ErrNotSynced = errors.New("knative podautoscaler caches not synced yet")
+
+// ErrOutOfRange is returned for a decision the PodAutoscaler's bounds
+// refuse outright.
+var ErrOutOfRange = podautoscaler.ErrOutOfRange
+
+// podAutoscalerFor returns the PodAutoscaler of this controller's classes
+// scaling t, or nil.
+func (c *Controller) podAutoscalerFor(t scale.Target) (*knautoscaling.PodAutoscaler, error) {
+	if _, err := t.GroupVersionKind(); err != nil {
+		return nil, nil //nolint:nilerr // no PodAutoscaler names a malformed target
+	}
+	objs, err := c.paInformer.GetIndexer().ByIndex(indexTarget, targetkey.Of(t.Namespace, t.Name, t.APIVersion, t.Kind))
+	if err != nil {
+		return nil, err
+	}
+	var found *knautoscaling.PodAutoscaler
+	for _, o := range objs {
+		pa := o.(*knautoscaling.PodAutoscaler)
+		if pa.DeletionTimestamp != nil {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("target %s: knative podautoscalers %s and %s both scale it", t, found.Name, pa.Name)
+		}
+		found = pa
+	}
+	return found, nil
+}
+
+// Handles reports whether a Knative PodAutoscaler of this controller's
+// classes scales t: the Scale RPC sends t's decisions here then. It is
+// false until the caches have synced.
+func (c *Controller) Handles(t scale.Target) bool {
+	if !c.paInformer.HasSynced() {
+		return false
+	}
+	pa, err := c.podAutoscalerFor(t)
+	return err != nil || pa != nil
+}
+
+// Scale applies a decider's decision to the target of a Knative
+// PodAutoscaler: recorded in its status (refused if older than the one
+// recorded) and applied through the KPA rules.
+func (c *Controller) Scale(ctx context.Context, req podautoscaler.Request) (scale.Result, error) {
+	if !c.HasSynced() {
+		return scale.Result{}, ErrNotSynced
+	}
+	pa, err := c.podAutoscalerFor(req.Target)
+	if err != nil {
+		return scale.Result{}, err
+	}
+	if pa == nil {
+		return scale.Result{}, fmt.Errorf("target %s: no knative podautoscaler scales it: %w", req.Target, scale.ErrNotFound)
+	}
+	rev, err := c.revision(pa)
+	if err != nil {
+		return scale.Result{}, fmt.Errorf("knative podautoscaler %s/%s: %w: %w", pa.Namespace, pa.Name, ErrInvalidPodAutoscaler, err)
+	}
+	if _, hi := rev.ScaleBounds(); hi > 0 && req.Desired > hi {
+		return scale.Result{}, fmt.Errorf("desired_replicas %d for %s: knative podautoscaler %s/%s has max-scale %d: %w",
+			req.Desired, req.Target, pa.Namespace, pa.Name, hi, ErrOutOfRange)
+	}
+	if req.Sequence > math.MaxInt64 {
+		return scale.Result{}, fmt.Errorf("decision_sequence %d for %s: want at most %d (Unix milliseconds): %w",
+			req.Sequence, req.Target, int64(math.MaxInt64), ErrOutOfRange)
+	}
+	name := cache.MetaObjectToName(pa)
+	if owner, mine := c.Owns(name); !mine {
+		return scale.Result{}, &podautoscaler.NotOwnerError{PodAutoscaler: name, Owner: owner}
+	}
+	unlock := c.lock(name)
+	defer unlock()
+
+	dec := autoscalingv1alpha1.PodAutoscalerDecision{Sequence: int64(req.Sequence), DesiredScale: req.Desired,
+		ExcessBurstCapacity: req.ExcessBurstCapacity, Reason: req.Reason, Time: metav1.NewTime(c.clock.Now())}
+	var (
+		last  uint64
+		stale bool
+	)
+	out, cur, err := c.reconcileLatest(ctx, name, func(pa *knautoscaling.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscalerDecision, bool) {
+		rec := lastDecision(pa)
+		last = 0
+		if rec != nil {
+			last = uint64(rec.Sequence)
+		}
+		if stale = req.Sequence < last; stale {
+			return nil, true
+		}
+		if !req.DryRun && rec != nil && req.Sequence == last && req.Desired == rec.DesiredScale {
+			return nil, false // already recorded: converge only
+		}
+		return &dec, false
+	}, req.DryRun)
+	if err != nil {
+		return scale.Result{}, fmt.Errorf("knative podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
+	}
+	if cur == nil {
+		return scale.Result{}, fmt.Errorf("target %s: knative podautoscaler %s/%s was deleted: %w", req.Target, pa.Namespace, pa.Name, scale.ErrNotFound)
+	}
+	if stale {
+		sc, err := c.scaler.GetScale(ctx, req.Target)
+		if err != nil {
+			return scale.Result{}, err
+		}
+		c.recorder.Eventf(ref(cur), corev1.EventTypeWarning, EventStaleDecision,
+			"refused decision %d (%d replicas): older than decision %d already applied", req.Sequence, req.Desired, last)
+		return scale.Result{Applied: sc.Replicas, Previous: sc.Replicas, Stale: true, LastSequence: last}, nil
+	}
+	if out.Refused != nil {
+		return scale.Result{}, fmt.Errorf("knative podautoscaler %s/%s: %w", pa.Namespace, pa.Name, out.Refused)
+	}
+	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: max(req.Sequence, last)}
+	if req.DryRun {
+		res.LastSequence = last
+	}
+	return res, nil
+}
+
+// Status is what is known about the scale of a Knative PodAutoscaler's
+// target.
+func (c *Controller) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
+	if !c.HasSynced() {
+		return scale.Status{}, ErrNotSynced
+	}
+	pa, err := c.podAutoscalerFor(t)
+	if err != nil {
+		return scale.Status{}, err
+	}
+	if pa == nil {
+		return scale.Status{}, fmt.Errorf("target %s: no knative podautoscaler scales it: %w", t, scale.ErrNotFound)
+	}
+	sc, err := c.scaler.GetScale(ctx, t)
+	if err != nil {
+		return scale.Status{}, err
+	}
+	st := scale.Status{Replicas: sc.Replicas}
+	if d := lastDecision(pa); d != nil {
+		st.LastSequence, st.LastReason, st.LastApplied = uint64(d.Sequence), d.Reason, d.Time.Time
+	}
+	return st, nil
+}
