@@ -1,7 +1,6 @@
 package podmodel
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -69,7 +68,10 @@ type Model struct {
 	cfg     ModelConfig
 	profile Profile
 	start   time.Time
-	now     time.Time
+	// now and every other time below is elapsed since start: comparing and
+	// adding int64s is a quarter of the cost of time.Time's methods on the
+	// model's hot path.
+	now time.Duration
 	// carry is the fractional arrival left over from the last step, so a
 	// rate of 0.5/s over 10 ms steps still yields one request every 2 s.
 	carry float64
@@ -81,7 +83,7 @@ type Model struct {
 	rr int
 	// pending holds the arrival times of requests waiting for any warm pod
 	// (the activator's queue at zero pods, or during cold starts).
-	pending []time.Time
+	pending []time.Duration
 
 	arrived, served int64
 	waits           []time.Duration
@@ -93,7 +95,7 @@ type Model struct {
 	// arrivals is the profile when it is Arrivals; next is its next arrival
 	// (elapsed), valid while hasNext.
 	arrivals Arrivals
-	next     time.Duration
+	nextAt   time.Duration
 	hasNext  bool
 }
 
@@ -112,19 +114,19 @@ type Arrivals interface {
 // the accumulators of the current reporting period.
 type simPod struct {
 	name    string
-	addedAt time.Time
-	warmAt  time.Time
+	addedAt time.Duration
+	warmAt  time.Duration
 	// finishes holds the requests in service, a min-heap by finish time.
 	finishes inService
 	// queue holds arrival times of requests waiting for a slot.
-	queue []time.Time
+	queue []time.Duration
 
 	// Reporting period state: a time-weighted integral of the requests in
 	// the pod (in service + queued), as the queue-proxy measures them.
-	lastChange   time.Time
+	lastChange   time.Duration
 	integral     float64 // request·seconds
 	periodArrive int
-	nextReport   time.Time
+	nextReport   time.Duration
 	last         queuestat.Stat
 }
 
@@ -144,7 +146,7 @@ func NewModel(cfg ModelConfig, profile Profile, start time.Time) (*Model, error)
 	if cfg.MaxStep == 0 {
 		cfg.MaxStep = 10 * time.Millisecond
 	}
-	m := &Model{cfg: cfg, profile: profile, start: start, now: start, pods: map[string]*simPod{}}
+	m := &Model{cfg: cfg, profile: profile, start: start, pods: map[string]*simPod{}}
 	if cfg.Poisson || cfg.ExponentialService {
 		m.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
 	}
@@ -153,7 +155,7 @@ func NewModel(cfg ModelConfig, profile Profile, start time.Time) (*Model, error)
 	}
 	if a, ok := profile.(Arrivals); ok {
 		m.arrivals = a
-		m.next, m.hasNext = a.Pop()
+		m.popArrival()
 	}
 	return m, nil
 }
@@ -168,9 +170,9 @@ func (m *Model) AddPod(name string, now time.Time) {
 	p := &simPod{
 		name:       name,
 		addedAt:    m.now,
-		warmAt:     m.now.Add(m.cfg.ColdStart),
+		warmAt:     m.now + m.cfg.ColdStart,
 		lastChange: m.now,
-		nextReport: m.now.Add(m.cfg.ReportingPeriod),
+		nextReport: m.now + m.cfg.ReportingPeriod,
 		last:       queuestat.Stat{PodName: name},
 	}
 	m.pods[name] = p
@@ -219,23 +221,21 @@ func (m *Model) Stat(name string) (queuestat.Stat, bool) {
 
 // Advance runs the simulation up to now. Times before the model's current
 // time are ignored.
-func (m *Model) Advance(now time.Time) {
+func (m *Model) Advance(t time.Time) {
+	now := t.Sub(m.start)
 	if m.arrivals != nil {
 		m.advanceEvents(now)
 		return
 	}
-	for m.now.Before(now) {
-		next := m.now.Add(m.cfg.MaxStep)
-		if now.Before(next) {
-			next = now
-		}
+	for m.now < now {
+		next := min(m.now+m.cfg.MaxStep, now)
 		// Stop exactly at report boundaries and warm-ups inside the step so
 		// each report covers exactly one period.
 		for _, p := range m.pods {
-			if p.nextReport.After(m.now) && p.nextReport.Before(next) {
+			if p.nextReport > m.now && p.nextReport < next {
 				next = p.nextReport
 			}
-			if p.warmAt.After(m.now) && p.warmAt.Before(next) {
+			if p.warmAt > m.now && p.warmAt < next {
 				next = p.warmAt
 			}
 		}
@@ -244,14 +244,14 @@ func (m *Model) Advance(now time.Time) {
 }
 
 // step moves the simulation from m.now to t (at most MaxStep later).
-func (m *Model) step(t time.Time) {
+func (m *Model) step(t time.Duration) {
 	// Completions inside the step, each starting the next queued request.
 	for _, p := range m.pods {
 		m.completeUntil(p, t)
 	}
-	dt := t.Sub(m.now)
+	dt := t - m.now
 	// Arrivals of the step land at its end, with the rate at its middle.
-	rate := m.profile.Rate(m.now.Add(dt / 2).Sub(m.start))
+	rate := m.profile.Rate(m.now + dt/2)
 	if rate < 0 || math.IsNaN(rate) {
 		rate = 0
 	}
@@ -272,33 +272,31 @@ func (m *Model) step(t time.Time) {
 		m.dispatch(t)
 	}
 	for _, p := range m.pods {
-		if !p.nextReport.After(t) {
+		if p.nextReport <= t {
 			m.report(p)
 		}
 	}
 }
 
 // advanceEvents runs an Arrivals model up to now, one event at a time.
-func (m *Model) advanceEvents(now time.Time) {
+func (m *Model) advanceEvents(now time.Duration) {
 	for {
 		m.arriveUntil(m.now)
-		if !m.now.Before(now) {
+		if m.now >= now {
 			return
 		}
 		next := now
-		if m.hasNext {
-			if at := m.start.Add(m.next); at.Before(next) {
-				next = at
-			}
+		if m.hasNext && m.nextAt < next {
+			next = m.nextAt
 		}
 		for _, p := range m.order {
-			if p.nextReport.After(m.now) && p.nextReport.Before(next) {
+			if p.nextReport > m.now && p.nextReport < next {
 				next = p.nextReport
 			}
-			if p.warmAt.After(m.now) && p.warmAt.Before(next) {
+			if p.warmAt > m.now && p.warmAt < next {
 				next = p.warmAt
 			}
-			if len(p.finishes) > 0 && p.finishes[0].finish.Before(next) {
+			if len(p.finishes) > 0 && p.finishes[0].finish < next {
 				next = p.finishes[0].finish
 			}
 		}
@@ -309,7 +307,7 @@ func (m *Model) advanceEvents(now time.Time) {
 		m.dispatchPending()
 		m.arriveUntil(next)
 		for _, p := range m.order {
-			if !p.nextReport.After(next) {
+			if p.nextReport <= next {
 				m.report(p)
 			}
 		}
@@ -317,18 +315,26 @@ func (m *Model) advanceEvents(now time.Time) {
 }
 
 // arriveUntil dispatches, at m.now, the arrivals due by t.
-func (m *Model) arriveUntil(t time.Time) {
-	for m.hasNext && !m.start.Add(m.next).After(t) {
+func (m *Model) arriveUntil(t time.Duration) {
+	for m.hasNext && m.nextAt <= t {
 		m.arrived++
-		m.dispatch(m.start.Add(m.next))
-		m.next, m.hasNext = m.arrivals.Pop()
+		m.dispatch(m.nextAt)
+		m.popArrival()
 	}
 }
 
+// NextArrival is the time of the next arrival of an Arrivals model; ok is
+// false after the last, or for a rate Profile.
+func (m *Model) NextArrival() (at time.Time, ok bool) {
+	return m.start.Add(m.nextAt), m.arrivals != nil && m.hasNext
+}
+
+func (m *Model) popArrival() { m.nextAt, m.hasNext = m.arrivals.Pop() }
+
 // completeUntil finishes p's requests that end by t, in time order.
-func (m *Model) completeUntil(p *simPod, t time.Time) {
-	for len(p.finishes) > 0 && !p.finishes[0].finish.After(t) {
-		r := heap.Pop(&p.finishes).(request)
+func (m *Model) completeUntil(p *simPod, t time.Duration) {
+	for len(p.finishes) > 0 && p.finishes[0].finish <= t {
+		r := p.finishes.pop()
 		f := r.finish
 		m.complete(r)
 		if len(p.queue) > 0 {
@@ -344,7 +350,7 @@ func (m *Model) completeUntil(p *simPod, t time.Time) {
 
 // dispatch sends a request that arrived at the given time to the least
 // loaded warm pod, or leaves it pending if there is none.
-func (m *Model) dispatch(arrival time.Time) {
+func (m *Model) dispatch(arrival time.Duration) {
 	p := m.pick()
 	if p == nil {
 		m.pending = append(m.pending, arrival)
@@ -373,7 +379,7 @@ func (m *Model) pick() *simPod {
 	var best *simPod
 	for i := range m.order {
 		p := m.order[(m.rr+i)%len(m.order)]
-		if p.warmAt.After(m.now) {
+		if p.warmAt > m.now {
 			continue
 		}
 		if best == nil || p.outstanding() < best.outstanding() {
@@ -387,70 +393,97 @@ func (m *Model) pick() *simPod {
 }
 
 // begin starts serving a request at t in p.
-func (m *Model) begin(p *simPod, arrival, t time.Time) {
+func (m *Model) begin(p *simPod, arrival, t time.Duration) {
 	if m.waitHist != nil {
-		m.waitHist.Add(t.Sub(arrival))
+		m.waitHist.Add(t - arrival)
 	} else {
-		m.waits = append(m.waits, t.Sub(arrival))
+		m.waits = append(m.waits, t-arrival)
 	}
 	service := m.cfg.ServiceTime
 	if m.cfg.ExponentialService {
 		service = time.Duration(m.rng.ExpFloat64() * float64(service))
 	}
-	heap.Push(&p.finishes, request{arrival: arrival, finish: t.Add(service)})
+	p.finishes.push(request{arrival: arrival, finish: t + service})
 }
 
 // complete records a finished request.
 func (m *Model) complete(r request) {
 	m.served++
 	if m.latencyHist != nil {
-		m.latencyHist.Add(r.finish.Sub(r.arrival))
+		m.latencyHist.Add(r.finish - r.arrival)
 	} else {
-		m.latencies = append(m.latencies, r.finish.Sub(r.arrival))
+		m.latencies = append(m.latencies, r.finish-r.arrival)
 	}
 }
 
 // request is one request in service.
-type request struct{ arrival, finish time.Time }
+type request struct{ arrival, finish time.Duration }
 
-// inService is a min-heap of requests by finish time (container/heap).
+// inService is a min-heap of requests by finish time, typed so that a push
+// or a pop boxes nothing (this is the model's hottest path).
 type inService []request
 
-func (h inService) Len() int           { return len(h) }
-func (h inService) Less(i, j int) bool { return h[i].finish.Before(h[j].finish) }
-func (h inService) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *inService) Push(x any)        { *h = append(*h, x.(request)) }
-func (h *inService) Pop() any {
-	old := *h
-	r := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return r
+func (h *inService) push(r request) {
+	*h = append(*h, r)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if q[i].finish >= q[parent].finish {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *inService) pop() request {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(q) && q[l].finish < q[small].finish {
+			small = l
+		}
+		if r := l + 1; r < len(q) && q[r].finish < q[small].finish {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
 }
 
 // change records that the number of requests in p changes by delta at t.
 // It must be called after the lists changed, with the count before it
 // derived from them.
-func (m *Model) change(p *simPod, t time.Time, delta int) {
+func (m *Model) change(p *simPod, t time.Duration, delta int) {
 	before := p.outstanding() - delta
-	p.integral += float64(before) * t.Sub(p.lastChange).Seconds()
+	p.integral += float64(before) * (t - p.lastChange).Seconds()
 	p.lastChange = t
 }
 
 // report closes p's reporting period at p.nextReport.
 func (m *Model) report(p *simPod) {
 	end := p.nextReport
-	p.integral += float64(p.outstanding()) * end.Sub(p.lastChange).Seconds()
+	p.integral += float64(p.outstanding()) * (end - p.lastChange).Seconds()
 	p.lastChange = end
 	period := m.cfg.ReportingPeriod.Seconds()
 	p.last = queuestat.Stat{
 		PodName:                   p.name,
 		AverageConcurrentRequests: p.integral / period,
 		RequestCount:              float64(p.periodArrive) / period,
-		ProcessUptime:             end.Sub(p.addedAt).Seconds(),
-		Timestamp:                 end.Unix(),
+		ProcessUptime:             (end - p.addedAt).Seconds(),
+		Timestamp:                 m.start.Add(end).Unix(),
 	}
 	p.integral, p.periodArrive = 0, 0
-	p.nextReport = end.Add(m.cfg.ReportingPeriod)
+	p.nextReport = end + m.cfg.ReportingPeriod
 }
 
 // Report is what users of the simulated service would have felt so far.
@@ -483,7 +516,7 @@ func (m *Model) Waiting() (queued, warm int) {
 	queued = len(m.pending)
 	for _, p := range m.order {
 		queued += len(p.queue)
-		if !p.warmAt.After(m.now) {
+		if p.warmAt <= m.now {
 			warm++
 		}
 	}
@@ -500,7 +533,7 @@ func (m *Model) Report() Report {
 	for _, p := range m.pods {
 		r.InService += len(p.finishes)
 		r.Queued += len(p.queue)
-		if !p.warmAt.After(m.now) {
+		if p.warmAt <= m.now {
 			r.WarmPods++
 		}
 	}
