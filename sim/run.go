@@ -133,11 +133,11 @@ type runner struct {
 	podBuf  []scrape.Pod
 	results []scrape.PodStat
 
-	desired  int32
+	desired int32
 	// lastSample is when the decider last got a scraped or pushed stat.
 	lastSample time.Time
-	lastAcct time.Time
-	res      Result
+	lastAcct   time.Time
+	res        Result
 }
 
 // Run replays tr through cfg (which Check accepted).
