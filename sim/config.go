@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,6 +138,19 @@ func ParseFile(data []byte) ([]Configuration, error) {
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	// encoding/json matches keys without regard to case; a key must be
+	// spelt as documented.
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var raw any
+	if err := json.Unmarshal(js, &raw); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := exactKeys("", raw, reflect.TypeFor[File]()); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	if len(f.Configurations) == 0 {
 		return nil, fmt.Errorf("config: field configurations: want at least one")
 	}
@@ -218,7 +232,47 @@ func (c *Configuration) Check() error {
 	return nil
 }
 
-func sortedKeys(m map[string]string) []string {
+// exactKeys checks that every key of v (decoded JSON) is a json tag of t,
+// spelt exactly, recursing into structs and slices of structs; maps of
+// strings are the user's keys and checked elsewhere.
+func exactKeys(path string, v any, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		if t.Kind() == reflect.Slice {
+			items, ok := v.([]any)
+			if !ok {
+				return nil // a type error, which Unmarshal reported
+			}
+			for i, it := range items {
+				if err := exactKeys(fmt.Sprintf("%s[%d]", path, i), it, t.Elem()); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		t = t.Elem()
+	}
+	obj, ok := v.(map[string]any)
+	if t.Kind() != reflect.Struct || !ok {
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		fields[name] = t.Field(i).Type
+	}
+	for _, k := range sortedKeys(obj) {
+		ft, ok := fields[k]
+		if !ok {
+			return fmt.Errorf("%s: unknown field %s", strings.TrimPrefix(path+"."+keyName(k), "."), quotePrefix(k))
+		}
+		if err := exactKeys(strings.TrimPrefix(path+"."+k, "."), obj[k], ft); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
