@@ -23,12 +23,13 @@ generate:
 	hack/update-crds.sh
 	hack/update-codegen.sh
 
-## build: the three binaries in bin/.
+## build: the three services' binaries and tidal-sim (the what-if simulator) in bin/.
 build:
 	@mkdir -p bin
 	$(GO) build -o bin/tidal-collector ./services/collector
 	$(GO) build -o bin/tidal-decider ./services/decider
 	$(GO) build -o bin/tidal-actuator ./services/actuator
+	$(GO) build -o bin/tidal-sim ./services/sim
 
 ## test: unit and integration tests, the end-to-end tests, then conformance on every shared vector family.
 test: prepare unit e2e conformance-shared
