@@ -82,6 +82,16 @@ func (p *PeerPool) EnsureKEDATarget(ctx context.Context, addr string, req *colle
 	return collectorv1.NewKEDATargetServiceClient(c).EnsureKEDATarget(ctx, req)
 }
 
+// Conn returns the connection to the replica at addr, dialled once and
+// shared, for other collector-to-collector calls (ActivatorStatService).
+func (p *PeerPool) Conn(addr string) (grpc.ClientConnInterface, error) {
+	c, err := p.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // Close closes every connection; the pool dials no more.
 func (p *PeerPool) Close() {
 	p.mu.Lock()

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	"github.com/tidalscale/tidal/collector/activator"
 	"github.com/tidalscale/tidal/collector/deciders"
 	"github.com/tidalscale/tidal/collector/kedascaler"
 	"github.com/tidalscale/tidal/collector/lag"
@@ -66,6 +68,9 @@ type config struct {
 	keda    kedascaler.Config
 	targets targets.Config
 	bucket  bucket.Config
+
+	// activator serves Knative's activators' websocket stat protocol.
+	activator activator.Config
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -92,6 +97,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	c.scrape.RegisterFlagsWithPrefix("scrape-", fs)
 	c.lag.RegisterFlagsWithPrefix("lag-", fs)
 	c.keda.RegisterFlagsWithPrefix("keda-", fs)
+	c.activator.RegisterFlagsWithPrefix("activator-", fs)
 	c.targets.RegisterFlagsWithPrefix("", fs)
 	c.bucket.RegisterFlagsWithPrefix("", fs, "collector")
 }
@@ -162,7 +168,7 @@ func (c *config) Validate() error {
 	for _, v := range []struct {
 		validate func(string) error
 		prefix   string
-	}{{c.stream.Validate, "stream-"}, {c.scrape.Validate, "scrape-"}, {c.lag.Validate, "lag-"}, {c.keda.Validate, "keda-"}, {c.bucket.Validate, ""}} {
+	}{{c.stream.Validate, "stream-"}, {c.scrape.Validate, "scrape-"}, {c.lag.Validate, "lag-"}, {c.keda.Validate, "keda-"}, {c.activator.Validate, "activator-"}, {c.bucket.Validate, ""}} {
 		if err := v.validate(v.prefix); err != nil {
 			return err
 		}
@@ -277,6 +283,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	collectorv1.RegisterKEDATargetServiceServer(srv.GRPC(), kedascaler.NewTargetService(inline))
 	g.Go(func() error { return kedaDecisions.Run(gctx) })
 	g.Go(func() error { return inline.Triggers.Run(gctx) })
+	activatorWS := activatorEndpoint(gctx, g, &cfg, hub, buckets, peers, srv, reg, log)
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}
@@ -325,6 +332,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return abort(err)
 		}
 		g.Go(func() error { return disc.Run(gctx) })
+	}
+	// Activators connect once targets are primed, so the first stats find
+	// them; Knative's activators keep redialling until then.
+	if activatorWS != nil {
+		addr, err := activatorWS.Listen()
+		if err != nil {
+			return abort(err)
+		}
+		log.Info("serving Knative's activator stat protocol", zap.Stringer("addr", addr))
+		g.Go(func() error { return activatorWS.Run(gctx) })
 	}
 	// Samples are kept and replayed, so the collector can measure and take
 	// pushed stats before a decider is reachable: ready once primed.

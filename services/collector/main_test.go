@@ -55,6 +55,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--lag-tick", "0s"}, "--lag-tick"},
 		{[]string{"--keda-max-streams-per-caller", "0"}, "--keda-max-streams-per-caller"},
 		{[]string{"--keda-call-timeout", "0s"}, "--keda-call-timeout"},
+		{[]string{"--activator-max-messages", "0"}, "--activator-max-messages"},
+		{[]string{"--activator-backlog-wait", "10s"}, "--activator-backlog-wait"},
+		{[]string{"--activator-allowed-cidrs", "10.0.0.0"}, "activator-allowed-cidrs"},
 		{[]string{"--buckets", "4"}, "--buckets: needs Kubernetes"},
 		{[]string{"--discovery", "kubernetes", "--kubeconfig", "/nonexistent", "--buckets", "4", "--lease-duration", "1s"}, "--lease-duration"},
 	}

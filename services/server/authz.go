@@ -91,6 +91,8 @@ var mutating = map[string]Role{
 	// Collectors hand a KEDA inline Kafka trigger to the replica owning
 	// its bucket.
 	collectorv1.KEDATargetService_EnsureKEDATarget_FullMethodName: RoleCollector,
+	// Collectors hand activator stats to the replica owning their target.
+	collectorv1.ActivatorStatService_ForwardActivatorStats_FullMethodName: RoleCollector,
 }
 
 // roleOnly lists methods that change nothing but only some roles may
@@ -155,8 +157,9 @@ func classify(method string) (methodClass, Role) {
 // SPIFFE IDs. The built-in policy lets any identity of the trust domain
 // read (Get*, List*, Watch*, Explain, health, reflection); Scale, Deploy,
 // Undeploy and Update only deciders and operators (and actuators Scale,
-// which they forward to each other); Ingest and EnsureKEDATarget (a KEDA
-// trigger forwarded to its collector) only collectors; PushStats and
+// which they forward to each other); Ingest, EnsureKEDATarget (a KEDA
+// trigger forwarded to its collector) and ForwardActivatorStats (activator
+// stats forwarded to their collector) only collectors; PushStats and
 // PushStatsStream only pushers; the ExternalScaler methods only KEDA and
 // operators. With plaintext no caller has an identity and nothing is
 // checked.

@@ -61,6 +61,7 @@ var wantAllowed = map[string][]string{
 	"/tidal.collector.v1.CollectorService/ListTargets":               readers,
 	"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
 	"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget":         {"collector"},
+	"/tidal.collector.v1.ActivatorStatService/ForwardActivatorStats": {"collector"},
 	"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator"},
 	"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator"},
 	"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator"},

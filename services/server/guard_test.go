@@ -123,6 +123,7 @@ func startServer(t *testing.T, cfg Config, log *zap.Logger, reg *prometheus.Regi
 	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), collectorv1.UnimplementedCollectorServiceServer{})
 	externalscaler.RegisterExternalScalerServer(srv.GRPC(), externalscaler.UnimplementedExternalScalerServer{})
 	collectorv1.RegisterKEDATargetServiceServer(srv.GRPC(), collectorv1.UnimplementedKEDATargetServiceServer{})
+	collectorv1.RegisterActivatorStatServiceServer(srv.GRPC(), collectorv1.UnimplementedActivatorStatServiceServer{})
 	gaddr, _, err := srv.Listen()
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.
 // methods lists every method the server serves, with its stream shape.
 func methods() map[string]*grpc.StreamDesc {
 	out := map[string]*grpc.StreamDesc{}
-	for _, sd := range []grpc.ServiceDesc{actuatorv1.ActuatorService_ServiceDesc, deciderv1.DeciderService_ServiceDesc, collectorv1.CollectorService_ServiceDesc, externalscaler.ExternalScaler_ServiceDesc, collectorv1.KEDATargetService_ServiceDesc} {
+	for _, sd := range []grpc.ServiceDesc{actuatorv1.ActuatorService_ServiceDesc, deciderv1.DeciderService_ServiceDesc, collectorv1.CollectorService_ServiceDesc, externalscaler.ExternalScaler_ServiceDesc, collectorv1.KEDATargetService_ServiceDesc, collectorv1.ActivatorStatService_ServiceDesc} {
 		for _, m := range sd.Methods {
 			out["/"+sd.ServiceName+"/"+m.MethodName] = nil
 		}
@@ -213,6 +214,7 @@ func TestMatrixCoversEveryMethod(t *testing.T) {
 	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), collectorv1.UnimplementedCollectorServiceServer{})
 	externalscaler.RegisterExternalScalerServer(srv.GRPC(), externalscaler.UnimplementedExternalScalerServer{})
 	collectorv1.RegisterKEDATargetServiceServer(srv.GRPC(), collectorv1.UnimplementedKEDATargetServiceServer{})
+	collectorv1.RegisterActivatorStatServiceServer(srv.GRPC(), collectorv1.UnimplementedActivatorStatServiceServer{})
 	for svc, info := range srv.GRPC().GetServiceInfo() {
 		for _, m := range info.Methods {
 			if _, ok := wantAllowed["/"+svc+"/"+m.Name]; !ok {
