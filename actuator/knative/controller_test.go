@@ -2,14 +2,9 @@ package knative
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +27,7 @@ import (
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/duck"
+	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -39,58 +35,11 @@ import (
 
 func TestMain(m *testing.M) { cluster.Main(m) }
 
-var crdsOnce sync.Once
-
-// installKnativeCRDs installs Knative's PodAutoscaler and
-// ServerlessService CRDs from the module cache, at the versions
-// test/benchknative requires (knative.dev/serving v0.50.0 and its
-// knative.dev/networking), downloading them through the module proxy if
-// the cache lacks them.
 func installKnativeCRDs(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
-	var err error
-	crdsOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		modDir := filepath.Join(filepath.Dir(file), "..", "..", "test", "benchknative")
-		dirs := map[string]string{}
-		for _, mod := range []string{"knative.dev/serving", "knative.dev/networking"} {
-			cmd := exec.Command("go", "mod", "download", "-json", mod)
-			cmd.Dir = modDir
-			out, derr := cmd.Output()
-			if derr != nil {
-				err = derr
-				return
-			}
-			var m struct{ Dir string }
-			if err = json.Unmarshal(out, &m); err != nil {
-				return
-			}
-			dirs[mod] = m.Dir
-		}
-		tmp, derr := os.MkdirTemp("", "knative-crds")
-		if derr != nil {
-			err = derr
-			return
-		}
-		defer func() { _ = os.RemoveAll(tmp) }()
-		for dst, src := range map[string]string{
-			"podautoscaler.yaml":     filepath.Join(dirs["knative.dev/serving"], "config", "core", "300-resources", "podautoscaler.yaml"),
-			"serverlessservice.yaml": filepath.Join(dirs["knative.dev/networking"], "config", "serverlessservice.yaml"),
-		} {
-			b, rerr := os.ReadFile(src)
-			if rerr != nil {
-				err = rerr
-				return
-			}
-			if err = os.WriteFile(filepath.Join(tmp, dst), b, 0o600); err != nil {
-				return
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		err = c.InstallCRDs(ctx, tmp)
-	})
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := knativetest.InstallCRDs(ctx, c); err != nil {
 		t.Fatalf("install Knative's CRDs: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/tidalscale/tidal/actuator/deployer"
+	"github.com/tidalscale/tidal/actuator/knative"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 )
@@ -21,7 +22,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, scale.ErrNotFound), apierrors.IsNotFound(err):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, scale.ErrNoScaleSubresource), errors.Is(err, podautoscaler.ErrInvalidPodAutoscaler):
+	case errors.Is(err, scale.ErrNoScaleSubresource), errors.Is(err, podautoscaler.ErrInvalidPodAutoscaler),
+		errors.Is(err, knative.ErrInvalidPodAutoscaler), errors.Is(err, knative.ErrNotOwned):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, podautoscaler.ErrOutOfRange), errors.Is(err, deployer.ErrOverCap), errors.As(err, &fe),
 		apierrors.IsInvalid(err), apierrors.IsBadRequest(err):

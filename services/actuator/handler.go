@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidalscale/tidal/actuator/deployer"
+	"github.com/tidalscale/tidal/actuator/knative"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
@@ -44,13 +45,19 @@ func (m memoryEngine) Status(ctx context.Context, t scale.Target) (scale.Status,
 }
 
 // kubeEngine applies decisions through the PodAutoscaler controller, after
-// refusing counts above a function's cap.
+// refusing counts above a function's cap; a target a Knative PodAutoscaler
+// scales goes to the Knative reconciler instead (--knative).
 type kubeEngine struct {
 	pas       *podautoscaler.Controller
 	functions *deployer.Controller
+	// knative is nil unless --knative.
+	knative *knative.Controller
 }
 
 func (k *kubeEngine) Scale(ctx context.Context, req podautoscaler.Request) (scale.Result, error) {
+	if k.knative != nil && k.knative.Handles(req.Target) {
+		return k.knative.Scale(ctx, req)
+	}
 	if err := k.functions.CheckScale(req.Target, req.Desired); err != nil {
 		return scale.Result{}, err
 	}
@@ -58,6 +65,9 @@ func (k *kubeEngine) Scale(ctx context.Context, req podautoscaler.Request) (scal
 }
 
 func (k *kubeEngine) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
+	if k.knative != nil && k.knative.Handles(t) {
+		return k.knative.Status(ctx, t)
+	}
 	return k.pas.Status(ctx, t)
 }
 

@@ -16,14 +16,20 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/tidalscale/tidal/actuator/deployer"
+	"github.com/tidalscale/tidal/actuator/knative"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
+	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
+	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
 	"github.com/tidalscale/tidal/shard/bucket"
@@ -60,6 +66,10 @@ type kubeConfig struct {
 	sidecarImage  string
 	// bucket shares the PodAutoscalers among actuator replicas.
 	bucket bucket.Config
+	// knative reconciles Knative Serving's PodAutoscalers of knativeClasses.
+	knative        bool
+	knativeClasses string
+	clusterDomain  string
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -78,11 +88,17 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.brokers, "kafka-brokers", "", "Kafka bootstrap servers (host:port, comma-separated) that deployed functions use.")
 	fs.StringVar(&k.sidecarImage, "function-sidecar-image", "projectriff/function-sidecar:0.0.7", "Image of the sidecar container of deployed functions.")
 	k.bucket.RegisterFlagsWithPrefix("", fs, "actuator")
+	fs.BoolVar(&k.knative, "knative", false, "Reconcile Knative Serving's PodAutoscalers of --knative-classes in place of Knative's autoscaler (needs --scaler kubernetes).")
+	fs.StringVar(&k.knativeClasses, "knative-classes", knautoscaling.ClassKPA, "Comma-separated PodAutoscaler classes (autoscaling.knative.dev/class) reconciled with --knative; "+knautoscaling.ClassTidal+" selects tidal beside Knative's autoscaler.")
+	fs.StringVar(&k.clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain of the Services the activator probe dials (--knative).")
 }
 
 func (c *config) Validate() error {
 	if err := c.server.Validate(); err != nil {
 		return err
+	}
+	if c.kube.knative && c.scaler != scalerKubernetes {
+		return fmt.Errorf("--knative: needs --scaler kubernetes, have %q", c.scaler)
 	}
 	switch c.scaler {
 	case scalerMemory:
@@ -118,8 +134,41 @@ func (c *config) Validate() error {
 	if k.sidecarImage == "" {
 		return errors.New("--function-sidecar-image: want an image reference")
 	}
+	if k.knative {
+		if _, err := c.knativeClasses(); err != nil {
+			return err
+		}
+		if k.clusterDomain == "" || strings.ContainsAny(k.clusterDomain, "/: ") {
+			return fmt.Errorf("--cluster-domain %q: want a DNS domain such as cluster.local", k.clusterDomain)
+		}
+	}
 	k.bucket.Identity = c.server.Advertise()
 	return k.bucket.Validate("")
+}
+
+// maxKnativeClasses bounds --knative-classes.
+const maxKnativeClasses = 8
+
+// knativeClasses parses --knative-classes. Knative's HPA class is refused:
+// Knative's own HPA reconciler scales those.
+func (c *config) knativeClasses() ([]string, error) {
+	var classes []string
+	for cl := range strings.SplitSeq(c.kube.knativeClasses, ",") {
+		cl = strings.TrimSpace(cl)
+		switch {
+		case cl == "":
+			continue
+		case cl == knautoscaling.ClassHPA:
+			return nil, fmt.Errorf("--knative-classes %q: %s is Knative's HPA class, which tidal does not reconcile", commonv1.Prefix(c.kube.knativeClasses), cl)
+		case len(cl) > 253 || strings.ContainsAny(cl, " /,"):
+			return nil, fmt.Errorf("--knative-classes %q: %q is not a class name", commonv1.Prefix(c.kube.knativeClasses), commonv1.Prefix(cl))
+		}
+		classes = append(classes, cl)
+	}
+	if len(classes) == 0 || len(classes) > maxKnativeClasses {
+		return nil, fmt.Errorf("--knative-classes %q: want 1 to %d classes", commonv1.Prefix(c.kube.knativeClasses), maxKnativeClasses)
+	}
+	return classes, nil
 }
 
 func (c *config) brokers() []string {
@@ -232,13 +281,27 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		return err
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
+	if cfg.kube.knative {
+		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, kubeInf, scaler, recorder, log); err != nil {
+			return err
+		}
+	}
 	h := newHandler(eng, &functionService{deployer: dep, tidal: tidal}, log)
 	h.useKinds(&cfg.kinds, reg)
 	var buckets *bucket.Set
 	if cfg.kube.bucket.Buckets > 0 {
-		buckets = bucket.New(cfg.kube.bucket, kube, func() { pas.Resync(); fns.Resync() }, reg, log)
+		buckets = bucket.New(cfg.kube.bucket, kube, func() {
+			pas.Resync()
+			fns.Resync()
+			if eng.knative != nil {
+				eng.knative.Resync()
+			}
+		}, reg, log)
 		pas.SetOwnership(buckets.Owner)
 		fns.SetOwnership(buckets.Owner)
+		if eng.knative != nil {
+			eng.knative.SetOwnership(buckets.Owner)
+		}
 		dial, err := cfg.server.DialOption(server.RoleActuator)
 		if err != nil {
 			return err
@@ -263,9 +326,14 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	g.Go(func() error { return pas.Run(gctx) })
 	g.Go(func() error { return fns.Run(gctx) })
+	synced := []cache.InformerSynced{pas.HasSynced, fns.HasSynced}
+	if eng.knative != nil {
+		g.Go(func() error { return eng.knative.Run(gctx) })
+		synced = append(synced, eng.knative.HasSynced)
+	}
 	g.Go(func() error {
 		// Prime before ready: every cache synced.
-		if !cache.WaitForCacheSync(gctx.Done(), pas.HasSynced, fns.HasSynced) {
+		if !cache.WaitForCacheSync(gctx.Done(), synced...) {
 			return nil
 		}
 		log.Info("caches synced")
@@ -274,4 +342,28 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	})
 	g.Go(func() error { return srv.Run(gctx) })
 	return g.Wait()
+}
+
+// newKnative returns the reconciler of Knative's PodAutoscalers (--knative).
+func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpaconfig.DeploymentConfig,
+	kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder, log *zap.Logger,
+) (*knative.Controller, error) {
+	kn, err := knclient.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	classes, err := cfg.knativeClasses()
+	if err != nil {
+		return nil, err
+	}
+	log.Info("knative mode", zap.Strings("classes", classes))
+	return knative.New(knative.Config{
+		Classes:       classes,
+		Autoscaler:    ascfg,
+		Deployment:    depcfg,
+		Workers:       cfg.kube.workers,
+		Resync:        cfg.kube.resync,
+		TargetRetry:   cfg.kube.targetRetry,
+		ClusterDomain: cfg.kube.clusterDomain,
+	}, log, kn, kubeInf, scaler, recorder)
 }

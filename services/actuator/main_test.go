@@ -49,15 +49,15 @@ func freeAddr(t *testing.T) string {
 
 // restrictedKubeconfig writes a kubeconfig for a ServiceAccount bound to
 // exactly rbac.Rules() and nothing else, so the actuator under test proves
-// the rules sufficient.
-func restrictedKubeconfig(t *testing.T, c *cluster.Cluster, ns string) string {
+// the rules sufficient; extra rules are added to them (--knative's, for one).
+func restrictedKubeconfig(t *testing.T, c *cluster.Cluster, ns string, extra ...rbacv1.PolicyRule) string {
 	t.Helper()
 	ctx := context.Background()
 	name := "tidal-actuator-" + ns
 	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tidal-actuator"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rbac.Rules()}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: append(rbac.Rules(), extra...)}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
