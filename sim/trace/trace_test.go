@@ -239,7 +239,7 @@ func TestReadHistoryRefuses(t *testing.T) {
 	}{
 		{"two targets", windowJSON(t, one) + windowJSON(t, other), []string{"document 2", "field target", `"demo/b"`}},
 		{"not JSON", "{\"target\": ", []string{"document 1"}},
-		{"unknown field", `{"target":{"namespace":"a","name":"b"},"sampels":[]}`, []string{"document 1", "sampels"}},
+		{"unknown field", `{"target":{"namespace":"a","name":"b"},"samplez":[]}`, []string{"document 1", "samplez"}},
 		{"sample without time", windowJSON(t, noTime), []string{"document 1", "samples[0]", "field time"}},
 		{"empty", "", []string{"no samples"}},
 	}
