@@ -64,6 +64,8 @@ type Config struct {
 	// Resync replays every object to the handlers this often (a changed
 	// Secret is picked up then); 0 means never.
 	Resync time.Duration
+	// Knative makes Knative Serving's PodAutoscalers targets (UseKnative).
+	Knative KnativeConfig
 }
 
 // RegisterFlagsWithPrefix registers the discovery flags with their defaults.
@@ -78,6 +80,7 @@ func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.Resync, p+"resync", 10*time.Minute, "How often informers replay every object (picks up changed Secrets); 0 means never.")
+	c.Knative.registerFlags(p, fs)
 }
 
 // Discovery keeps the collector's targets in step with the cluster.
@@ -114,7 +117,7 @@ type Discovery struct {
 
 	// mu guards active, following, claims and claimed.
 	mu     sync.Mutex
-	active map[string]*active // by source key: "m/ns/name" or "f/ns/name"
+	active map[string]*active // by source key: "m/ns/name", "f/ns/name" or "k/ns/name" (Knative)
 	// following is the active source that follows the pods of each target
 	// key, for ReadyPodNames; its entries are a subset of active's.
 	following map[string]*active
@@ -130,6 +133,17 @@ type Discovery struct {
 // Start runs them, as it runs the pod informer.
 type crdInformers struct {
 	Metrics, PodAutoscalers, Functions cache.SharedIndexInformer
+	// Knative watches Knative's PodAutoscalers; nil unless UseKnative.
+	Knative cache.SharedIndexInformer
+}
+
+// all returns the informers that exist.
+func (c *crdInformers) all() []cache.SharedIndexInformer {
+	infs := []cache.SharedIndexInformer{c.Metrics, c.PodAutoscalers, c.Functions}
+	if c.Knative != nil {
+		infs = append(infs, c.Knative)
+	}
+	return infs
 }
 
 // rank orders the sources that name one target; the lowest measures it.
@@ -229,10 +243,14 @@ func (d *Discovery) SetOwnership(owns func(key string) bool) { d.owns = owns }
 // returns only once they have stopped. If Start fails, they have stopped
 // when it returns.
 func (d *Discovery) Start(ctx context.Context) error {
-	for _, inf := range []cache.SharedIndexInformer{d.podInformer, d.crd.Metrics, d.crd.PodAutoscalers, d.crd.Functions} {
+	synced := []cache.InformerSynced{d.podInformer.HasSynced}
+	for _, inf := range append(d.crd.all(), d.podInformer) {
 		d.informers.Go(func() { inf.RunWithContext(ctx) })
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), d.podInformer.HasSynced, d.crd.Metrics.HasSynced, d.crd.PodAutoscalers.HasSynced, d.crd.Functions.HasSynced) {
+	for _, inf := range d.crd.all() {
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		d.informers.Wait()
 		return errors.New("target informers: caches did not sync")
 	}
@@ -267,6 +285,11 @@ func (d *Discovery) Resync() {
 	}
 	for _, f := range d.crd.Functions.GetStore().ListKeys() {
 		d.queue.Add("f/" + f)
+	}
+	if d.crd.Knative != nil {
+		for _, k := range d.crd.Knative.GetStore().ListKeys() {
+			d.queue.Add("k/" + k)
+		}
 	}
 	d.mu.Lock()
 	for k := range d.active {
@@ -354,6 +377,11 @@ func (d *Discovery) sync(ctx context.Context, key string) error {
 		return d.syncMetric(ctx, key, ns, name)
 	case "f":
 		return d.syncFunction(key, ns, name)
+	case "k":
+		if d.crd.Knative == nil {
+			return nil // only the Knative informer queues these
+		}
+		return d.syncKnative(key, ns, name)
 	}
 	return nil
 }

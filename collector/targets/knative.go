@@ -1,0 +1,185 @@
+package targets
+
+import (
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
+	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/collector/scrape"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+)
+
+// KnativeConfig makes Knative Serving's PodAutoscalers KPA targets: each
+// one of Classes is measured from its Revision's pods (label
+// serving.knative.dev/revision), their queue-proxies scraped as for tidal's
+// PodAutoscalers, with its autoscaling.knative.dev/* annotations over
+// Knative's config-autoscaler.
+type KnativeConfig struct {
+	Enabled bool
+	// Classes are the PodAutoscaler classes measured; empty means Knative's
+	// KPA class.
+	Classes []string
+	// Autoscaler is Knative's config-autoscaler.
+	Autoscaler kpaconfig.Config
+}
+
+// maxKnativeClasses bounds --knative-classes.
+const maxKnativeClasses = 8
+
+// registerFlags registers the Knative flags.
+func (k *KnativeConfig) registerFlags(p string, fs *flag.FlagSet) {
+	k.Autoscaler = kpaconfig.Default()
+	fs.BoolVar(&k.Enabled, p+"knative", false, "Measure Knative Serving's PodAutoscalers of --knative-classes from their Revisions' pods.")
+	k.Classes = []string{knautoscaling.ClassKPA}
+	fs.Func(p+"knative-classes", "Comma-separated PodAutoscaler classes (autoscaling.knative.dev/class) measured with --knative (default "+knautoscaling.ClassKPA+").", func(v string) error {
+		var classes []string
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c == "" {
+				continue
+			}
+			if c == knautoscaling.ClassHPA || len(c) > 253 || strings.ContainsAny(c, " /") {
+				return fmt.Errorf("%q: not a class tidal measures", commonv1.Prefix(c))
+			}
+			classes = append(classes, c)
+		}
+		if len(classes) == 0 || len(classes) > maxKnativeClasses {
+			return fmt.Errorf("want 1 to %d classes", maxKnativeClasses)
+		}
+		k.Classes = classes
+		return nil
+	})
+	fs.Func(p+"knative-config-autoscaler", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap, the deciders' too), for --knative; unset means Knative's defaults.", func(dir string) error {
+		data, err := readConfigDir(dir)
+		if err != nil {
+			return err
+		}
+		k.Autoscaler, err = kpaconfig.ParseConfig(data)
+		return err
+	})
+}
+
+// readConfigDir reads a mounted ConfigMap: one file per key, dot-files and
+// directories (the kubelet's ..data links) skipped.
+func readConfigDir(dir string) (map[string]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read config directory: %w", err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read config key %s: %w", e.Name(), err)
+		}
+		out[e.Name()] = strings.TrimSpace(string(b))
+	}
+	return out, nil
+}
+
+// UseKnative watches Knative's PodAutoscalers through the API server of rc
+// when the configuration enables it; call it before Start. It does nothing
+// otherwise.
+func (d *Discovery) UseKnative(rc *rest.Config) error {
+	if !d.cfg.Knative.Enabled {
+		return nil
+	}
+	kn, err := knclient.New(rc)
+	if err != nil {
+		return err
+	}
+	d.useKnative(kn)
+	return nil
+}
+
+func (d *Discovery) useKnative(kn knclient.Interface) {
+	if len(d.cfg.Knative.Classes) == 0 {
+		d.cfg.Knative.Classes = []string{knautoscaling.ClassKPA}
+	}
+	inf := knclient.NewPodAutoscalerInformer(kn, d.cfg.Resync)
+	h := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		name, err := cache.ObjectToName(obj)
+		if err != nil {
+			return
+		}
+		d.queue.Add("k/" + name.String())
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, n any) { h(n) }, DeleteFunc: h})
+	d.crd.Knative = inf
+}
+
+// syncKnative makes a Knative PodAutoscaler of a measured class a KPA
+// target.
+func (d *Discovery) syncKnative(key, ns, name string) error {
+	pa, err := knclient.Get[*knautoscaling.PodAutoscaler](d.crd.Knative.GetStore(), ns, name)
+	if apierrors.IsNotFound(err) || err == nil && (pa == nil || !slices.Contains(d.cfg.Knative.Classes, pa.Class())) {
+		d.release(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r := pa.Spec.ScaleTargetRef
+	ref := &commonv1.TargetRef{Namespace: pa.Namespace, Name: r.Name, ApiVersion: r.APIVersion, Kind: r.Kind}
+	if !d.claim(key, ref, rankPodAutoscaler) {
+		return nil
+	}
+	// The tidal class stands in for Knative's KPA class, which the decider
+	// and Knative's annotation validation know.
+	ann := pa.Annotations
+	if pa.Class() != knautoscaling.ClassKPA {
+		ann = maps.Clone(ann)
+		ann[knautoscaling.AnnotationClass] = knautoscaling.ClassKPA
+	}
+	spec := &deciderv1.TargetSpec{
+		Target:               ref,
+		Strategy:             commonv1.Strategy_STRATEGY_KPA,
+		Annotations:          prefixed(ann, kpaPrefix),
+		ContainerConcurrency: int32(min(pa.Spec.ContainerConcurrency, kpaconfig.MaxContainerConcurrency)),
+	}
+	switch pa.Spec.Reachability {
+	case knautoscaling.ReachabilityReachable:
+		spec.Reachability = deciderv1.Reachability_REACHABILITY_REACHABLE
+	case knautoscaling.ReachabilityUnreachable:
+		spec.Reachability = deciderv1.Reachability_REACHABILITY_UNREACHABLE
+	}
+	rev, rerr := kpaconfig.NewRevision(d.cfg.Knative.Autoscaler, kpaconfig.DefaultDeployment(), ann, pa.Spec.ContainerConcurrency,
+		pa.Spec.Reachability != knautoscaling.ReachabilityUnreachable)
+	if !d.setSpec(key, spec, rev.StableWindow()+rev.ScaleDownDelay()) {
+		return nil
+	}
+	// The Revision's pods, as Knative's autoscaler counts them, scraped at
+	// 9090, queue-proxy's autoscaling metrics port ("http-autometric").
+	ls := &metav1.LabelSelector{MatchLabels: map[string]string{knautoscaling.LabelRevision: pa.Revision()}}
+	src := d.setSelector(key, ns, ls, labels.SelectorFromSet(ls.MatchLabels))
+	d.sink.SetReadyPods(ref, int32(len(src.ReadyPods(nil))))
+	if rerr != nil {
+		return d.scrapeRefused(ref, fmt.Errorf("knative podautoscaler %s/%s: %w", ns, name, rerr))
+	}
+	if !rev.Scraped() {
+		// target-burst-capacity -1: the activator's stats are the signal.
+		d.scraper.Remove(ref)
+		return nil
+	}
+	d.scraper.Set(scrape.Target{Ref: ref, Path: "/metrics", StableWindow: rev.StableWindow(), Pods: src})
+	return nil
+}

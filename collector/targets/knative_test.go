@@ -1,0 +1,177 @@
+package targets
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
+	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/apis/knative/knativetest"
+	"github.com/tidalscale/tidal/collector/queuestat"
+	"github.com/tidalscale/tidal/pods"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/test/cluster"
+)
+
+// revisionPods creates n pods of Revision rev, as its Deployment's would be
+// labelled, and waits until kwok runs them.
+func revisionPods(t *testing.T, c *cluster.Cluster, ns, rev string, n int) []*corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", rev, i), Labels: map[string]string{knautoscaling.LabelRevision: rev}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "queue-proxy", Image: "example.com/qp:1"}}},
+		}
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []*corev1.Pod
+	eventually(t, fmt.Sprintf("%d ready pods", n), time.Minute, func() bool {
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: knautoscaling.LabelRevision + "=" + rev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = out[:0]
+		for i := range list.Items {
+			if pods.Ready(&list.Items[i]) {
+				out = append(out, &list.Items[i])
+			}
+		}
+		return len(out) == n
+	})
+	return out
+}
+
+func knativePA(ns, name, class string, ann map[string]string) *knautoscaling.PodAutoscaler {
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	if class != "" {
+		ann[knautoscaling.AnnotationClass] = class
+	}
+	return &knautoscaling.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann,
+			Labels: map[string]string{knautoscaling.LabelRevision: name}},
+		Spec: knautoscaling.PodAutoscalerSpec{
+			ContainerConcurrency: 5,
+			ScaleTargetRef:       corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name + "-deployment"},
+			Reachability:         knautoscaling.ReachabilityReachable,
+			ProtocolType:         knautoscaling.ProtocolHTTP1,
+		},
+	}
+}
+
+// TestDiscoveryKnativePodAutoscaler: with Knative mode on, a Knative
+// PodAutoscaler of the KPA class is a KPA target named by its Deployment,
+// configured from its annotations over config-autoscaler and scraped from
+// its Revision's pods; one of Knative's HPA class is not; deleting it
+// forgets the target.
+func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
+	c := cluster.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := knativetest.InstallCRDs(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ns := c.Namespace(t)
+	kn, err := knclient.New(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := revisionPods(t, c, ns, "rev-1", 2)
+	for _, p := range ps {
+		serveStat(t, p, queuestat.Stat{PodName: p.Name, AverageConcurrentRequests: 3, RequestCount: 4})
+	}
+	// config-autoscaler's stable window 2m is what the PodAutoscaler's own
+	// window annotation overrides.
+	acfg, err := kpaconfig.ParseConfig(map[string]string{"stable-window": "2m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Knative: KnativeConfig{Enabled: true, Autoscaler: acfg}}
+	r := startReplica(t, c, cfg, func(d *Discovery) func(string) bool { d.useKnative(kn); return nil })
+
+	for _, pa := range []*knautoscaling.PodAutoscaler{
+		knativePA(ns, "rev-1", "", map[string]string{kpaconfig.AnnotationWindow: "90s", kpaconfig.AnnotationScaleDownDelay: "10s"}),
+		knativePA(ns, "rev-2", knautoscaling.ClassHPA, nil),
+	} {
+		if _, err := kn.PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref := &commonv1.TargetRef{Namespace: ns, Name: "rev-1-deployment", ApiVersion: "apps/v1", Kind: "Deployment"}
+	eventually(t, "the Knative target with 2 ready pods", 30*time.Second, func() bool {
+		w, ok := r.hub.Get(ref)
+		return ok && w.ReadyPods == 2
+	})
+	w, _ := r.hub.Get(ref)
+	if w.Spec.GetStrategy() != commonv1.Strategy_STRATEGY_KPA || w.Spec.GetAnnotations()[kpaconfig.AnnotationWindow] != "90s" ||
+		w.Spec.GetContainerConcurrency() != 5 || w.Spec.GetReachability() != deciderv1.Reachability_REACHABILITY_REACHABLE {
+		t.Errorf("spec = %v", w.Spec)
+	}
+	if got, want := w.Retention, 100*time.Second; got != want {
+		t.Errorf("retention = %s, want %s (the window annotation plus the scale-down delay)", got, want)
+	}
+	r.scraper.ScrapeNow(context.Background())
+	w, _ = r.hub.Get(ref)
+	if s := measured(w); len(s) != 1 || s[0].GetAverageConcurrency() != 6 || s[0].GetRequestCount() != 8 {
+		t.Fatalf("samples after a scrape: %v, failures %v; want concurrency 6 and 8 requests from 2 pods", s, w.Failures)
+	}
+	if r.hub.Known(&commonv1.TargetRef{Namespace: ns, Name: "rev-2-deployment", ApiVersion: "apps/v1", Kind: "Deployment"}) {
+		t.Errorf("the HPA-class PodAutoscaler's target is measured")
+	}
+
+	// A bad annotation is a config error on the target, not a scrape.
+	pa, err := kn.PodAutoscalers(ns).Get(ctx, "rev-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa.Annotations[kpaconfig.AnnotationWindow] = "1ms"
+	if _, err := kn.PodAutoscalers(ns).Update(ctx, pa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the config error", 30*time.Second, func() bool {
+		w, _ := r.hub.Get(ref)
+		return strings.Contains(w.Error, "window")
+	})
+
+	if err := kn.PodAutoscalers(ns).Delete(ctx, "rev-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the target removed", 30*time.Second, func() bool { return !r.hub.Known(ref) })
+}
+
+func TestKnativeFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // error substring; empty means it parses
+	}{
+		{args: []string{"--knative", "--knative-classes=kpa.autoscaling.knative.dev,tidal.autoscaling.knative.dev"}},
+		{args: []string{"--knative-classes=hpa.autoscaling.knative.dev"}, want: "not a class tidal measures"},
+		{args: []string{"--knative-classes=,"}, want: "want 1 to 8 classes"},
+		{args: []string{"--knative-config-autoscaler=/nonexistent"}, want: "read config directory"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var c Config
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			fs.SetOutput(new(strings.Builder))
+			c.RegisterFlagsWithPrefix("", fs)
+			err := fs.Parse(tt.args)
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("Parse(%v) = %v, want %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
