@@ -174,7 +174,7 @@ func TestCompareAzureSample(t *testing.T) {
 	// Keeping pods 5 minutes after the load costs more pod-seconds and
 	// saves cold starts.
 	if d, k := rs[0], rs[1]; !(k.ColdStarts < d.ColdStarts && k.PodSeconds > d.PodSeconds) {
-		t.Errorf("keep-warm-5m: %d cold starts, %.0f pod-seconds; defaults %d, %.0f: want fewer cold starts for more pod-seconds",
+		t.Errorf("scale-down-delay-5m: %d cold starts, %.0f pod-seconds; defaults %d, %.0f: want fewer cold starts for more pod-seconds",
 			k.ColdStarts, k.PodSeconds, d.ColdStarts, d.PodSeconds)
 	}
 	// One function by its hash prefix, with its timeline.

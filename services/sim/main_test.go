@@ -17,7 +17,7 @@ func TestRun(t *testing.T) {
 		want []string
 	}{
 		{"rates with a plot", flags{config: "../../sim/testdata/configs.yaml", rates: "../../sim/testdata/makerun.csv", plot: png, seed: 1},
-			[]string{"knative-defaults", "keep-warm-5m", "plot: " + png}},
+			[]string{"knative-defaults", "scale-down-delay-5m", "plot: " + png}},
 		{"azure, one function", flags{config: "../../sim/testdata/configs.yaml", azure: "../../sim/testdata/azure-sample.csv", limit: 1, seed: 1},
 			[]string{"knative-defaults", "kpa        1"}},
 		{"lag", flags{config: "../../sim/testdata/lag.yaml", rates: "../../sim/testdata/records.csv", seed: 1},
