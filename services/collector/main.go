@@ -250,6 +250,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		disc = targets.New(cfg.targets, kube, tidal, hub, scraper, fetcher, log)
 		disc.RegisterMetrics(reg)
+		if err := disc.UseKnative(rc); err != nil { // --knative
+			return err
+		}
 		if cfg.bucket.Buckets > 0 {
 			buckets = bucket.New(cfg.bucket, kube, disc.Resync, reg, log)
 			disc.SetOwnership(buckets.Owns)
