@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,9 @@ import (
 // MaxHistoryDocument bounds one GetWindow response in a history export.
 const MaxHistoryDocument = 64 << 20
 
+// documentLimit is MaxHistoryDocument; tests lower it.
+var documentLimit int64 = MaxHistoryDocument
+
 // ReadHistory reads history exported from a running tidal: one or more
 // CollectorService.GetWindow responses for one target, as JSON objects one
 // after another (what `grpcurl -d '{"target":…}' … GetWindow` prints, run
@@ -32,16 +36,14 @@ const MaxHistoryDocument = 64 << 20
 // growth of the partitions' summed end offsets between samples, spread over
 // the seconds between them. The trace starts at the first sample's second.
 func ReadHistory(r io.Reader, name string) (Trace, error) {
-	dec := json.NewDecoder(io.LimitReader(r, MaxSeconds*4096))
-	type key struct {
-		sec    int64
-		nanos  int32
-		source commonv1.SampleSource
-	}
-	seen := map[key]bool{}
-	var samples []*commonv1.MetricSample
+	lim := &docLimit{r: r, limit: documentLimit}
+	dec := json.NewDecoder(lim)
+	var samples []histSample
 	var target string
 	for doc := 1; ; doc++ {
+		// The decoder holds a whole document: bound what it may read
+		// before this one ends.
+		lim.limit = dec.InputOffset() + documentLimit
 		var raw json.RawMessage
 		err := dec.Decode(&raw)
 		if errors.Is(err, io.EOF) {
@@ -50,8 +52,8 @@ func ReadHistory(r io.Reader, name string) (Trace, error) {
 		if err != nil {
 			return Trace{}, fmt.Errorf("history %s: document %d: %w", name, doc, err)
 		}
-		if len(raw) > MaxHistoryDocument {
-			return Trace{}, fmt.Errorf("history %s: document %d: %d bytes, more than %d", name, doc, len(raw), MaxHistoryDocument)
+		if int64(len(raw)) > documentLimit {
+			return Trace{}, fmt.Errorf("history %s: document %d: %d bytes, more than %d", name, doc, len(raw), documentLimit)
 		}
 		var w collectorv1.GetWindowResponse
 		if err := protojson.Unmarshal(raw, &w); err != nil {
@@ -64,41 +66,29 @@ func ReadHistory(r io.Reader, name string) (Trace, error) {
 			return Trace{}, fmt.Errorf("history %s: document %d: field target %s, want one target (%s)", name, doc, quotePrefix(t), quotePrefix(target))
 		}
 		for i, s := range w.GetSamples() {
-			if s.GetTime() == nil {
-				return Trace{}, fmt.Errorf("history %s: document %d: samples[%d]: field time is missing", name, doc, i)
+			hs, err := compact(s)
+			if err != nil {
+				return Trace{}, fmt.Errorf("history %s: document %d: samples[%d]: %w", name, doc, i, err)
 			}
-			for _, f := range []struct {
-				name string
-				v    float64
-			}{{"requestCount", s.GetRequestCount()}, {"averageConcurrency", s.GetAverageConcurrency()}} {
-				if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-					return Trace{}, fmt.Errorf("history %s: document %d: samples[%d]: field %s %v: want a finite number >= 0", name, doc, i, f.name, f.v)
-				}
-			}
-			for j, p := range s.GetPartitionLags() {
-				if p.GetEndOffset() < 0 {
-					return Trace{}, fmt.Errorf("history %s: document %d: samples[%d].partitionLags[%d]: field endOffset %d is negative", name, doc, i, j, p.GetEndOffset())
-				}
-			}
-			k := key{s.GetTime().GetSeconds(), s.GetTime().GetNanos(), s.GetSource()}
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			samples = append(samples, s)
+			samples = append(samples, hs)
 		}
-		if len(samples) > MaxSeconds*4 {
-			return Trace{}, fmt.Errorf("history %s: document %d: more than %d samples", name, doc, MaxSeconds*4)
+		if len(samples) > MaxHistorySamples {
+			return Trace{}, fmt.Errorf("history %s: document %d: more than %d samples", name, doc, MaxHistorySamples)
 		}
 	}
 	if len(samples) == 0 {
 		return Trace{}, fmt.Errorf("history %s: no samples", name)
 	}
-	slices.SortStableFunc(samples, func(a, b *commonv1.MetricSample) int {
-		return a.GetTime().AsTime().Compare(b.GetTime().AsTime())
+	// Oldest first; a sample seen twice (overlapping windows) counts once.
+	slices.SortStableFunc(samples, func(a, b histSample) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.source, b.source)
 	})
-	start := samples[0].GetTime().AsTime().Truncate(time.Second)
-	last := samples[len(samples)-1].GetTime().AsTime()
+	samples = slices.CompactFunc(samples, func(a, b histSample) bool { return a.at == b.at && a.source == b.source })
+	start := time.Unix(0, samples[0].at).Truncate(time.Second)
+	last := time.Unix(0, samples[len(samples)-1].at)
 	n := int(last.Sub(start)/time.Second) + 1
 	if n > MaxSeconds {
 		return Trace{}, fmt.Errorf("history %s: spans %s, more than 31 days", name, last.Sub(start))
@@ -109,30 +99,26 @@ func ReadHistory(r io.Reader, name string) (Trace, error) {
 	var prevEnd int64 = -1
 	var prevAt time.Time
 	for _, s := range samples {
-		at := s.GetTime().AsTime()
+		at := time.Unix(0, s.at)
 		i := int(at.Sub(start) / time.Second)
-		if lags := s.GetPartitionLags(); len(lags) > 0 || s.PartitionCount != nil {
-			partitions = max(partitions, s.GetPartitionCount(), int32(len(lags)))
-			var end int64
-			for _, p := range lags {
-				end += p.GetEndOffset()
+		if s.lag {
+			partitions = max(partitions, s.partitions)
+			if prevEnd >= 0 && s.endSum > prevEnd {
+				spread(rates, start, prevAt, at, float64(s.endSum-prevEnd))
 			}
-			if prevEnd >= 0 && end > prevEnd {
-				spread(rates, start, prevAt, at, float64(end-prevEnd))
-			}
-			prevEnd, prevAt = end, at
+			prevEnd, prevAt = s.endSum, at
 			continue
 		}
-		switch s.GetSource() {
+		switch s.source {
 		case commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE:
 			if !scraped[i] {
 				rates[i] = 0
 			}
 			scraped[i] = true
-			rates[i] = max(rates[i], s.GetRequestCount())
+			rates[i] = max(rates[i], s.requests)
 		case commonv1.SampleSource_SAMPLE_SOURCE_PUSH:
 			if !scraped[i] {
-				rates[i] += s.GetRequestCount()
+				rates[i] += s.requests
 			}
 		}
 	}
@@ -140,6 +126,62 @@ func ReadHistory(r io.Reader, name string) (Trace, error) {
 		rates[i] = min(r, MaxCount)
 	}
 	return Trace{Name: target, Width: time.Second, Counts: podmodel.CountsFromRates(rates, time.Second), Partitions: partitions}, nil
+}
+
+// docLimit fails a read beyond limit bytes into the stream.
+type docLimit struct {
+	r           io.Reader
+	read, limit int64
+}
+
+func (d *docLimit) Read(p []byte) (int, error) {
+	if d.read >= d.limit {
+		return 0, fmt.Errorf("a document longer than %d bytes", documentLimit)
+	}
+	p = p[:min(int64(len(p)), d.limit-d.read)]
+	n, err := d.r.Read(p)
+	d.read += int64(n)
+	return n, err
+}
+
+// MaxHistorySamples bounds the samples of a history export: a month of one
+// a second. Each is held in 40 bytes while the export is read.
+const MaxHistorySamples = MaxSeconds
+
+// histSample is what a history export's sample contributes to the trace.
+type histSample struct {
+	at         int64 // Unix nanoseconds
+	source     commonv1.SampleSource
+	requests   float64
+	lag        bool
+	partitions int32
+	endSum     int64
+}
+
+func compact(s *commonv1.MetricSample) (histSample, error) {
+	if s.GetTime() == nil {
+		return histSample{}, errors.New("field time is missing")
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"requestCount", s.GetRequestCount()}, {"averageConcurrency", s.GetAverageConcurrency()}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return histSample{}, fmt.Errorf("field %s %v: want a finite number >= 0", f.name, f.v)
+		}
+	}
+	h := histSample{at: s.GetTime().AsTime().UnixNano(), source: s.GetSource(), requests: s.GetRequestCount()}
+	if lags := s.GetPartitionLags(); len(lags) > 0 || s.PartitionCount != nil {
+		h.lag = true
+		h.partitions = max(s.GetPartitionCount(), int32(len(lags)))
+		for j, p := range lags {
+			if p.GetEndOffset() < 0 {
+				return histSample{}, fmt.Errorf("partitionLags[%d]: field endOffset %d is negative", j, p.GetEndOffset())
+			}
+			h.endSum += p.GetEndOffset()
+		}
+	}
+	return h, nil
 }
 
 // spread adds n arrivals evenly over (from, to], by second.

@@ -257,3 +257,25 @@ func TestReadHistoryRefuses(t *testing.T) {
 		})
 	}
 }
+
+func TestReadHistoryBoundsADocument(t *testing.T) {
+	// A document that never ends is refused once it passes the bound, not
+	// read whole.
+	defer func(l int64) { documentLimit = l }(documentLimit)
+	documentLimit = 1 << 16
+	r := io.MultiReader(strings.NewReader(`{"target":{"namespace":"a","name":"b"},"samples":[`), endless{})
+	_, err := ReadHistory(r, "h.json")
+	if err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("endless document: %v, want it refused as too long", err)
+	}
+}
+
+// endless is unending JSON whitespace.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
