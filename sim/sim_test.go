@@ -208,3 +208,38 @@ func TestPlot(t *testing.T) {
 		t.Fatalf("plot without timelines: %v, want an error saying so", err)
 	}
 }
+
+func TestLagModes(t *testing.T) {
+	// Every lag mode the decider runs replays: every record is consumed and
+	// the replicas stay within the partitions (KEDA's cap without
+	// allowIdleConsumers, riff's maxReplicas default).
+	tr := readRates(t, "records.csv")
+	for _, mode := range []struct{ name, yaml string }{
+		{"riff-offset", `{lag.tidal.dev/mode: riff-offset}`},
+		{"riff-queue", `{lag.tidal.dev/mode: riff-queue}`},
+		{"keda", `{lag.tidal.dev/mode: keda, lag.tidal.dev/lagThreshold: "100", lag.tidal.dev/pollingInterval: "15"}`},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			cfgs, err := ParseFile([]byte(`configurations: [{name: m, strategy: lag, partitions: 4, annotations: ` + mode.yaml +
+				`, pods: {readyDelay: 1s, recordsPerSecond: 40}}]`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Run(&tr, &cfgs[0], Options{Seed: 1, Timeline: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Served != tr.Total() {
+				t.Errorf("consumed %d of %d", r.Served, tr.Total())
+			}
+			for _, p := range r.Timeline {
+				if p.Replicas > 4 {
+					t.Fatalf("%d replicas at %s, above the 4 partitions", p.Replicas, p.At)
+				}
+			}
+			if r.ColdStarts == 0 {
+				t.Error("never scaled up from zero")
+			}
+		})
+	}
+}
