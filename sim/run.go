@@ -55,7 +55,8 @@ type Result struct {
 	// Duration is the replayed time, summed over the targets.
 	Duration time.Duration
 	// Arrived counts requests (records) that arrived, Served those served
-	// (consumed), Queued those still waiting at the end.
+	// (consumed), Queued those not served by the end (waiting, or in
+	// service for a request).
 	Arrived, Served, Queued int64
 	// Wait is the time from arrival to the start of service (a record's
 	// from produce to consume).

@@ -70,3 +70,22 @@ func TestHistogramMatchesExactSummary(t *testing.T) {
 		t.Fatalf("merged halves = %+v, want %+v", a.Stats(), got)
 	}
 }
+
+func TestInServiceHeapOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	var h inService
+	var popped []time.Duration
+	for range 2000 {
+		if len(h) > 0 && rng.IntN(3) == 0 {
+			popped = append(popped, h.pop().finish)
+			continue
+		}
+		h.push(request{finish: time.Duration(rng.Int64N(1000)) + time.Duration(len(popped))*1000})
+	}
+	for len(h) > 0 {
+		last := h.pop().finish
+		if len(h) > 0 && h[0].finish < last {
+			t.Fatalf("popped %s, then the heap's top is %s", last, h[0].finish)
+		}
+	}
+}
