@@ -413,8 +413,11 @@ func TestOtherClassLeftAlone(t *testing.T) {
 	h.revision("tidal-1", knautoscaling.ClassTidal, 1)
 	h.eventually("tidal-class SKS", func() bool { return h.sks("tidal-1") != nil })
 	target := scale.Target{Namespace: h.ns, Name: "hpa-1", APIVersion: "apps/v1", Kind: "Deployment"}
-	if h.ctrl.Handles(target) {
-		t.Errorf("Handles(hpa-1) = true, want false")
+	if ok, err := h.ctrl.Handles(target); ok || err != nil {
+		t.Errorf("Handles(hpa-1) = %v, %v; want false", ok, err)
+	}
+	if ok, err := h.ctrl.Handles(scale.Target{Namespace: h.ns, Name: "tidal-1", APIVersion: "apps/v1", Kind: "Deployment"}); !ok || err != nil {
+		t.Errorf("Handles(tidal-1) = %v, %v; want true", ok, err)
 	}
 	// The controller has seen both (the tidal one's SKS exists); give the
 	// HPA one as long again.

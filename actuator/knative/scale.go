@@ -49,14 +49,15 @@ func (c *Controller) podAutoscalerFor(t scale.Target) (*knautoscaling.PodAutosca
 }
 
 // Handles reports whether a Knative PodAutoscaler of this controller's
-// classes scales t: the Scale RPC sends t's decisions here then. It is
-// false until the caches have synced.
-func (c *Controller) Handles(t scale.Target) bool {
-	if !c.paInformer.HasSynced() {
-		return false
+// classes scales t: the Scale RPC sends t's decisions here then. Before the
+// caches have synced it returns ErrNotSynced, so that no decision for a
+// Knative revision takes another path meanwhile.
+func (c *Controller) Handles(t scale.Target) (bool, error) {
+	if !c.HasSynced() {
+		return false, ErrNotSynced
 	}
 	pa, err := c.podAutoscalerFor(t)
-	return err != nil || pa != nil
+	return err != nil || pa != nil, nil
 }
 
 // Scale applies a decider's decision to the target of a Knative

@@ -36,7 +36,7 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, podautoscaler.ErrNotSynced):
+	case errors.Is(err, podautoscaler.ErrNotSynced), errors.Is(err, knative.ErrNotSynced):
 		return status.Error(codes.Unavailable, err.Error())
 	default:
 		return status.Error(codes.Unavailable, err.Error())

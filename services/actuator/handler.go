@@ -55,8 +55,14 @@ type kubeEngine struct {
 }
 
 func (k *kubeEngine) Scale(ctx context.Context, req podautoscaler.Request) (scale.Result, error) {
-	if k.knative != nil && k.knative.Handles(req.Target) {
-		return k.knative.Scale(ctx, req)
+	if k.knative != nil {
+		ok, err := k.knative.Handles(req.Target)
+		if err != nil {
+			return scale.Result{}, err
+		}
+		if ok {
+			return k.knative.Scale(ctx, req)
+		}
 	}
 	if err := k.functions.CheckScale(req.Target, req.Desired); err != nil {
 		return scale.Result{}, err
@@ -65,8 +71,14 @@ func (k *kubeEngine) Scale(ctx context.Context, req podautoscaler.Request) (scal
 }
 
 func (k *kubeEngine) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
-	if k.knative != nil && k.knative.Handles(t) {
-		return k.knative.Status(ctx, t)
+	if k.knative != nil {
+		ok, err := k.knative.Handles(t)
+		if err != nil {
+			return scale.Status{}, err
+		}
+		if ok {
+			return k.knative.Status(ctx, t)
+		}
 	}
 	return k.pas.Status(ctx, t)
 }
