@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,59 +26,12 @@ import (
 	lagstrategy "github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/kedavector"
 )
 
 // kedaVectors is KEDA's Kafka scaler vectors (../shared/vectors/keda from
 // the checkout's root).
 var kedaVectors = flag.String("keda-vectors", "../../../shared/vectors/keda", "Directory of KEDA's Kafka scaler vectors (*.json) that TestKEDAInlineKafkaVectors replays.")
-
-// kafkaVector is one vector file; its format is in the vectors' README.
-type kafkaVector struct {
-	Topic  string `json:"topic"`
-	Config struct {
-		LagThreshold               int64   `json:"lagThreshold"`
-		ActivationLagThreshold     int64   `json:"activationLagThreshold"`
-		OffsetResetPolicy          string  `json:"offsetResetPolicy"`
-		AllowIdleConsumers         bool    `json:"allowIdleConsumers"`
-		ScaleToZeroOnInvalidOffset bool    `json:"scaleToZeroOnInvalidOffset"`
-		ExcludePersistentLag       bool    `json:"excludePersistentLag"`
-		LimitToPartitionsWithLag   bool    `json:"limitToPartitionsWithLag"`
-		PartitionLimitation        *string `json:"partitionLimitation"`
-	} `json:"config"`
-	Polls []struct {
-		Partitions []struct {
-			Partition int32  `json:"partition"`
-			Latest    int64  `json:"latest"`
-			Committed *int64 `json:"committed"`
-		} `json:"partitions"`
-		WantMilli  *float64 `json:"want_metric_milli_value"`
-		WantActive *bool    `json:"want_active"`
-		WantHPA    *int64   `json:"hpa_desired_replicas_unclamped"`
-	} `json:"polls"`
-}
-
-const vectorGroup = "vec-group"
-
-// params are the vector's configuration as KEDA's kafka trigger keys.
-func (v *kafkaVector) params() map[string]string {
-	c := v.Config
-	p := map[string]string{
-		"topic":                      v.Topic,
-		"lagThreshold":               strconv.FormatInt(c.LagThreshold, 10),
-		"activationLagThreshold":     strconv.FormatInt(c.ActivationLagThreshold, 10),
-		"allowIdleConsumers":         strconv.FormatBool(c.AllowIdleConsumers),
-		"scaleToZeroOnInvalidOffset": strconv.FormatBool(c.ScaleToZeroOnInvalidOffset),
-		"excludePersistentLag":       strconv.FormatBool(c.ExcludePersistentLag),
-		"limitToPartitionsWithLag":   strconv.FormatBool(c.LimitToPartitionsWithLag),
-	}
-	if c.OffsetResetPolicy != "" {
-		p["offsetResetPolicy"] = c.OffsetResetPolicy
-	}
-	if c.PartitionLimitation != nil {
-		p["partitionLimitation"] = *c.PartitionLimitation
-	}
-	return p
-}
 
 // TestKEDAInlineKafkaVectors replays KEDA's Kafka scaler vectors through
 // tidal's ExternalScaler gRPC API in inline Kafka mode: a kfake broker
@@ -113,11 +61,11 @@ func TestKEDAInlineKafkaVectors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v kafkaVector
-		if err := json.Unmarshal(raw, &v); err != nil {
+		v, ok, err := kedavector.Parse(raw)
+		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if len(v.Polls) == 0 || v.Config.LagThreshold <= 0 || v.Topic == "" {
+		if !ok || v.LagThreshold() <= 0 || v.Topic == "" {
 			continue // not a topic-named Kafka scaler vector
 		}
 		for _, faithful := range []bool{true, false} {
@@ -128,7 +76,7 @@ func TestKEDAInlineKafkaVectors(t *testing.T) {
 			}
 			so := fmt.Sprintf("vector-%d", replayed)
 			replayed++
-			t.Run(name+"/"+flavour, func(t *testing.T) { replayInline(t, keda, so, &v, faithful) })
+			t.Run(name+"/"+flavour, func(t *testing.T) { replayInline(t, keda, so, v, faithful) })
 		}
 	}
 	if replayed < 4 {
@@ -155,20 +103,21 @@ func waitServing(t *testing.T, conn *grpc.ClientConn) {
 	}
 }
 
-func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so string, v *kafkaVector, faithful bool) {
+func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so string, v *kedavector.Vector, faithful bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b := newKafkaVectorBroker(t, v)
-	md := map[string]string{"bootstrapServers": strings.Join(b.kf.ListenAddrs(), ","), "consumerGroup": vectorGroup, "lag.tidal.dev/faithful": strconv.FormatBool(faithful)}
-	params := v.params()
-	for k, val := range params {
-		md[k] = val
+	b := newVectorBroker(t, v)
+	md, err := v.Metadata()
+	if err != nil {
+		t.Fatal(err)
 	}
+	md["bootstrapServers"] = strings.Join(b.Addrs(), ",")
+	md["consumerGroup"] = kedavector.Group
+	md["lag.tidal.dev/faithful"] = strconv.FormatBool(faithful)
 	ref := &externalscaler.ScaledObjectRef{Namespace: "vectors", Name: so, ScalerMetadata: md}
 
 	// tidal's keda mode in-process, on the same offsets in the same order.
-	params["faithful"] = strconv.FormatBool(faithful)
-	cfg, err := lagconfig.ParseConfig(string(lagconfig.ModeKEDA), params)
+	cfg, err := v.LagConfig(faithful)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,20 +130,13 @@ func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so str
 	if err != nil {
 		t.Fatalf("GetMetricSpec: %v", err)
 	}
-	if len(spec.GetMetricSpecs()) != 1 || spec.GetMetricSpecs()[0].GetTargetSizeFloat() != float64(v.Config.LagThreshold) {
-		t.Fatalf("GetMetricSpec = %v, want one metric against lagThreshold %d", spec, v.Config.LagThreshold)
+	if len(spec.GetMetricSpecs()) != 1 || spec.GetMetricSpecs()[0].GetTargetSizeFloat() != float64(v.LagThreshold()) {
+		t.Fatalf("GetMetricSpec = %v, want one metric against lagThreshold %d", spec, v.LagThreshold())
 	}
 	metric, target := spec.GetMetricSpecs()[0].GetMetricName(), spec.GetMetricSpecs()[0].GetTargetSizeFloat()
 	for i, p := range v.Polls {
 		at := fmt.Sprintf("poll %d", i+1)
-		var in lagstrategy.Input
-		for _, q := range p.Partitions {
-			part := lagstrategy.Partition{ID: q.Partition, End: q.Latest}
-			if q.Committed != nil {
-				part.Committed, part.HasCommitted = *q.Committed, true
-			}
-			in.Partitions = append(in.Partitions, part)
-		}
+		in := lagstrategy.Input{Partitions: p.Offsets(nil)}
 		b.set(t, at, in.Partitions)
 
 		m, err := keda.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref, MetricName: metric})
@@ -228,14 +170,14 @@ func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so str
 		if !faithful {
 			continue
 		}
-		if p.WantMilli != nil && milli != *p.WantMilli {
-			t.Errorf("%s: metric %vm, KEDA's kafka scaler %vm", at, milli, *p.WantMilli)
+		if p.WantMetricMilliValue != nil && milli != *p.WantMetricMilliValue {
+			t.Errorf("%s: metric %vm, KEDA's kafka scaler %vm", at, milli, *p.WantMetricMilliValue)
 		}
 		if p.WantActive != nil && a.GetResult() != *p.WantActive {
 			t.Errorf("%s: active %v, KEDA's kafka scaler %v", at, a.GetResult(), *p.WantActive)
 		}
-		if p.WantHPA != nil && replicas != *p.WantHPA {
-			t.Errorf("%s: the HPA's ceil(%v / %v) = %d replicas, KEDA's %d", at, value, target, replicas, *p.WantHPA)
+		if p.WantHPAUnclamped != nil && replicas != *p.WantHPAUnclamped {
+			t.Errorf("%s: the HPA's ceil(%v / %v) = %d replicas, KEDA's %d", at, value, target, replicas, *p.WantHPAUnclamped)
 		}
 	}
 }
@@ -247,13 +189,10 @@ func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so str
 func explainedNotActuated(t *testing.T, keda externalscaler.ExternalScalerClient, decider deciderv1.DeciderServiceClient, deciderMetrics string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var v kafkaVector
-	v.Topic = "orders"
-	v.Config.LagThreshold = 10
-	b := newKafkaVectorBroker(t, &v)
+	b := newVectorBroker(t, &kedavector.Vector{Topic: "orders"})
 	b.set(t, "setup", []lagstrategy.Partition{{ID: 0, End: 40, Committed: 5, HasCommitted: true}})
 	// The decider decides keda targets every pollingInterval: 1 s here.
-	md := map[string]string{"bootstrapServers": strings.Join(b.kf.ListenAddrs(), ","), "consumerGroup": vectorGroup, "topic": "orders", "lag.tidal.dev/pollingInterval": "1"}
+	md := map[string]string{"bootstrapServers": strings.Join(b.Addrs(), ","), "consumerGroup": kedavector.Group, "topic": "orders", "lag.tidal.dev/pollingInterval": "1"}
 	ref := &externalscaler.ScaledObjectRef{Namespace: "explain", Name: "orders", ScalerMetadata: md}
 	watch, err := decider.WatchDecisions(ctx, &deciderv1.WatchDecisionsRequest{Namespace: "explain"})
 	if err != nil {
@@ -357,121 +296,28 @@ func scaleCalls(t *testing.T, url string) float64 {
 	return sum
 }
 
-// kafkaVectorBroker is a kfake broker whose topic and group hold a poll's
-// offsets.
-type kafkaVectorBroker struct {
-	kf    *kfake.Cluster
-	topic string
-	parts int32
-}
+// vectorBroker is a kfake broker serving a vector's offsets to the
+// collector, stopped with the test.
+type vectorBroker struct{ *kedavector.Broker }
 
-func newKafkaVectorBroker(t *testing.T, v *kafkaVector) *kafkaVectorBroker {
+func newVectorBroker(t *testing.T, v *kedavector.Vector) vectorBroker {
 	t.Helper()
-	parts := int32(1)
-	for _, p := range v.Polls {
-		for _, q := range p.Partitions {
-			parts = max(parts, q.Partition+1)
-		}
-	}
-	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, v.Topic))
+	b, err := kedavector.NewBroker(v, kedavector.Group)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(kf.Close)
-	return &kafkaVectorBroker{kf: kf, topic: v.Topic, parts: parts}
+	t.Cleanup(b.Close)
+	return vectorBroker{b}
 }
 
-// set makes the broker's end offsets and the group's commits those of
-// parts; a log that would have to shrink is a recreated topic.
-func (b *kafkaVectorBroker) set(t *testing.T, at string, parts []lagstrategy.Partition) {
+// set makes the broker hold parts, as poll at.
+func (b vectorBroker) set(t *testing.T, at string, parts []lagstrategy.Partition) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fail := func(what string, err error) {
-		t.Helper()
-		t.Fatalf("%s: %s: %v", at, what, err)
+	if err := b.Set(ctx, parts); err != nil {
+		t.Fatalf("%s: %v", at, err)
 	}
-	// A client of its own each time: one that knew a recreated topic would
-	// keep its old id.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.kf.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		fail("client", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, b.topic)
-	if err != nil {
-		fail("end offsets", err)
-	}
-	end := func(p int32) int64 { o, _ := ends.Lookup(b.topic, p); return o.Offset }
-	for _, p := range parts {
-		if p.End < end(p.ID) {
-			if _, err := adm.DeleteTopic(ctx, b.topic); err != nil {
-				fail("delete the topic", err)
-			}
-			if _, err := adm.CreateTopic(ctx, b.parts, 1, nil, b.topic); err != nil {
-				fail("recreate the topic", err)
-			}
-			cl.Close()
-			if cl, err = kgo.NewClient(kgo.SeedBrokers(b.kf.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
-				fail("client", err)
-			}
-			defer cl.Close()
-			adm = kadm.NewClient(cl)
-			ends = kadm.ListedOffsets{}
-			break
-		}
-	}
-	var recs []*kgo.Record
-	for _, p := range parts {
-		for range p.End - end(p.ID) {
-			recs = append(recs, &kgo.Record{Topic: b.topic, Partition: p.ID, Value: []byte("v")})
-		}
-	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		fail("produce", err)
-	}
-	commits, drop := kadm.Offsets{}, kadm.TopicsSet{}
-	for _, p := range parts {
-		if p.HasCommitted {
-			commits.AddOffset(b.topic, p.ID, p.Committed, -1)
-		} else {
-			drop.Add(b.topic, p.ID)
-		}
-	}
-	if len(commits) > 0 {
-		r, err := adm.CommitOffsets(ctx, vectorGroup, commits)
-		if err == nil {
-			err = r.Error()
-		}
-		if err != nil {
-			fail("commit", err)
-		}
-	}
-	if len(drop) > 0 {
-		if _, err := adm.DeleteOffsets(ctx, vectorGroup, drop); err != nil && !errors.Is(err, kadm.ErrEmpty) && !isGroupMissing(err) {
-			fail("delete commits", err)
-		}
-	}
-	// Read back what the collector will read.
-	fetched, err := adm.FetchOffsets(ctx, vectorGroup)
-	if err != nil && !isGroupMissing(err) {
-		fail("fetch commits", err)
-	}
-	if ends, err = adm.ListEndOffsets(ctx, b.topic); err != nil {
-		fail("end offsets", err)
-	}
-	for _, p := range parts {
-		o, ok := fetched.Lookup(b.topic, p.ID)
-		has := ok && o.Err == nil && o.At >= 0
-		if end(p.ID) != p.End || has != p.HasCommitted || (has && o.At != p.Committed) {
-			t.Fatalf("%s: partition %d holds end %d, commit %+v; want end %d, commit %d (%v)", at, p.ID, end(p.ID), o, p.End, p.Committed, p.HasCommitted)
-		}
-	}
-}
-
-func isGroupMissing(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "GROUP_ID_NOT_FOUND")
 }
 
 // TestKEDAInlineKafkaSharded: two collector replicas share the targets
@@ -492,10 +338,8 @@ func TestKEDAInlineKafkaSharded(t *testing.T) {
 		waitServing(t, conn)
 		replicas = append(replicas, conn)
 	}
-	var v kafkaVector
-	v.Topic = "payments"
-	b := newKafkaVectorBroker(t, &v)
-	md := map[string]string{"bootstrapServers": strings.Join(b.kf.ListenAddrs(), ","), "consumerGroup": vectorGroup, "topic": "payments",
+	b := newVectorBroker(t, &kedavector.Vector{Topic: "payments"})
+	md := map[string]string{"bootstrapServers": strings.Join(b.Addrs(), ","), "consumerGroup": kedavector.Group, "topic": "payments",
 		"lagThreshold": "10", "allowIdleConsumers": "true", "excludePersistentLag": "true"}
 	ref := &externalscaler.ScaledObjectRef{Namespace: "sharded", Name: "payments", ScalerMetadata: md}
 	cfg, err := lagconfig.ParseConfig("keda", map[string]string{"topic": "payments", "lagThreshold": "10", "allowIdleConsumers": "true", "excludePersistentLag": "true"})

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/strategy/lag"
-	"github.com/tidalscale/tidal/strategy/lagconfig"
+	"github.com/tidalscale/tidal/test/kedavector"
 )
 
 // kedaFamilies replays ../shared/vectors/keda: KEDA's Kafka scaler lag
@@ -29,66 +29,15 @@ var kedaFamilies = []family{{
 	replay: replayKEDA,
 }}
 
-type kedaVector struct {
-	Topic  string `json:"topic"`
-	Config struct {
-		LagThreshold               int64   `json:"lagThreshold"`
-		ActivationLagThreshold     int64   `json:"activationLagThreshold"`
-		OffsetResetPolicy          string  `json:"offsetResetPolicy"`
-		AllowIdleConsumers         bool    `json:"allowIdleConsumers"`
-		ScaleToZeroOnInvalidOffset bool    `json:"scaleToZeroOnInvalidOffset"`
-		ExcludePersistentLag       bool    `json:"excludePersistentLag"`
-		LimitToPartitionsWithLag   bool    `json:"limitToPartitionsWithLag"`
-		PartitionLimitation        *string `json:"partitionLimitation"`
-	} `json:"config"`
-	Polls []kedaPoll `json:"polls"`
-}
-
-type kedaPoll struct {
-	Partitions []struct {
-		Partition int32  `json:"partition"`
-		Latest    int64  `json:"latest"`
-		Committed *int64 `json:"committed"`
-	} `json:"partitions"`
-	WantMetricValue      *float64 `json:"want_metric_value"`
-	WantMetricMilliValue *float64 `json:"want_metric_milli_value"`
-	WantActive           *bool    `json:"want_active"`
-	WantPerPartition     []int64  `json:"want_per_partition_lag"`
-	WantPerPartitionWith []int64  `json:"want_per_partition_lag_with_persistent"`
-	WantTotalBeforeCap   *int64   `json:"want_total_lag_before_cap"`
-	WantTotalWith        *int64   `json:"want_total_lag_with_persistent"`
-	WantHPAUnclamped     *int64   `json:"hpa_desired_replicas_unclamped"`
-}
-
-func kedaConfig(v *kedaVector) (lag.Config, error) {
-	c := lag.DefaultConfig(lag.ModeKEDA)
-	c.Faithful = true
-	c.Topic = v.Topic
-	c.LagThreshold = v.Config.LagThreshold
-	c.ActivationLagThreshold = v.Config.ActivationLagThreshold
-	if v.Config.OffsetResetPolicy != "" {
-		c.OffsetResetPolicy = lag.OffsetResetPolicy(v.Config.OffsetResetPolicy)
-	}
-	c.AllowIdleConsumers = v.Config.AllowIdleConsumers
-	c.ScaleToZeroOnInvalidOffset = v.Config.ScaleToZeroOnInvalidOffset
-	c.ExcludePersistentLag = v.Config.ExcludePersistentLag
-	c.LimitToPartitionsWithLag = v.Config.LimitToPartitionsWithLag
-	if v.Config.PartitionLimitation != nil {
-		ids, err := lagconfig.ParsePartitionLimitation(*v.Config.PartitionLimitation)
-		if err != nil {
-			return c, err
-		}
-		c.PartitionLimitation = ids
-	}
-	return c, c.Validate()
-}
-
 func replayKEDA(raw []byte) error {
-	var v kedaVector
-	if err := json.Unmarshal(raw, &v); err != nil {
+	v, _, err := kedavector.Parse(raw)
+	if err != nil {
 		return fmt.Errorf("file json - want a KEDA vector got error %w", err)
 	}
-	cfg, err := kedaConfig(&v)
+	// Every key the vector gives goes through the parser a ScaledObject's
+	// metadata goes through: a key tidal does not know fails the replay
+	// rather than being dropped.
+	cfg, err := v.LagConfig(true)
 	if err != nil {
 		return &mismatch{at: "config", field: "config", want: "valid", got: err}
 	}
@@ -98,25 +47,19 @@ func replayKEDA(raw []byte) error {
 	}
 	base := time.Date(2026, 8, 20, 0, 0, 0, 0, time.UTC)
 	var in lag.Input
-	for i, p := range v.Polls {
+	for i := range v.Polls {
+		p := &v.Polls[i]
 		at := fmt.Sprintf("poll %d", i+1)
-		in = lag.Input{Partitions: in.Partitions[:0]}
-		for _, q := range p.Partitions {
-			part := lag.Partition{ID: q.Partition, End: q.Latest}
-			if q.Committed != nil {
-				part.Committed, part.HasCommitted = *q.Committed, true
-			}
-			in.Partitions = append(in.Partitions, part)
-		}
+		in = lag.Input{Partitions: p.Offsets(in.Partitions[:0])}
 		d := sc.Decide(&in, base.Add(time.Duration(i)*cfg.TickInterval))
-		if m := compareKEDA(at, &p, &d, cfg.LagThreshold); m != nil {
+		if m := compareKEDA(at, p, &d, cfg.LagThreshold); m != nil {
 			return m
 		}
 	}
 	return nil
 }
 
-func compareKEDA(at string, want *kedaPoll, d *lag.Decision, threshold int64) *mismatch {
+func compareKEDA(at string, want *kedavector.Poll, d *lag.Decision, threshold int64) *mismatch {
 	if d.Status != lag.StatusOK {
 		return &mismatch{at: at, field: "input", want: "accepted", got: d.Err}
 	}

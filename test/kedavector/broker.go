@@ -1,0 +1,185 @@
+package kedavector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidalscale/tidal/strategy/lag"
+)
+
+// Broker is a kfake broker whose topic and group hold one poll's offsets at
+// a time, for a replay that reads them over the Kafka protocol as KEDA's
+// scaler and tidal's collector do.
+type Broker struct {
+	kf     *kfake.Cluster
+	topic  string
+	group  string
+	parts  int32
+	closed bool
+}
+
+// NewBroker starts a broker with v's topic (Topic when v names none) of
+// v.Partitions() partitions, for group. Close stops it.
+func NewBroker(v *Vector, group string) (*Broker, error) {
+	topic := v.Topic
+	if topic == "" {
+		topic = Topic
+	}
+	parts := v.Partitions()
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic))
+	if err != nil {
+		return nil, fmt.Errorf("kfake: %w", err)
+	}
+	return &Broker{kf: kf, topic: topic, group: group, parts: parts}, nil
+}
+
+// Addrs are the broker's listen addresses (bootstrapServers).
+func (b *Broker) Addrs() []string { return b.kf.ListenAddrs() }
+
+// Close stops the broker; a second call does nothing.
+func (b *Broker) Close() {
+	if !b.closed {
+		b.closed = true
+		b.kf.Close()
+	}
+}
+
+// admin is a kadm client with the kgo client under it, which produces to
+// chosen partitions.
+type admin struct {
+	*kadm.Client
+	cl *kgo.Client
+}
+
+// client is a client of its own for each use: one that knew a recreated
+// topic would keep its old id.
+func (b *Broker) client() (*admin, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.kf.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return &admin{Client: kadm.NewClient(cl), cl: cl}, nil
+}
+
+// Set makes the topic's end offsets and the group's commits those of parts,
+// then reads them back as a lag reader will. A log never shrinks, so an end
+// below the broker's is a recreated topic.
+func (b *Broker) Set(ctx context.Context, parts []lag.Partition) error {
+	adm, err := b.client()
+	if err != nil {
+		return err
+	}
+	ends, err := b.ends(ctx, adm)
+	if err != nil {
+		adm.cl.Close()
+		return err
+	}
+	for _, p := range parts {
+		if p.End < ends[p.ID] {
+			if err := b.recreate(ctx, adm); err != nil {
+				adm.cl.Close()
+				return err
+			}
+			ends = map[int32]int64{}
+			break
+		}
+	}
+	adm.cl.Close()
+	if adm, err = b.client(); err != nil {
+		return err
+	}
+	defer adm.cl.Close()
+
+	var recs []*kgo.Record
+	for _, p := range parts {
+		for range p.End - ends[p.ID] {
+			recs = append(recs, &kgo.Record{Topic: b.topic, Partition: p.ID, Value: []byte("v")})
+		}
+	}
+	if err := adm.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	commits := kadm.Offsets{}
+	var uncommitted []int32
+	for _, p := range parts {
+		if p.HasCommitted {
+			commits.AddOffset(b.topic, p.ID, p.Committed, -1)
+		} else {
+			uncommitted = append(uncommitted, p.ID)
+		}
+	}
+	if len(commits) > 0 {
+		resp, err := adm.CommitOffsets(ctx, b.group, commits)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+	}
+	if len(uncommitted) > 0 {
+		ts := kadm.TopicsSet{}
+		ts.Add(b.topic, uncommitted...)
+		if _, err := adm.DeleteOffsets(ctx, b.group, ts); err != nil && !errors.Is(err, kadm.ErrEmpty) && !errors.Is(err, kerr.GroupIDNotFound) {
+			return fmt.Errorf("delete the commits of partitions %v: %w", uncommitted, err)
+		}
+	}
+
+	if ends, err = b.ends(ctx, adm); err != nil {
+		return err
+	}
+	fetched, err := adm.FetchOffsets(ctx, b.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		fetched, err = kadm.OffsetResponses{}, nil // no commit at all
+	}
+	if err != nil {
+		return fmt.Errorf("fetch commits: %w", err)
+	}
+	for _, p := range parts {
+		if ends[p.ID] != p.End {
+			return fmt.Errorf("partition %d ends at %d on the broker; the vector says %d", p.ID, ends[p.ID], p.End)
+		}
+		o, ok := fetched.Lookup(b.topic, p.ID)
+		has := ok && o.Err == nil && o.At >= 0
+		if has != p.HasCommitted || (has && o.At != p.Committed) {
+			return fmt.Errorf("partition %d: the broker's commit %+v (present %v); the vector says %d (present %v)", p.ID, o, has, p.Committed, p.HasCommitted)
+		}
+	}
+	return nil
+}
+
+func (b *Broker) ends(ctx context.Context, adm *admin) (map[int32]int64, error) {
+	listed, err := adm.ListEndOffsets(ctx, b.topic)
+	if err != nil {
+		return nil, fmt.Errorf("end offsets: %w", err)
+	}
+	out := map[int32]int64{}
+	var ferr error
+	listed.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil && ferr == nil {
+			ferr = fmt.Errorf("end offset of partition %d: %w", o.Partition, o.Err)
+		}
+		out[o.Partition] = o.Offset
+	})
+	return out, ferr
+}
+
+func (b *Broker) recreate(ctx context.Context, adm *admin) error {
+	if _, err := adm.DeleteTopic(ctx, b.topic); err != nil {
+		return fmt.Errorf("recreate %s: delete: %w", b.topic, err)
+	}
+	resp, err := adm.CreateTopic(ctx, b.parts, 1, nil, b.topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return fmt.Errorf("recreate %s: create: %w", b.topic, err)
+	}
+	return nil
+}
