@@ -57,7 +57,7 @@ func (c *Controller) Handles(t scale.Target) (bool, error) {
 		return false, ErrNotSynced
 	}
 	pa, err := c.podAutoscalerFor(t)
-	return err != nil || pa != nil, nil
+	return pa != nil, err
 }
 
 // Scale applies a decider's decision to the target of a Knative
