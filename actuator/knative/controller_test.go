@@ -402,6 +402,24 @@ func TestRevisionLifecycle(t *testing.T) {
 	if pa := h.pa("rev-1"); scaleOf(pa.Status.DesiredScale) != 0 || h.sks("rev-1").Spec.Mode != knnetworking.ModeProxy {
 		t.Errorf("at zero: desiredScale %d, sks mode %s; want 0 and Proxy", scaleOf(pa.Status.DesiredScale), h.sks("rev-1").Spec.Mode)
 	}
+
+	// A request reaches the activator: the decider wants a pod with no
+	// burst capacity yet. The Deployment leaves zero at once, the activator
+	// stays in the path, and the PodAutoscaler is active once the pod is
+	// ready.
+	if res := h.scale("rev-1", seq+2, 1, -10); !res.Changed || res.Applied != 1 {
+		t.Errorf("Scale from zero = %+v, want 0 → 1", res)
+	}
+	if got := h.replicas("rev-1"); got != 1 {
+		t.Errorf("replicas after the first request = %d, want 1", got)
+	}
+	if got := h.sks("rev-1").Spec.Mode; got != knnetworking.ModeProxy {
+		t.Errorf("sks mode with negative excess burst capacity = %s, want Proxy", got)
+	}
+	h.eventually("active again with one ready pod", func() bool {
+		pa := h.pa("rev-1")
+		return cond(pa, knautoscaling.ConditionActive) == "True" && scaleOf(pa.Status.ActualScale) == 1 && cond(pa, knautoscaling.ConditionReady) == "True"
+	})
 }
 
 // TestOtherClassLeftAlone: a PodAutoscaler of Knative's HPA class gets no
