@@ -13,7 +13,7 @@ TAG ?=
 PUSH ?= 0
 PLATFORMS ?=
 
-.PHONY: all generate build test prepare unit lint fuzz bench bench-knative conformance conformance-shared run e2e keda scale image chart clean
+.PHONY: all generate build test prepare unit lint fuzz bench bench-knative conformance conformance-shared run e2e keda knative scale image chart clean
 
 all: build
 
@@ -137,6 +137,17 @@ keda:
 	cd test/keda && $(GO) test -c -o ../../bin/keda.test .
 	@echo "== keda: running"
 	cd test/keda && ../../bin/keda.test -test.count=1 -test.timeout=20m -test.v -vectors $(abspath $(SHARED))/vectors/keda
+
+## knative: tidal's collector driven by Knative Serving v0.50.0's own activator reporting code (test/knative, its
+## own module): the activator's ConcurrencyReporter and ReportStats over knative.dev/pkg's durable websocket to the
+## collector's activator endpoint. Builds first, outside any test deadline (cold: Knative's packages take minutes on
+## two cores; cached after that); the tests then take about a minute.
+knative:
+	@echo "== knative: Knative's packages and the test binary (cold: minutes on two cores)"
+	@mkdir -p bin
+	cd test/knative && $(GO) test -c -o ../../bin/knative.test .
+	@echo "== knative: running"
+	cd test/knative && ../../bin/knative.test -test.count=1 -test.timeout=15m -test.v
 
 ## scale: the whole system at scale on a test cluster of its own, then a report of latencies and costs
 ## (SCALE="-kpa 1000 -lag 100 -for 3m"; defaults: 10,000 KPA + 1,000 lag targets for 10 minutes; "-replicas 2"

@@ -1,0 +1,215 @@
+package knative
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/system"
+)
+
+// binaries holds tidal's collector, built once per test run from the
+// checkout this module replaces tidal with.
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		_ = os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
+
+func binDir(t *testing.T) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		dir, err := os.MkdirTemp("", "tidal-knative-bin-")
+		if err != nil {
+			binaries.err = err
+			return
+		}
+		binaries.dir = dir
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "tidal-collector"), "./services/collector")
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binaries.err = fmt.Errorf("build tidal-collector: %w\n%s", err, out)
+		}
+	})
+	if binaries.err != nil {
+		t.Fatal(binaries.err)
+	}
+	return binaries.dir
+}
+
+// recordingDecider keeps every sample the collector streams to it.
+type recordingDecider struct {
+	deciderv1.UnimplementedDeciderServiceServer
+	addr string
+
+	// mu guards samples.
+	mu      sync.Mutex
+	samples map[string][]sample
+}
+
+// sample is one streamed measurement of a target.
+type sample struct {
+	time                  time.Time
+	concurrency, requests float64
+}
+
+func startDecider(t *testing.T) *recordingDecider {
+	t.Helper()
+	d := &recordingDecider{samples: map[string][]sample{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.addr = ln.Addr().String()
+	gs := grpc.NewServer()
+	deciderv1.RegisterDeciderServiceServer(gs, d)
+	done := make(chan struct{})
+	go func() { _ = gs.Serve(ln); close(done) }()
+	t.Cleanup(func() { gs.Stop(); <-done })
+	return d
+}
+
+func (d *recordingDecider) Ingest(st deciderv1.DeciderService_IngestServer) error {
+	for {
+		req, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return st.SendAndClose(&deciderv1.IngestResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		for _, m := range req.GetMetrics() {
+			for _, s := range m.GetSamples() {
+				k := m.GetTarget().Key()
+				d.samples[k] = append(d.samples[k], sample{s.GetTime().AsTime(), s.GetAverageConcurrency(), s.GetRequestCount()})
+			}
+		}
+		d.mu.Unlock()
+	}
+}
+
+// wait returns the target's samples once ok accepts them, or fails after
+// within.
+func (d *recordingDecider) wait(t *testing.T, key string, within time.Duration, ok func([]sample) bool) []sample {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		d.mu.Lock()
+		got := append([]sample(nil), d.samples[key]...)
+		d.mu.Unlock()
+		if ok(got) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: samples %+v after %v do not satisfy the test", key, got, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (d *recordingDecider) targets() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.samples)
+}
+
+// collector is the collector binary in push discovery, streaming to dec,
+// with the activator endpoint at wsURL.
+type collector struct {
+	proc  *system.Proc
+	wsURL string
+}
+
+func startCollector(t *testing.T, dec *recordingDecider, args ...string) *collector {
+	t.Helper()
+	ws, err := system.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := system.NewProc("collector", binDir(t), "collector", t.TempDir(),
+		append([]string{"--discovery", "push", "--decider-addr", dec.addr, "--activator-listen", ws, "--log-level", "warn"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(15 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	return &collector{proc: p, wsURL: "ws://" + ws}
+}
+
+// metric reads one series of the collector's /metrics, e.g.
+// tidal_collector_activator_stats_total{outcome="recorded"}; 0 when absent.
+func (c *collector) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + c.proc.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// waitMetric waits until series reaches want.
+func (c *collector) waitMetric(t *testing.T, series string, want float64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := c.metric(t, series)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v after %v, want %v\n%s", series, got, within, want, c.proc.LogTail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func statsTotal(outcome string) string {
+	return fmt.Sprintf("tidal_collector_activator_stats_total{outcome=%q}", outcome)
+}
+
+func framesRefused(reason string) string {
+	return fmt.Sprintf("tidal_collector_activator_frames_refused_total{reason=%q}", reason)
+}
