@@ -2,9 +2,11 @@ package knative
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -449,4 +451,76 @@ func TestOtherClassLeftAlone(t *testing.T) {
 	if _, err := h.ctrl.Scale(context.Background(), podautoscaler.Request{Decision: scale.Decision{Target: target, Desired: 2, Sequence: 1}}); err == nil {
 		t.Errorf("Scale of an hpa-class target succeeded, want an error")
 	}
+}
+
+// TestBounds: what the controller keeps per PodAutoscaler beyond its
+// informer's copy. PodAutoscalers of another class cost nothing else (no
+// pod selector, no overlay entry, no ServerlessService); the controller's
+// own leave nothing behind once deleted.
+func TestBounds(t *testing.T) {
+	h := newHarness(t)
+	const others, mine = 1000, 50
+	create := func(prefix, class string, n int) {
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		sem := make(chan struct{}, 8)
+		for i := range n {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				pa := &knautoscaling.PodAutoscaler{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{knautoscaling.LabelRevision: name}},
+					Spec: knautoscaling.PodAutoscalerSpec{
+						ScaleTargetRef: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+						ProtocolType:   knautoscaling.ProtocolHTTP1,
+					},
+				}
+				if class != "" {
+					pa.Annotations = map[string]string{knautoscaling.AnnotationClass: class}
+				}
+				_, err := h.kn.PodAutoscalers(h.ns).Create(context.Background(), pa, metav1.CreateOptions{})
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	create("hpa", knautoscaling.ClassHPA, others)
+	h.eventually("hpa-class PodAutoscalers cached", func() bool { return len(h.ctrl.paInformer.GetStore().ListKeys()) == others })
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	perPA := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / others
+	t.Logf("heap per cached PodAutoscaler of another class: %d bytes", perPA)
+	if perPA > 16<<10 {
+		t.Errorf("heap per cached PodAutoscaler of another class = %d bytes, want under 16 KiB", perPA)
+	}
+	if n := h.ctrl.selectors.Len(); n != 0 {
+		t.Errorf("pod selectors kept for PodAutoscalers of another class: %d", n)
+	}
+	list, err := h.kn.ServerlessServices(h.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d ServerlessServices for PodAutoscalers of another class", len(list.Items))
+	}
+
+	create("kpa", "", mine)
+	h.eventually("the KPA-class PodAutoscalers reconciled", func() bool { return h.ctrl.selectors.Len() == mine })
+	if err := h.kn.PodAutoscalers(h.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("nothing kept for deleted PodAutoscalers", func() bool {
+		return h.ctrl.selectors.Len() == 0 && h.ctrl.written.Len() == 0 && len(h.ctrl.paInformer.GetStore().ListKeys()) == 0
+	})
 }
