@@ -10,8 +10,8 @@ FUZZTIME ?= 10s
 FOR ?=
 REGISTRY ?=
 TAG ?=
-PUSH ?= 0
 PLATFORMS ?=
+BASE ?=
 
 .PHONY: all generate build test prepare unit lint fuzz bench bench-knative conformance conformance-shared run e2e keda knative scale image chart clean
 
@@ -42,9 +42,11 @@ prepare:
 	$(GO) build -modfile=tools/go.mod helm.sh/helm/v3/cmd/helm github.com/fullstorydev/grpcurl/cmd/grpcurl
 	@echo "== prepare: the Kubernetes control plane for the tests (built once per version, then cached)"
 	$(GO) run ./test/cluster/cmd/testcluster build
-	@echo "== prepare: the services as the Dockerfile builds them (CGO_ENABLED=0, -trimpath: a build cache of its own), which test/chart checks"
+	@echo "== prepare: the services as ko builds the images (CGO_ENABLED=0, -trimpath: a build cache of its own), which test/chart checks"
 	@d=$$(mktemp -d) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $$d/ ./services/collector ./services/decider ./services/actuator; \
 		rc=$$?; rm -rf "$$d"; exit $$rc
+	@echo "== prepare: the images as make image builds them (ko, linux/amd64 and linux/arm64; arm64 compiles everything once: minutes on a cold cache), which test/image builds again"
+	@d=$$(mktemp -d) && $(GO) run ./hack/image -out $$d >/dev/null; rc=$$?; rm -rf "$$d"; exit $$rc
 	@echo "== prepare: compiling every test binary"
 	$(GO) test -count=1 -run '^$$' ./...
 	@echo "== prepare: done"
@@ -157,10 +159,14 @@ scale:
 	$(GO) build -o bin/tidal-scale ./test/scale/cmd/scale
 	@bin/tidal-scale $(SCALE)
 
-## image: the images REGISTRY/tidal-{collector,decider,actuator}:TAG from the Dockerfile (PUSH=1 pushes,
-## PLATFORMS=linux/amd64,linux/arm64 uses buildx); skipped where no docker or podman answers.
+## image: tidal-collector, tidal-decider and tidal-actuator built with ko (pinned in hack/ko/go.mod), no container
+## engine: static binaries for linux/amd64 and linux/arm64 (PLATFORMS=) on an offline static base, as user 65532, the
+## same digest from the same commit. Without REGISTRY each is an OCI layout in bin/image/; REGISTRY=host/path pushes
+## REGISTRY/tidal-SERVICE:TAG (TAG defaults to the chart's appVersion). bin/image/images.yaml pins the digests for
+## helm -f. BASE=image@sha256:... builds on that base (pulled) instead.
 image:
-	REGISTRY=$(REGISTRY) TAG=$(TAG) PUSH=$(PUSH) PLATFORMS=$(PLATFORMS) hack/image-build.sh
+	$(GO) run ./hack/image -out bin/image $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(TAG),-tag $(TAG)) \
+		$(if $(PLATFORMS),-platforms $(PLATFORMS)) $(if $(BASE),-base $(BASE))
 
 ## chart: helm lint and template of charts/tidal with the pinned Helm (make test runs the full chart tests).
 chart:

@@ -2,7 +2,6 @@ package chart_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,9 +11,6 @@ import (
 )
 
 func repoRoot() string { return rel.RepoRoot() }
-
-// chartDir is the chart under test.
-func chartDir() string { return filepath.Join(repoRoot(), "charts", "tidal") }
 
 var components = rel.Components
 

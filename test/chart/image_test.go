@@ -1,7 +1,6 @@
 package chart_test
 
 import (
-	"bufio"
 	"context"
 	"debug/elf"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,159 +16,43 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tidalscale/tidal/hack/imagebuild"
 	rel "github.com/tidalscale/tidal/test/chart/release"
 )
 
-// There is no container engine here, so the image is checked in parts: the
-// Dockerfile's shape, its exact build command producing static binaries, and
-// the contract between the images and the chart (user, entrypoint flags).
+// The images themselves are built and checked in test/image (ko, through
+// hack/imagebuild). Here the services are built for this machine with ko's
+// own flags from .ko.yaml, and checked against the chart: static binaries,
+// and every flag the chart sets defined.
 
-// dockerfile is the root Dockerfile, read once.
-var dockerfile = sync.OnceValues(func() (string, error) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "Dockerfile"))
-	return string(b), err
-})
-
-// dockerLines returns the Dockerfile's instructions with continuation lines
-// joined and comments dropped.
-func dockerLines(t testing.TB) []string {
-	t.Helper()
-	src, err := dockerfile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	var cur strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(src))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if cur.Len() == 0 && (line == "" || strings.HasPrefix(line, "#")) {
-			continue
-		}
-		if strings.HasSuffix(line, "\\") {
-			cur.WriteString(strings.TrimSuffix(line, "\\") + " ")
-			continue
-		}
-		cur.WriteString(line)
-		out = append(out, cur.String())
-		cur.Reset()
-	}
-	return out
-}
-
-func TestDockerfile(t *testing.T) {
-	t.Parallel()
-	lines := dockerLines(t)
-	var stages []string
-	final := -1
-	for i, l := range lines {
-		if strings.HasPrefix(l, "FROM ") {
-			stages = append(stages, l)
-			final = i
-		}
-	}
-	if len(stages) < 2 {
-		t.Fatalf("want a multi-stage build; stages %q", stages)
-	}
-	base := strings.Fields(stages[len(stages)-1])[1]
-	if base != "scratch" && !strings.HasPrefix(base, "gcr.io/distroless/static") {
-		t.Errorf("final stage FROM %s: want scratch or distroless/static", base)
-	}
-	var user, entry string
-	var copies []string
-	for _, l := range lines[final:] {
-		switch {
-		case strings.HasPrefix(l, "USER "):
-			user = strings.TrimSpace(strings.TrimPrefix(l, "USER "))
-		case strings.HasPrefix(l, "ENTRYPOINT "):
-			entry = l
-		case strings.HasPrefix(l, "COPY "), strings.HasPrefix(l, "ADD "):
-			copies = append(copies, l)
-		case strings.HasPrefix(l, "RUN "):
-			t.Errorf("final stage runs %q: a distroless image has no shell", l)
-		}
-	}
-	uid, _, _ := strings.Cut(user, ":")
-	n, err := strconv.Atoi(uid)
-	if err != nil || n == 0 {
-		t.Errorf("USER %q: want a numeric non-root user (runAsNonRoot needs a number)", user)
-	}
-	if want := chartRunAsUser(t); n != want {
-		t.Errorf("USER %d, chart podSecurityContext.runAsUser %d: want the same", n, want)
-	}
-	if entry == "" {
-		t.Errorf("final stage has no ENTRYPOINT")
-	}
-	if len(copies) != 1 || !strings.Contains(copies[0], "--from=build") {
-		t.Errorf("final stage copies %q: want only the binary from the build stage", copies)
-	}
-	if !slices.ContainsFunc(lines, func(l string) bool { return l == "ARG SERVICE" }) {
-		t.Errorf("no build argument SERVICE")
-	}
-	// The SERVICE check names exactly the three services.
-	guard := regexp.MustCompile(`(\w+)\|(\w+)\|(\w+)\)`)
-	found := false
-	for _, l := range lines {
-		if m := guard.FindStringSubmatch(l); m != nil {
-			found = true
-			if got := m[1:]; !slices.Equal(got, components) {
-				t.Errorf("SERVICE check accepts %v, want %v", got, components)
-			}
-		}
-	}
-	if !found {
-		t.Errorf("the build stage does not check SERVICE")
-	}
-}
-
-func chartRunAsUser(t testing.TB) int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(chartDir(), "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		PodSecurityContext struct {
-			RunAsUser int `json:"runAsUser"`
-		} `json:"podSecurityContext"`
-	}
-	if err := yaml.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	return v.PodSecurityContext.RunAsUser
-}
-
-// buildCommand is the Dockerfile's go build: its environment and its
-// arguments up to -o.
+// buildCommand is the go build environment and flags ko uses for the
+// images: CGO off, -trimpath (ko adds it), .ko.yaml's defaultEnv and
+// defaultLdflags.
 func buildCommand(t testing.TB) (env, args []string) {
 	t.Helper()
-	for _, l := range dockerLines(t) {
-		i := strings.Index(l, "go build ")
-		if !strings.HasPrefix(l, "RUN ") || i < 0 {
-			continue
-		}
-		for _, f := range strings.Fields(l[:i]) {
-			if k, v, ok := strings.Cut(f, "="); ok && strings.ToUpper(k) == k && !strings.HasPrefix(f, "--") {
-				env = append(env, k+"="+v)
-			}
-		}
-		rest := l[i+len("go build "):]
-		o := strings.Index(rest, " -o ")
-		if o < 0 {
-			t.Fatalf("Dockerfile go build has no -o: %q", l)
-		}
-		// Split like a shell, for the one quoted -ldflags value.
-		for _, f := range regexp.MustCompile(`[^\s"]+(?:"[^"]*")?`).FindAllString(rest[:o], -1) {
-			args = append(args, strings.ReplaceAll(f, `"`, ""))
-		}
-		return env, args
+	b, err := os.ReadFile(filepath.Join(repoRoot(), ".ko.yaml"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("Dockerfile has no RUN ... go build")
-	return nil, nil
+	var cfg struct {
+		DefaultEnv     []string `json:"defaultEnv"`
+		DefaultFlags   []string `json:"defaultFlags"`
+		DefaultLdflags []string `json:"defaultLdflags"`
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf(".ko.yaml: %v", err)
+	}
+	// ko's defaults: CGO_ENABLED=0 first, so .ko.yaml may override it.
+	env = append([]string{"CGO_ENABLED=0"}, cfg.DefaultEnv...)
+	args = append(append([]string{}, cfg.DefaultFlags...), "-trimpath")
+	if len(cfg.DefaultLdflags) > 0 {
+		args = append(args, "-ldflags="+strings.Join(cfg.DefaultLdflags, " "))
+	}
+	return env, args
 }
 
-// buildOnce holds the three services built with the Dockerfile's own
-// command (for this machine's architecture), once per test binary.
+// buildOnce holds the three services built with ko's flags (for this
+// machine's architecture), once per test binary.
 var buildOnce struct {
 	sync.Once
 	bins map[string]string
@@ -181,21 +63,10 @@ func serviceBinaries(t testing.TB) map[string]string {
 	t.Helper()
 	env, args := buildCommand(t)
 	buildOnce.Do(func() {
-		// TARGETOS and TARGETARCH are build arguments; build for this
-		// machine so the binaries can run here.
-		var buildEnv []string
-		for _, e := range env {
-			buildEnv = append(buildEnv, targetArg.ReplaceAllStringFunc(e, func(m string) string {
-				if strings.Contains(m, "TARGETOS") {
-					return "linux"
-				}
-				return goarch()
-			}))
-		}
 		bins := map[string]string{}
 		for _, svc := range components {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			out, err := rel.GoBuild(ctx, repoRoot(), "tidal-"+svc+"-image", "./services/"+svc, buildEnv, args...)
+			out, err := rel.GoBuild(ctx, repoRoot(), "tidal-"+svc+"-image", "./services/"+svc, env, args...)
 			cancel()
 			if err != nil {
 				buildOnce.err = err
@@ -211,26 +82,21 @@ func serviceBinaries(t testing.TB) map[string]string {
 	return buildOnce.bins
 }
 
-// targetArg is a use of BuildKit's TARGETOS or TARGETARCH, with or without
-// a shell default.
-var targetArg = regexp.MustCompile(`\$\{TARGET(OS|ARCH)(:-[^}]*)?\}`)
-
-func goarch() string {
-	out, err := exec.Command("go", "env", "GOARCH").Output()
-	if err != nil {
-		return "amd64"
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// TestImageBinariesStatic builds each service as the Dockerfile does and
+// TestImageBinariesStatic builds each service as ko does for the images and
 // checks the result needs no dynamic loader or shared library: it runs on
-// distroless/static (or scratch).
+// the images' static base (or distroless/static).
 func TestImageBinariesStatic(t *testing.T) {
 	t.Parallel()
 	env, _ := buildCommand(t)
-	if !slices.Contains(env, "CGO_ENABLED=0") {
-		t.Errorf("Dockerfile go build env %v: want CGO_ENABLED=0", env)
+	// The last setting wins, as in ko's and exec's environment.
+	cgo := ""
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "CGO_ENABLED="); ok {
+			cgo = v
+		}
+	}
+	if cgo != "0" {
+		t.Errorf("ko build env %v: want CGO_ENABLED=0", env)
 	}
 	for svc, bin := range serviceBinaries(t) {
 		f, err := elf.Open(bin)
@@ -304,26 +170,17 @@ func binaryFlags(t testing.TB, bin string) map[string]bool {
 	return names
 }
 
-// TestImageNamesMatchChart checks hack/image-build.sh tags the images where
-// the chart's default values look for them.
+// TestImageNamesMatchChart checks make image names the images where the
+// chart's default values look for them.
 func TestImageNamesMatchChart(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "hack", "image-build.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := string(b)
-	m := regexp.MustCompile(`REGISTRY=\$\{REGISTRY:-([^}]+)\}`).FindStringSubmatch(script)
-	if m == nil {
-		t.Fatal("hack/image-build.sh has no REGISTRY default")
-	}
-	if !strings.Contains(script, `ref="$REGISTRY/tidal-$svc:$TAG"`) {
-		t.Errorf("hack/image-build.sh does not tag REGISTRY/tidal-SERVICE:TAG")
+	if !slices.Equal(imagebuild.Services, components) {
+		t.Errorf("make image builds %v, the chart runs %v", imagebuild.Services, components)
 	}
 	defaults := manifest(render(t, scenarios[0].release))
 	for _, svc := range components {
 		dep := typed[appsv1.Deployment](t, defaults.get(t, "Deployment", "tidal-"+svc))
-		want := m[1] + "/tidal-" + svc + ":"
+		want := imagebuild.DefaultRegistry + "/tidal-" + svc + ":"
 		if got := dep.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(got, want) {
 			t.Errorf("chart image %q, want the one make image builds, %s<tag>", got, want)
 		}

@@ -70,12 +70,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* Image of one service; call with (dict "root" $ "component" "collector"). */}}
+{{/* Image of one service; call with (dict "root" $ "component" "collector"). A digest pins it: REPOSITORY@DIGEST, the tag unused. */}}
 {{- define "tidal.image" -}}
 {{- $img := (index .root.Values .component).image }}
 {{- $repo := default (printf "%s/tidal-%s" .root.Values.image.registry .component) $img.repository }}
 {{- $tag := default (default .root.Chart.AppVersion .root.Values.image.tag) $img.tag }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $repo $img.digest }}
+{{- else }}
 {{- printf "%s:%s" $repo $tag }}
+{{- end }}
 {{- end }}
 
 {{/* In-cluster DNS name of one service's Service; call with (dict "root" $ "component" "collector"). */}}
