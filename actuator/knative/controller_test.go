@@ -2,6 +2,7 @@ package knative
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -523,4 +524,56 @@ func TestBounds(t *testing.T) {
 	h.eventually("nothing kept for deleted PodAutoscalers", func() bool {
 		return h.ctrl.selectors.Len() == 0 && h.ctrl.written.Len() == 0 && len(h.ctrl.paInformer.GetStore().ListKeys()) == 0
 	})
+}
+
+// TestRefusals: a ServerlessService of the PodAutoscaler's name that
+// something else controls is left alone and the PodAutoscaler says so
+// (Knative's NotOwned); an annotation that does not parse is reported the
+// same way, and nothing is scaled.
+func TestRefusals(t *testing.T) {
+	h := newHarness(t)
+	foreign := &knnetworking.ServerlessService{
+		ObjectMeta: metav1.ObjectMeta{Name: "taken"},
+		Spec: knnetworking.ServerlessServiceSpec{Mode: knnetworking.ModeServe, ProtocolType: "http1",
+			ObjectRef: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "other"}},
+	}
+	if _, err := h.kn.ServerlessServices(h.ns).Create(context.Background(), foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("foreign SKS cached", func() bool {
+		s, _ := knclient.Get[*knnetworking.ServerlessService](h.ctrl.sksInformer.GetStore(), h.ns, "taken")
+		return s != nil
+	})
+	h.revision("taken", "", 1)
+	h.eventually("NotOwned", func() bool {
+		pa := h.pa("taken")
+		return cond(pa, knautoscaling.ConditionActive) == "False/NotOwned" && cond(pa, knautoscaling.ConditionReady) == "False/NotOwned"
+	})
+	if s := h.sks("taken"); s.Spec.Mode != knnetworking.ModeServe || len(s.OwnerReferences) != 0 {
+		t.Errorf("foreign SKS changed: %+v %v", s.Spec, s.OwnerReferences)
+	}
+	h.eventually("NotOwned event", func() bool { return len(h.eventMessages("taken", EventNotOwned)) > 0 })
+
+	h.revision("bad", "", 1)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pa := h.pa("bad")
+		pa.Annotations = map[string]string{kpaconfig.AnnotationMinScale: "lots"}
+		_, err := h.kn.PodAutoscalers(h.ns).Update(context.Background(), pa, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("InvalidSpec", func() bool {
+		pa := h.pa("bad")
+		c := pa.Status.Get(knautoscaling.ConditionActive)
+		return c != nil && c.Reason == reasonInvalidSpec && strings.Contains(c.Message, "min-scale")
+	})
+	if _, err := h.ctrl.Scale(context.Background(), podautoscaler.Request{Decision: scale.Decision{
+		Target: scale.Target{Namespace: h.ns, Name: "bad", APIVersion: "apps/v1", Kind: "Deployment"}, Desired: 3, Sequence: uint64(time.Now().UnixMilli())}}); !errors.Is(err, ErrInvalidPodAutoscaler) {
+		t.Errorf("Scale of an invalid PodAutoscaler's target: %v, want ErrInvalidPodAutoscaler", err)
+	}
+	if got := h.replicas("bad"); got != 1 {
+		t.Errorf("replicas of an invalid PodAutoscaler's target = %d, want 1", got)
+	}
 }
