@@ -165,8 +165,7 @@ scale:
 ## REGISTRY/tidal-SERVICE:TAG (TAG defaults to the chart's appVersion). bin/image/images.yaml pins the digests for
 ## helm -f. BASE=image@sha256:... builds on that base (pulled) instead.
 image:
-	$(GO) run ./hack/image -out bin/image $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(TAG),-tag $(TAG)) \
-		$(if $(PLATFORMS),-platforms $(PLATFORMS)) $(if $(BASE),-base $(BASE))
+	$(GO) run ./hack/image -out bin/image$(if $(REGISTRY), -registry $(REGISTRY))$(if $(TAG), -tag $(TAG))$(if $(PLATFORMS), -platforms $(PLATFORMS))$(if $(BASE), -base $(BASE))
 
 ## chart: helm lint and template of charts/tidal with the pinned Helm (make test runs the full chart tests).
 chart:

@@ -182,6 +182,10 @@ func files(t *testing.T, img v1.Image, want ...string) (map[string]*tar.Header, 
 	return hdrs, bodies
 }
 
+// specBaseName is the OCI annotation naming the base an image was built on;
+// ko sets it.
+const specBaseName = "org.opencontainers.image.base.name"
+
 var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
 // TestStaticBase checks the offline base: the same digest every time, one
@@ -272,6 +276,15 @@ func TestImageConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := chartUser(t)
+	base, err := imagebuild.StaticBase(imagebuild.Platforms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bd, err := base.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	staticBase := imagebuild.StaticBaseName + "@" + bd.String()
 	for _, svc := range imagebuild.Services {
 		t.Run(svc, func(t *testing.T) {
 			img := b.images[svc]
@@ -303,6 +316,9 @@ func TestImageConfig(t *testing.T) {
 			im, err := idx.IndexManifest()
 			if err != nil {
 				t.Fatal(err)
+			}
+			if got := im.Annotations[specBaseName]; got != staticBase {
+				t.Errorf("tidal-%s: built on %q, want the static base %q", svc, got, staticBase)
 			}
 			var plats []string
 			for _, d := range im.Manifests {
@@ -638,5 +654,89 @@ func TestChartPinsDigests(t *testing.T) {
 		if got, w := d.Spec.Template.Spec.Containers[0].Image, imagebuild.DefaultRegistry+"/"+d.Name+":"+version; got != w {
 			t.Errorf("default values: Deployment %s image %q, want %q (make image's name, the chart's appVersion)", d.Name, got, w)
 		}
+	}
+}
+
+// TestBuildOnPulledBase is the release path (make image BASE=...@sha256:...):
+// ko pulls the base by digest from a registry and builds on it. The base
+// here is the static base for linux/amd64 with a label of its own, served by
+// go-containerregistry's registry on loopback; one service, one platform.
+func TestBuildOnPulledBase(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	idx, err := imagebuild.StaticBase([]string{"linux/amd64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseImg, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := baseImg.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.Labels = map[string]string{"dev.tidal.test.base": "pulled"}
+	if baseImg, err = mutate.ConfigFile(baseImg, cf); err != nil {
+		t.Fatal(err)
+	}
+	d, err := baseImg.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseRef, err := name.NewDigest(strings.TrimPrefix(srv.URL, "http://") + "/base@" + d.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(baseRef, baseImg); err != nil {
+		t.Fatalf("push base %s: %v", baseRef, err)
+	}
+
+	b, err := build(imagebuild.Options{Out: filepath.Join(tmpRoot, "pulled-base"), Base: baseRef.String(),
+		Services: []string{"decider"}, Platforms: []string{"linux/amd64"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built tidal-decider for linux/amd64 on a pulled base in %v", b.took.Round(time.Millisecond))
+	p, err := layout.FromPath(b.images["decider"].Layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := v1.NewHash(b.images["decider"].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := top.Image(h)
+	if err != nil {
+		t.Fatalf("tidal-decider on a one-platform base: want an image: %v", err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Annotations[specBaseName]; got != baseRef.String() {
+		t.Errorf("built on %q, want the pulled base %q", got, baseRef)
+	}
+	got, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Config.Labels["dev.tidal.test.base"] != "pulled" {
+		t.Errorf("labels %v lack the pulled base's dev.tidal.test.base", got.Config.Labels)
+	}
+	if want := []string{"/ko-app/decider"}; !slices.Equal(got.Config.Entrypoint, want) {
+		t.Errorf("entrypoint %q, want %q", got.Config.Entrypoint, want)
+	}
+	if got.Config.User != imagebuild.User {
+		t.Errorf("user %q, want %q", got.Config.User, imagebuild.User)
 	}
 }
