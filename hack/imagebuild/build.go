@@ -103,6 +103,12 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 	if o.Out == "" {
 		return nil, errors.New("imagebuild: Out is empty")
 	}
+	// ko runs in Dir; the layouts go where the caller meant.
+	out, err := filepath.Abs(o.Out)
+	if err != nil {
+		return nil, fmt.Errorf("imagebuild: %w", err)
+	}
+	o.Out = out
 	if len(o.Platforms) == 0 {
 		o.Platforms = Platforms
 	}
@@ -295,7 +301,7 @@ func digestOf(ref string) (string, error) {
 func Values(images []Image, o Options, registry string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by make image (hack/image) from %s; helm install ... -f this file.\n", o.Revision)
-	fmt.Fprintf(&b, "image:\n  registry: %s\n  tag: %q\n", registry, o.Tag)
+	fmt.Fprintf(&b, "image:\n  registry: %q\n  tag: %q\n", registry, o.Tag)
 	for _, img := range images {
 		fmt.Fprintf(&b, "%s:\n  image:\n    digest: %s\n", img.Service, img.Digest)
 	}

@@ -113,7 +113,7 @@ func TestValues(t *testing.T) {
 	t.Parallel()
 	d := "sha256:" + strings.Repeat("0", 64)
 	got := string(Values([]Image{{Service: "collector", Digest: d}}, Options{Revision: "abc", Tag: "1.2.3"}, "r.example/t"))
-	for _, want := range []string{"image:\n  registry: r.example/t\n  tag: \"1.2.3\"\n", "collector:\n  image:\n    digest: " + d + "\n"} {
+	for _, want := range []string{"image:\n  registry: \"r.example/t\"\n  tag: \"1.2.3\"\n", "collector:\n  image:\n    digest: " + d + "\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Values:\n%s\nlacks %q", got, want)
 		}
