@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -779,4 +780,87 @@ func TestScaleWritesOnceAndReadsCaches(t *testing.T) {
 	if got := reqs.take(); !maps.Equal(got, want) {
 		t.Errorf("requests of a newer decision with the same count = %v, want %v", got, want)
 	}
+}
+
+// TestScaleToZeroAfterLastDecision: a decision of 0 that turns the
+// PodAutoscaler inactive is the last event it gets (no traffic, no pod
+// changes), so the passes its rules ask for (the next one, then the end of
+// the grace period) must come from the Scale call itself: the target
+// reaches zero once the grace period has passed, with no further event.
+func TestScaleToZeroAfterLastDecision(t *testing.T) {
+	queue := clocktesting.NewFakeClock(time.Now())
+	c := cluster.Shared(t)
+	// PodAutoscaler watch events arrive late, as on a busy API server, so
+	// the echo of Scale's own status write is always known as its own and
+	// wakes no worker.
+	h := startHarness(t, c, c.Namespace(t), harnessOpts{
+		mutate: func(c *Config) { c.queueClock = queue },
+		wrap:   func(rt http.RoundTripper) http.RoundTripper { return slowWatch{rt, "podautoscalers", 300 * time.Millisecond} },
+	})
+	h.deployment("idle", 1)
+	h.podAutoscaler("idle", "idle", map[string]string{kpaconfig.AnnotationWindow: "6s"})
+	h.readyPods("idle", 1)
+	h.scale("idle", 1000, 1, "stable: one pod's worth")
+	// The workers observe the ready pod: Active. (Not h.reconcile: the echo
+	// of a status write not made by a worker would wake one later, an event
+	// this test must not have.)
+	h.eventually("Active", func() bool {
+		return condition(h.get("idle"), autoscalingv1alpha1.PodAutoscalerConditionActive).Status == metav1.ConditionTrue
+	})
+	// Passes queued before the decision (the one after Active turned True)
+	// run now, so that none is left to be woken by the steps below.
+	queue.Step(time.Minute)
+	time.Sleep(time.Second)
+
+	// Active for longer than the window: this decision turns it inactive,
+	// and the last pod stays for the grace period.
+	h.clock.SetTime(h.clock.Now().Add(10 * time.Second))
+	if res := h.scale("idle", 2000, 0, "stable: no traffic for 6s"); res.Applied != 1 {
+		t.Fatalf("desired 0 = %+v; want the last pod kept for the grace period", res)
+	}
+	start := h.clock.Now()
+	// Time passes, a second at a time, for both the rules' clock and the
+	// queue's; nothing else happens.
+	var zeroAt time.Duration
+	for i := range 90 {
+		time.Sleep(30 * time.Millisecond) // let a woken worker finish its pass
+		if h.replicas("idle") == 0 {
+			zeroAt = h.clock.Now().Sub(start)
+			break
+		}
+		if i == 89 {
+			t.Fatalf("still %d replicas %v after the decision of 0; want 0 after the grace period (%v)",
+				h.replicas("idle"), h.clock.Now().Sub(start), kpaconfig.Default().ScaleToZeroGracePeriod)
+		}
+		h.clock.SetTime(h.clock.Now().Add(time.Second))
+		queue.Step(time.Second)
+	}
+	if grace := kpaconfig.Default().ScaleToZeroGracePeriod; zeroAt < grace {
+		t.Errorf("reached zero %v after the decision of 0; want no sooner than the grace period, %v", zeroAt, grace)
+	}
+}
+
+// slowWatch delays every read of a watch of resource.
+type slowWatch struct {
+	http.RoundTripper
+	resource string
+	delay    time.Duration
+}
+
+func (s slowWatch) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := s.RoundTripper.RoundTrip(req)
+	if err == nil && req.URL.Query().Get("watch") == "true" && strings.Contains(req.URL.Path, "/"+s.resource) {
+		resp.Body = &slowBody{ReadCloser: resp.Body, delay: s.delay}
+	}
+	return resp, err
+}
+
+type slowBody struct {
+	io.ReadCloser
+	delay time.Duration
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	time.Sleep(b.delay)
+	return b.ReadCloser.Read(p)
 }

@@ -130,6 +130,13 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 		}
 		return &dec, false
 	}, req.DryRun)
+	// The passes the rules ask for (the one after the PodAutoscaler goes
+	// inactive, the end of the scale-to-zero grace period) are queued as a
+	// worker's reconcile queues them: a decision of 0 is often the last
+	// event the PodAutoscaler gets, and without them it never reaches zero.
+	if out.Requeue > 0 && !req.DryRun {
+		c.AddAfter(name, out.Requeue)
+	}
 	if err != nil {
 		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
 	}
