@@ -3,9 +3,9 @@ package podautoscaler
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"math"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -795,7 +795,9 @@ func TestScaleToZeroAfterLastDecision(t *testing.T) {
 	// wakes no worker.
 	h := startHarness(t, c, c.Namespace(t), harnessOpts{
 		mutate: func(c *Config) { c.queueClock = queue },
-		wrap:   func(rt http.RoundTripper) http.RoundTripper { return slowWatch{rt, "podautoscalers", 300 * time.Millisecond} },
+		wrap: func(rt http.RoundTripper) http.RoundTripper {
+			return slowWatch{rt, "podautoscalers", 300 * time.Millisecond}
+		},
 	})
 	h.deployment("idle", 1)
 	h.podAutoscaler("idle", "idle", map[string]string{kpaconfig.AnnotationWindow: "6s"})
