@@ -492,7 +492,7 @@ func (r *runner) reconcile(t time.Time) {
 		// tidal has no activator to probe: the probe always succeeds.
 		res = kparules.Reconcile(in, func() bool { return true })
 	} else {
-		res = lagRules(in)
+		res = kparules.ReconcileLag(in)
 	}
 	prevDesired := r.statusDesired
 	if res.DesiredScale >= 0 {
@@ -519,39 +519,6 @@ func equalScale(a, b *int32) bool {
 		return a == b
 	}
 	return *a == *b
-}
-
-// lagRules is what the actuator applies to a lag target's decision
-// (actuator/podautoscaler's lagRules, unexported there): min-scale and
-// max-scale bounds, a patch when the replicas differ, and the Active
-// condition.
-func lagRules(in kparules.Input) kparules.Result {
-	r := kparules.Result{Want: in.Decider.DesiredScale, DesiredScale: in.Decider.DesiredScale, ActualScale: in.ReadyPods, Active: in.Active}
-	if r.DesiredScale < 0 && in.PriorDesiredScale != nil {
-		r.DesiredScale = *in.PriorDesiredScale
-	}
-	r.ScaleTargetInitialized = in.ScaleTargetInitialized || in.ReadyPods >= 1 || r.Want == 0
-	if r.Want >= 0 {
-		lo, hi := in.Revision.ScaleBounds()
-		r.Want = kparules.ApplyBounds(lo, hi, r.Want)
-		r.DesiredScale = r.Want
-		if in.Replicas == nil || *in.Replicas != r.Want {
-			p := r.Want
-			r.Patch = &p
-		}
-	}
-	next := in.Active
-	switch {
-	case r.Want == 0:
-		next = kparules.Condition{Status: kparules.ConditionFalse, Reason: kparules.ReasonNoTraffic, Message: kparules.MessageNoTraffic}
-	case r.Want > 0 && in.ReadyPods == 0:
-		next = kparules.Condition{Status: kparules.ConditionUnknown, Reason: kparules.ReasonQueued, Message: kparules.MessageQueued}
-	case r.Want > 0:
-		next = kparules.Condition{Status: kparules.ConditionTrue}
-	}
-	r.Active = next
-	r.ActiveChanged = next.Status != in.Active.Status || next.Reason != in.Active.Reason
-	return r
 }
 
 // setReplicas is a write of the Deployment's replicas and what its

@@ -342,3 +342,35 @@ func computeStatus(r *Result, in *Input, want, ready int32, serviceNameSet bool)
 	r.ActiveChanged = next.Status != cur.Status || next.Reason != cur.Reason ||
 		(cur.Message != "" && next.Message != cur.Message)
 }
+
+// ReconcileLag applies what the lag strategy needs of the reconciler: the
+// decider already capped the scale at the partition count and applied the
+// idle timeout, so only min-scale and max-scale bound it here.
+func ReconcileLag(in Input) Result {
+	r := Result{Want: in.Decider.DesiredScale, DesiredScale: in.Decider.DesiredScale, ActualScale: in.ReadyPods, Active: in.Active}
+	if r.DesiredScale < 0 && in.PriorDesiredScale != nil {
+		r.DesiredScale = *in.PriorDesiredScale
+	}
+	r.ScaleTargetInitialized = in.ScaleTargetInitialized || in.ReadyPods >= 1 || r.Want == 0
+	if r.Want >= 0 {
+		lo, hi := in.Revision.ScaleBounds()
+		r.Want = ApplyBounds(lo, hi, r.Want)
+		r.DesiredScale = r.Want
+		if in.Replicas == nil || *in.Replicas != r.Want {
+			p := r.Want
+			r.Patch = &p
+		}
+	}
+	next := in.Active
+	switch {
+	case r.Want == 0:
+		next = Condition{Status: ConditionFalse, Reason: ReasonNoTraffic, Message: MessageNoTraffic}
+	case r.Want > 0 && in.ReadyPods == 0:
+		next = Condition{Status: ConditionUnknown, Reason: ReasonQueued, Message: MessageQueued}
+	case r.Want > 0:
+		next = Condition{Status: ConditionTrue}
+	}
+	r.Active = next
+	r.ActiveChanged = next.Status != in.Active.Status || next.Reason != in.Active.Reason
+	return r
+}

@@ -160,3 +160,44 @@ func TestStatusKeepsDesiredOverRestart(t *testing.T) {
 		t.Errorf("no SKS: %+v", r)
 	}
 }
+
+func TestReconcileLag(t *testing.T) {
+	i32 := func(v int32) *int32 { return &v }
+	active := Condition{Status: ConditionTrue}
+	tests := []struct {
+		name        string
+		ann         map[string]string
+		desired     int32
+		replicas    int32
+		ready       int32
+		prior       *int32
+		wantPatch   *int32
+		wantDesired int32
+		wantActive  ConditionStatus
+	}{
+		{"scale up", nil, 4, 1, 1, nil, i32(4), 4, ConditionTrue},
+		{"to zero", nil, 0, 2, 2, nil, i32(0), 0, ConditionFalse},
+		{"from zero, no pods yet", nil, 2, 0, 0, nil, i32(2), 2, ConditionUnknown},
+		{"unchanged", nil, 3, 3, 3, nil, nil, 3, ConditionTrue},
+		{"unknown keeps prior", nil, -1, 3, 3, i32(3), nil, 3, ConditionTrue},
+		{"max-scale", map[string]string{kpaconfig.AnnotationMaxScale: "5"}, 9, 1, 1, nil, i32(5), 5, ConditionTrue},
+		{"min-scale", map[string]string{kpaconfig.AnnotationMinScale: "1"}, 0, 2, 2, nil, i32(1), 1, ConditionTrue},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ReconcileLag(Input{
+				Revision: revision(t, nil, tt.ann), Active: active, Replicas: &tt.replicas, ReadyPods: tt.ready,
+				PriorDesiredScale: tt.prior, Decider: kpaspec.Status{DesiredScale: tt.desired},
+			})
+			if (r.Patch == nil) != (tt.wantPatch == nil) || (r.Patch != nil && *r.Patch != *tt.wantPatch) {
+				t.Errorf("Patch = %v, want %v", r.Patch, tt.wantPatch)
+			}
+			if r.DesiredScale != tt.wantDesired {
+				t.Errorf("DesiredScale = %d, want %d", r.DesiredScale, tt.wantDesired)
+			}
+			if r.Active.Status != tt.wantActive {
+				t.Errorf("Active = %v, want %v", r.Active.Status, tt.wantActive)
+			}
+		})
+	}
+}

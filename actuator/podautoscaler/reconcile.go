@@ -399,7 +399,7 @@ func (c *Controller) rules(pa *autoscalingv1alpha1.PodAutoscaler, obs *observed,
 		Decider:                dec,
 	}
 	if pa.Spec.Strategy == autoscalingv1alpha1.StrategyLag {
-		return lagRules(in)
+		return kparules.ReconcileLag(in)
 	}
 	// tidal has no activator: nothing has to be in the path before the
 	// last pod goes, so the probe always succeeds.
@@ -520,38 +520,6 @@ func activeCondition(pa *autoscalingv1alpha1.PodAutoscaler, now time.Time) (kpar
 		reason = ""
 	}
 	return kparules.Condition{Status: kparules.ConditionStatus(cond.Status), Reason: reason, Message: cond.Message}, now.Sub(cond.LastTransitionTime.Time)
-}
-
-// lagRules applies what the lag strategy needs of the reconciler: the
-// decider already capped the scale at the partition count and applied the
-// idle timeout, so only min-scale and max-scale bound it here.
-func lagRules(in kparules.Input) kparules.Result {
-	r := kparules.Result{Want: in.Decider.DesiredScale, DesiredScale: in.Decider.DesiredScale, ActualScale: in.ReadyPods, Active: in.Active}
-	if r.DesiredScale < 0 && in.PriorDesiredScale != nil {
-		r.DesiredScale = *in.PriorDesiredScale
-	}
-	r.ScaleTargetInitialized = in.ScaleTargetInitialized || in.ReadyPods >= 1 || r.Want == 0
-	if r.Want >= 0 {
-		lo, hi := in.Revision.ScaleBounds()
-		r.Want = kparules.ApplyBounds(lo, hi, r.Want)
-		r.DesiredScale = r.Want
-		if in.Replicas == nil || *in.Replicas != r.Want {
-			p := r.Want
-			r.Patch = &p
-		}
-	}
-	next := in.Active
-	switch {
-	case r.Want == 0:
-		next = kparules.Condition{Status: kparules.ConditionFalse, Reason: kparules.ReasonNoTraffic, Message: kparules.MessageNoTraffic}
-	case r.Want > 0 && in.ReadyPods == 0:
-		next = kparules.Condition{Status: kparules.ConditionUnknown, Reason: kparules.ReasonQueued, Message: kparules.MessageQueued}
-	case r.Want > 0:
-		next = kparules.Condition{Status: kparules.ConditionTrue}
-	}
-	r.Active = next
-	r.ActiveChanged = next.Status != in.Active.Status || next.Reason != in.Active.Reason
-	return r
 }
 
 // scaleMessage says in words why the target goes from → to: the decider's

@@ -14,14 +14,12 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidalscale/tidal/actuator/controller"
-	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	autoscalinglisters "github.com/tidalscale/tidal/apis/generated/listers/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
-	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 func revision(t *testing.T, ann map[string]string) kpaconfig.Revision {
@@ -60,47 +58,6 @@ func TestScaleMessage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := scaleMessage(tt.reason, tt.desired, tt.hasDecision, tt.from, tt.to, tt.rev); got != tt.want {
 				t.Errorf("scaleMessage = %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestLagRules(t *testing.T) {
-	i32 := func(v int32) *int32 { return &v }
-	active := kparules.Condition{Status: kparules.ConditionTrue}
-	tests := []struct {
-		name        string
-		ann         map[string]string
-		desired     int32
-		replicas    int32
-		ready       int32
-		prior       *int32
-		wantPatch   *int32
-		wantDesired int32
-		wantActive  kparules.ConditionStatus
-	}{
-		{"scale up", nil, 4, 1, 1, nil, i32(4), 4, kparules.ConditionTrue},
-		{"to zero", nil, 0, 2, 2, nil, i32(0), 0, kparules.ConditionFalse},
-		{"from zero, no pods yet", nil, 2, 0, 0, nil, i32(2), 2, kparules.ConditionUnknown},
-		{"unchanged", nil, 3, 3, 3, nil, nil, 3, kparules.ConditionTrue},
-		{"unknown keeps prior", nil, -1, 3, 3, i32(3), nil, 3, kparules.ConditionTrue},
-		{"max-scale", map[string]string{kpaconfig.AnnotationMaxScale: "5"}, 9, 1, 1, nil, i32(5), 5, kparules.ConditionTrue},
-		{"min-scale", map[string]string{kpaconfig.AnnotationMinScale: "1"}, 0, 2, 2, nil, i32(1), 1, kparules.ConditionTrue},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := lagRules(kparules.Input{
-				Revision: revision(t, tt.ann), Active: active, Replicas: &tt.replicas, ReadyPods: tt.ready,
-				PriorDesiredScale: tt.prior, Decider: kpaspec.Status{DesiredScale: tt.desired},
-			})
-			if (r.Patch == nil) != (tt.wantPatch == nil) || (r.Patch != nil && *r.Patch != *tt.wantPatch) {
-				t.Errorf("Patch = %v, want %v", r.Patch, tt.wantPatch)
-			}
-			if r.DesiredScale != tt.wantDesired {
-				t.Errorf("DesiredScale = %d, want %d", r.DesiredScale, tt.wantDesired)
-			}
-			if r.Active.Status != tt.wantActive {
-				t.Errorf("Active = %v, want %v", r.Active.Status, tt.wantActive)
 			}
 		})
 	}
