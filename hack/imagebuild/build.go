@@ -182,6 +182,7 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 			"--image-label=" + LabelTitle + "=tidal-" + svc,
 			"--image-label=" + LabelCreated + "=" + o.Time.UTC().Format(time.RFC3339),
 		}
+		var koLayout string
 		if o.Registry != "" {
 			args = append(args, "--push", "--tags="+o.Tag)
 		} else {
@@ -190,7 +191,22 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 			if err := os.RemoveAll(img.Layout); err != nil {
 				return nil, fmt.Errorf("imagebuild: %w", err)
 			}
-			args = append(args, "--push=false", "--oci-layout-path="+img.Layout)
+			// ko names what it writes by the layout's path, which must then
+			// be a valid repository name (lower case, no spaces): a path
+			// that is not is written under a temporary one and moved.
+			koLayout = img.Layout
+			if !repoPathRE.MatchString(img.Layout) {
+				tmp, err := os.MkdirTemp("", "tidal-ko-")
+				if err != nil {
+					return nil, fmt.Errorf("imagebuild: %w", err)
+				}
+				defer func() { _ = os.RemoveAll(tmp) }()
+				koLayout = filepath.Join(tmp, "tidal-"+svc)
+				if !repoPathRE.MatchString(koLayout) {
+					return nil, fmt.Errorf("imagebuild: ko cannot write a layout to %q nor to the temporary %q: set TMPDIR to a lower-case path", img.Layout, koLayout)
+				}
+			}
+			args = append(args, "--push=false", "--oci-layout-path="+koLayout)
 		}
 		env := append(os.Environ(),
 			"KO_DOCKER_REPO="+img.Repository,
@@ -202,6 +218,11 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 		ref, err := runKo(ctx, o, env, args)
 		if err != nil {
 			return nil, fmt.Errorf("imagebuild: tidal-%s: %w", svc, err)
+		}
+		if koLayout != img.Layout {
+			if err := moveDir(koLayout, img.Layout); err != nil {
+				return nil, fmt.Errorf("imagebuild: tidal-%s: %w", svc, err)
+			}
 		}
 		if img.Digest, err = digestOf(ref); err != nil {
 			return nil, fmt.Errorf("imagebuild: tidal-%s: %w", svc, err)
@@ -285,6 +306,40 @@ var digestRE = regexp.MustCompile(`@(sha256:[0-9a-f]{64})$`)
 
 // digestOf takes the digest from ko's printed reference (NAME@sha256:...,
 // where NAME is a repository or, for a layout, its directory).
+// repoPathRE is what ko accepts as an OCI layout's path: it names the
+// layout's images by it.
+var repoPathRE = regexp.MustCompile(`^[a-z0-9_./-]+$`)
+
+// moveDir moves the directory from to to, copying where a rename cannot
+// (another file system).
+func moveDir(from, to string) error {
+	if err := os.Rename(from, to); err == nil {
+		return nil
+	}
+	err := filepath.WalkDir(from, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("move the layout to %s: %w", to, err)
+	}
+	return nil
+}
+
 func digestOf(ref string) (string, error) {
 	m := digestRE.FindStringSubmatch(ref)
 	if m == nil {

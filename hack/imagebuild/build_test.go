@@ -119,3 +119,31 @@ func TestValues(t *testing.T) {
 		}
 	}
 }
+
+// TestLayoutPathsKoRefuses: ko names a layout's images by its path, so a
+// path with capitals (mktemp's, a home directory's) is written elsewhere
+// and moved, whole, to where the caller asked.
+func TestLayoutPathsKoRefuses(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		ok   bool
+	}{{"/tmp/tidal-image/tidal-collector", true}, {"/tmp/tmp.h50zaFlvib/tidal-collector", false}, {"/home/a b/x", false}} {
+		if got := repoPathRE.MatchString(c.path); got != c.ok {
+			t.Errorf("repoPathRE(%q) = %v, want %v", c.path, got, c.ok)
+		}
+	}
+	from := filepath.Join(t.TempDir(), "src")
+	to := filepath.Join(t.TempDir(), "Dst")
+	if err := os.MkdirAll(filepath.Join(from, "blobs", "sha256"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(from, "blobs", "sha256", "abc"), []byte("layer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := moveDir(from, to); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(to, "blobs", "sha256", "abc")); err != nil || string(b) != "layer" {
+		t.Errorf("moved blob = %q, %v; want %q", b, err, "layer")
+	}
+}
