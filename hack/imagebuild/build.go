@@ -219,13 +219,13 @@ func Build(ctx context.Context, o Options) ([]Image, error) {
 		if err != nil {
 			return nil, fmt.Errorf("imagebuild: tidal-%s: %w", svc, err)
 		}
+		if img.Digest, err = digestOf(ref); err != nil {
+			return nil, fmt.Errorf("imagebuild: tidal-%s: %w", svc, err)
+		}
 		if koLayout != img.Layout {
 			if err := moveDir(koLayout, img.Layout); err != nil {
 				return nil, fmt.Errorf("imagebuild: tidal-%s: %w", svc, err)
 			}
-		}
-		if img.Digest, err = digestOf(ref); err != nil {
-			return nil, fmt.Errorf("imagebuild: tidal-%s: %w", svc, err)
 		}
 		images = append(images, img)
 	}
