@@ -232,11 +232,3 @@ func startTidal(t *testing.T, c *cluster.Cluster, tc *certs, kafka bool) *system
 		"--authz-pushers", ids["activator"].String(), "--authz-keda", ids["keda"].String()}, brokers...)...)}
 	return sys
 }
-
-// quote bounds a value in a message.
-func quote(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "..."
-	}
-	return fmt.Sprintf("%q", strings.TrimSpace(s))
-}
