@@ -96,7 +96,7 @@ func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Binaries{}, fmt.Errorf("cache directory: %w", err)
 	}
-	unlock, err := lockFile(ctx, dir+".lock", log)
+	unlock, err := LockFile(ctx, dir+".lock", "the control plane", log)
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -268,8 +268,10 @@ func writeKwokStages(ctx context.Context, kwokModDir, dst string) error {
 	return os.Rename(dst+".tmp", dst)
 }
 
-// lockFile takes an exclusive flock on path, telling log if it has to wait.
-func lockFile(ctx context.Context, path string, log io.Writer) (unlock func(), err error) {
+// LockFile takes an exclusive flock on path, telling log (naming what is
+// being built) if it has to wait: one process builds a cached binary while
+// the others wait for it. test/knative builds Knative's binaries with it.
+func LockFile(ctx context.Context, path, what string, log io.Writer) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
@@ -285,7 +287,7 @@ func lockFile(ctx context.Context, path string, log io.Writer) (unlock func(), e
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !told {
-			fmt.Fprintf(log, "test/cluster: waiting for another process building the control plane (lock %s)\n", path)
+			fmt.Fprintf(log, "waiting for another process building %s (lock %s)\n", what, path)
 			told = true
 		}
 		select {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidalscale/tidal/test/cluster"
 )
 
 // Version is the Knative Serving module the binaries are built from; it
@@ -69,7 +70,7 @@ func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binar
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Binaries{}, fmt.Errorf("cache directory: %w", err)
 	}
-	unlock, err := lockFile(ctx, dir+".lock", log)
+	unlock, err := cluster.LockFile(ctx, dir+".lock", "Knative's binaries", log)
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -158,35 +159,6 @@ func goBuild(ctx context.Context, dir string, args []string, log io.Writer) erro
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	return cmd.Run()
-}
-
-// lockFile takes an exclusive flock on path, telling log if it has to wait.
-func lockFile(ctx context.Context, path string, log io.Writer) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	told := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !told {
-			fmt.Fprintf(log, "knative: waiting for another process building Knative's binaries (lock %s)\n", path)
-			told = true
-		}
-		select {
-		case <-ctx.Done():
-			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }
 
 // ModuleDir is test/knative as the go command sees it from the working
