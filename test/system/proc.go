@@ -130,8 +130,9 @@ func (p *Proc) waitServing(ctx context.Context, timeout time.Duration, exited ch
 	}
 }
 
-// Stop sends SIGTERM and waits up to grace, then kills. It reports an
-// error when the process did not exit cleanly on SIGTERM.
+// Stop sends SIGTERM and waits up to grace, then dumps the goroutines
+// (SIGQUIT) and kills. It reports an error when the process did not exit
+// cleanly on SIGTERM.
 func (p *Proc) Stop(grace time.Duration) error {
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
@@ -152,8 +153,15 @@ func (p *Proc) Stop(grace time.Duration) error {
 		}
 		return nil
 	case <-time.After(grace):
+		// SIGQUIT makes the Go runtime write every goroutine's stack to
+		// the log before it exits: what the process was waiting on.
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGQUIT)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+		}
 		p.Kill()
-		return fmt.Errorf("%s did not stop within %v of SIGTERM", p.Name, grace)
+		return fmt.Errorf("%s did not stop within %v of SIGTERM (its goroutines are in %s)", p.Name, grace, p.logPath)
 	}
 }
 
