@@ -129,8 +129,8 @@ func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
 	for _, s := range steps {
 		t0 := time.Now()
 		fmt.Fprintf(log, "test/cluster: go build %s ...\n", s.what)
-		stopHeartbeat := heartbeat(log, s.what, t0)
-		err := goBuild(ctx, s.dir, s.args, log)
+		stopHeartbeat := Heartbeat(log, s.what, t0)
+		err := GoBuild(ctx, s.dir, s.args, log)
 		stopHeartbeat()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -155,9 +155,10 @@ func EnsureBinaries(ctx context.Context, log io.Writer) (Binaries, error) {
 	return bins, nil
 }
 
-// heartbeat prints a line every 30 s until stopped, so a long cold build
-// does not look like a hang in CI logs.
-func heartbeat(log io.Writer, what string, since time.Time) (stop func()) {
+// Heartbeat prints a line every 30 s until stopped, so a long cold build
+// does not look like a hang in CI logs. test/knative builds Knative's
+// binaries with it.
+func Heartbeat(log io.Writer, what string, since time.Time) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -229,8 +230,11 @@ func sourceStamp(src string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// goBuild runs the go command at nice 10 in dir, sending its output to log.
-func goBuild(ctx context.Context, dir string, args []string, log io.Writer) error {
+// GoBuild runs the go command at nice 10 in dir, in its own process group
+// (killed with it when ctx ends or this process dies), sending its output to
+// log; env adds variables (CGO_ENABLED=0) after the fixed GOFLAGS and GOWORK.
+// test/knative builds Knative's binaries with it.
+func GoBuild(ctx context.Context, dir string, args []string, log io.Writer, env ...string) error {
 	cmd := exec.CommandContext(ctx, goCmd(), args...)
 	if nice, err := exec.LookPath("nice"); err == nil {
 		cmd = exec.CommandContext(ctx, nice, append([]string{"-n", "10", goCmd()}, args...)...)
@@ -239,7 +243,7 @@ func goBuild(ctx context.Context, dir string, args []string, log io.Writer) erro
 	cmd.Stdout, cmd.Stderr = log, log
 	// Never let a GOFLAGS=-mod=vendor or a workspace from the caller's
 	// environment leak into the separate modules under hack/kube.
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off")
+	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	return cmd.Run()

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/tidalscale/tidal/test/cluster"
@@ -80,8 +79,8 @@ func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binar
 	}
 	start := time.Now()
 	fmt.Fprintf(log, "knative: building Knative Serving %s's controller into %s (once per version; minutes on a cold Go build cache)\n", Version, dir)
-	stop := heartbeat(log, start)
-	err = goBuild(ctx, moduleDir, []string{"build", "-trimpath", "-o", bins.Controller + ".tmp", "knative.dev/serving/cmd/controller"}, log)
+	stop := cluster.Heartbeat(log, "Knative's controller", start)
+	err = cluster.GoBuild(ctx, moduleDir, []string{"build", "-trimpath", "-o", bins.Controller + ".tmp", "knative.dev/serving/cmd/controller"}, log, "CGO_ENABLED=0")
 	stop()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -124,41 +123,6 @@ func sourceStamp(moduleDir string) (string, error) {
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// heartbeat prints a line every 30 s until stopped, so a long cold build
-// does not look like a hang.
-func heartbeat(log io.Writer, since time.Time) (stop func()) {
-	done := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(30 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				fmt.Fprintf(log, "knative: still building Knative's controller (%s)\n", time.Since(since).Round(time.Second))
-			}
-		}
-	}()
-	return func() { close(done); <-ended }
-}
-
-// goBuild runs the go command at nice 10 in dir.
-func goBuild(ctx context.Context, dir string, args []string, log io.Writer) error {
-	cmd := exec.CommandContext(ctx, "go", args...)
-	if nice, err := exec.LookPath("nice"); err == nil {
-		cmd = exec.CommandContext(ctx, nice, append([]string{"-n", "10", "go"}, args...)...)
-	}
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	return cmd.Run()
 }
 
 // ModuleDir is test/knative as the go command sees it from the working
