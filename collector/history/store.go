@@ -11,32 +11,41 @@ import (
 // History is one target's retained samples, oldest first. It is not safe
 // for concurrent use: its owner locks.
 //
-// Samples are kept as flat records, not as the protobuf messages they arrive
-// in: a message with its Timestamp and optional fields is four heap objects
-// and about 210 bytes, a record is 88 bytes inside one array, and a
-// partition's lag 24 bytes instead of 72. At 10,000 targets the history is
-// most of the collector's heap.
+// Samples are kept as flat records in a ring, not as the protobuf messages
+// they arrive in: a message with its Timestamp and optional fields is four
+// heap objects and about 210 bytes, a record is 56 bytes, and a partition's
+// lag 24 bytes instead of 72. A ring holds a span of retention in at most
+// twice its sample count (power-of-two sizes); a slice trimmed at the front
+// held up to four times it between compactions. At 10,000 targets the history
+// is most of the collector's heap.
 type History struct {
 	// Retention is how far behind the newest sample samples are kept.
 	Retention time.Duration
 
-	samples []record
-	head    int // samples[head:] are live; the prefix is reused space
+	// ring[(start+i)&mask] is the i-th oldest of n samples; its length is
+	// zero or a power of two.
+	ring []record
+	// lags parallels ring: a sample's partition lags. Nil until the first
+	// sample with lags, so a KPA target pays nothing for them.
+	lags     [][]lag
+	start, n int
 }
 
-// record is one retained sample.
+// minRing is the smallest ring, and the size shrinking stops at.
+const minRing = 8
+
+// record is one retained sample, fields ordered to pack into 56 bytes.
 type record struct {
-	sec        int64
-	nanos      int32
-	source     commonv1.SampleSource
-	ready      int32
-	partitions int32
-	flags      uint8
 	conc       float64
 	proxied    float64
 	requests   float64
 	proxiedReq float64
-	lags       []lag
+	sec        int64
+	nanos      int32
+	ready      int32
+	partitions int32
+	source     uint8 // a commonv1.SampleSource; the collector sets only 0–4
+	flags      uint8
 }
 
 const (
@@ -57,6 +66,9 @@ func New(retention time.Duration) *History { return &History{Retention: retentio
 
 func (r *record) time() time.Time { return time.Unix(r.sec, int64(r.nanos)) }
 
+// slot is the ring index of the i-th oldest sample.
+func (h *History) slot(i int) int { return (h.start + i) & (len(h.ring) - 1) }
+
 // Append adds s and drops samples more than Retention older than it. A
 // pushed sample stamped with the same second as the newest pushed sample is
 // added into it (the decider sums every sample of a second into one bucket
@@ -64,9 +76,9 @@ func (r *record) time() time.Time { return time.Unix(r.sec, int64(r.nanos)) }
 // report. merged is true when that happened. s is not kept either way.
 func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 	sec, nanos := s.GetTime().GetSeconds(), s.GetTime().GetNanos()
-	if n := len(h.samples); n > h.head && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
-		last := &h.samples[n-1]
-		if last.source == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && last.sec == sec && last.nanos == nanos {
+	if h.n > 0 && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
+		last := &h.ring[h.slot(h.n-1)]
+		if last.source == uint8(commonv1.SampleSource_SAMPLE_SOURCE_PUSH) && last.sec == sec && last.nanos == nanos {
 			last.conc += s.GetAverageConcurrency()
 			last.proxied += s.GetAverageProxiedConcurrency()
 			last.requests += s.GetRequestCount()
@@ -74,28 +86,58 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 			return true
 		}
 	}
-	h.samples = append(h.samples, toRecord(s))
-	newest := h.samples[len(h.samples)-1].time()
-	for h.head < len(h.samples) && newest.Sub(h.samples[h.head].time()) > h.Retention {
-		h.samples[h.head] = record{}
-		h.head++
+	if h.n == len(h.ring) {
+		h.resize(max(minRing, 2*len(h.ring)))
 	}
-	// Compact once the dead prefix is half the slice, so appends stay
-	// amortised O(1) and memory stays within twice the retained span.
-	if h.head > 0 && h.head*2 >= len(h.samples) {
-		n := copy(h.samples, h.samples[h.head:])
-		clear(h.samples[n:])
-		h.samples = h.samples[:n]
-		h.head = 0
+	i := h.slot(h.n)
+	h.ring[i] = toRecord(s)
+	if pl := s.GetPartitionLags(); len(pl) > 0 {
+		if h.lags == nil {
+			h.lags = make([][]lag, len(h.ring))
+		}
+		h.lags[i] = toLags(pl)
+	}
+	h.n++
+	newest := h.ring[i].time()
+	for h.n > 0 && newest.Sub(h.ring[h.start].time()) > h.Retention {
+		h.ring[h.start] = record{}
+		if h.lags != nil {
+			h.lags[h.start] = nil
+		}
+		h.start = (h.start + 1) & (len(h.ring) - 1)
+		h.n--
+	}
+	// Halve a ring a quarter full (a shorter retention, a slower source),
+	// so it stays within twice what it holds once it has settled.
+	if len(h.ring) > minRing && h.n <= len(h.ring)/4 {
+		h.resize(len(h.ring) / 2)
 	}
 	return false
+}
+
+// resize moves the samples, oldest first, into a ring of size (a power of
+// two, at least n).
+func (h *History) resize(size int) {
+	ring := make([]record, size)
+	var lags [][]lag
+	if h.lags != nil {
+		lags = make([][]lag, size)
+	}
+	for i := range h.n {
+		j := h.slot(i)
+		ring[i] = h.ring[j]
+		if lags != nil {
+			lags[i] = h.lags[j]
+		}
+	}
+	h.ring, h.lags, h.start = ring, lags, 0
 }
 
 func toRecord(s *commonv1.MetricSample) record {
 	r := record{
 		sec:        s.GetTime().GetSeconds(),
 		nanos:      s.GetTime().GetNanos(),
-		source:     s.GetSource(),
+		source:     uint8(s.GetSource()), //nolint:gosec // the collector's own sources, 0–4.
 		conc:       s.GetAverageConcurrency(),
 		proxied:    s.GetAverageProxiedConcurrency(),
 		requests:   s.GetRequestCount(),
@@ -109,16 +151,18 @@ func toRecord(s *commonv1.MetricSample) record {
 		r.flags |= hasPartitions
 		r.partitions = *s.PartitionCount
 	}
-	if pl := s.GetPartitionLags(); len(pl) > 0 {
-		r.lags = make([]lag, len(pl))
-		for i, p := range pl {
-			r.lags[i] = lag{partition: p.GetPartition(), end: p.GetEndOffset()}
-			if p.CommittedOffset != nil {
-				r.lags[i].committed, r.lags[i].hasCommitted = *p.CommittedOffset, true
-			}
+	return r
+}
+
+func toLags(pl []*commonv1.PartitionLag) []lag {
+	ls := make([]lag, len(pl))
+	for i, p := range pl {
+		ls[i] = lag{partition: p.GetPartition(), end: p.GetEndOffset()}
+		if p.CommittedOffset != nil {
+			ls[i].committed, ls[i].hasCommitted = *p.CommittedOffset, true
 		}
 	}
-	return r
+	return ls
 }
 
 // AddInto adds the request fields of s into dst.
@@ -130,7 +174,7 @@ func AddInto(dst, s *commonv1.MetricSample) {
 }
 
 // Len is the number of retained samples.
-func (h *History) Len() int { return len(h.samples) - h.head }
+func (h *History) Len() int { return h.n }
 
 // AppendTo appends the retained samples, oldest first, to dst as new
 // messages that share nothing with the history. The messages, their
@@ -138,23 +182,22 @@ func (h *History) Len() int { return len(h.samples) - h.head }
 // replay of a whole history costs a handful of allocations, not several per
 // sample.
 func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSample {
-	live := h.samples[h.head:]
-	if len(live) == 0 {
+	if h.n == 0 {
 		return dst
 	}
-	msgs := make([]commonv1.MetricSample, len(live))
-	times := make([]timestamppb.Timestamp, len(live))
+	msgs := make([]commonv1.MetricSample, h.n)
+	times := make([]timestamppb.Timestamp, h.n)
 	var nints, nlags, ncommitted int
-	for i := range live {
-		r := &live[i]
+	for i := range h.n {
+		r := &h.ring[h.slot(i)]
 		if r.flags&hasReady != 0 {
 			nints++
 		}
 		if r.flags&hasPartitions != 0 {
 			nints++
 		}
-		nlags += len(r.lags)
-		for _, l := range r.lags {
+		for _, l := range h.lagsAt(i) {
+			nlags++
 			if l.hasCommitted {
 				ncommitted++
 			}
@@ -171,12 +214,12 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 		lagPtrs = make([]*commonv1.PartitionLag, nlags)
 		committed = make([]int64, 0, ncommitted)
 	}
-	for i := range live {
-		r := &live[i]
+	for i := range h.n {
+		r := &h.ring[h.slot(i)]
 		m, ts := &msgs[i], &times[i]
 		ts.Seconds, ts.Nanos = r.sec, r.nanos
 		m.Time = ts
-		m.Source = r.source
+		m.Source = commonv1.SampleSource(r.source)
 		m.AverageConcurrency = r.conc
 		m.AverageProxiedConcurrency = r.proxied
 		m.RequestCount = r.requests
@@ -189,9 +232,9 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 			ints = append(ints, r.partitions)
 			m.PartitionCount = &ints[len(ints)-1]
 		}
-		if len(r.lags) > 0 {
-			ptrs := lagPtrs[:len(r.lags):len(r.lags)]
-			for j, l := range r.lags {
+		if ls := h.lagsAt(i); len(ls) > 0 {
+			ptrs := lagPtrs[:len(ls):len(ls)]
+			for j, l := range ls {
 				lm := &lagMsgs[j]
 				lm.Partition, lm.EndOffset = l.partition, l.end
 				if l.hasCommitted {
@@ -201,11 +244,19 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 				ptrs[j] = lm
 			}
 			m.PartitionLags = ptrs
-			lagMsgs, lagPtrs = lagMsgs[len(r.lags):], lagPtrs[len(r.lags):]
+			lagMsgs, lagPtrs = lagMsgs[len(ls):], lagPtrs[len(ls):]
 		}
 		dst = append(dst, m)
 	}
 	return dst
+}
+
+// lagsAt returns the i-th oldest sample's partition lags.
+func (h *History) lagsAt(i int) []lag {
+	if h.lags == nil {
+		return nil
+	}
+	return h.lags[h.slot(i)]
 }
 
 // LastTime returns the newest sample's time, and false when there is none.
@@ -213,7 +264,7 @@ func (h *History) LastTime() (time.Time, bool) {
 	if h.Len() == 0 {
 		return time.Time{}, false
 	}
-	return h.samples[len(h.samples)-1].time(), true
+	return h.ring[h.slot(h.n-1)].time(), true
 }
 
 // Clone copies a sample; cheaper than proto.Clone for this flat message.

@@ -25,8 +25,8 @@ func TestAppendRetains(t *testing.T) {
 	if len(got) != 11 || got[0].GetAverageConcurrency() != 89 || got[10].GetAverageConcurrency() != 99 {
 		t.Fatalf("retained %d samples from %v; want 11 from 89 to 99", len(got), got[0].GetAverageConcurrency())
 	}
-	if cap(h.samples) > 64 {
-		t.Errorf("backing array grew to %d for 11 retained samples", cap(h.samples))
+	if len(h.ring) > 16 {
+		t.Errorf("ring grew to %d for 11 retained samples", len(h.ring))
 	}
 }
 
@@ -115,7 +115,8 @@ func TestAppendToGivesBackEveryField(t *testing.T) {
 
 // TestRetainedBytes bounds what a retained sample costs, since the history is
 // most of the collector's heap at 10,000 targets: a scraped KPA sample and a
-// lag sample of ten partitions, as the collector stores them.
+// lag sample of ten partitions, as the collector stores them, once the
+// history has settled (three retention spans appended).
 func TestRetainedBytes(t *testing.T) {
 	const targets, perTarget = 500, 120
 	cases := []struct {
@@ -126,7 +127,7 @@ func TestRetainedBytes(t *testing.T) {
 		{"kpa scrape", func(at time.Time) *commonv1.MetricSample {
 			return &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE,
 				AverageConcurrency: 1, RequestCount: 2, ReadyPods: ptr[int32](3)}
-		}, 120},
+		}, 80},
 		{"lag, 10 partitions", func(at time.Time) *commonv1.MetricSample {
 			s := &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
 				PartitionCount: ptr[int32](10), ReadyPods: ptr[int32](1)}
@@ -134,7 +135,7 @@ func TestRetainedBytes(t *testing.T) {
 				s.PartitionLags = append(s.PartitionLags, &commonv1.PartitionLag{Partition: p, EndOffset: 100, CommittedOffset: ptr[int64](50)})
 			}
 			return s
-		}, 400},
+		}, 360},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -145,7 +146,7 @@ func TestRetainedBytes(t *testing.T) {
 			t0 := time.Unix(1000, 0)
 			for i := range hs {
 				hs[i] = New(time.Duration(perTarget-1) * time.Second)
-				for j := range perTarget {
+				for j := range 3 * perTarget {
 					hs[i].Append(c.make(t0.Add(time.Duration(j) * time.Second)))
 				}
 			}
