@@ -125,3 +125,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "tidal.tlsDir" -}}
 /etc/tidal/tls
 {{- end }}
+
+{{/*
+Port of the Services Knative's activators reach the collectors by: 8080, the
+port they dial; named http as in Knative's own autoscaler Service.
+*/}}
+{{- define "tidal.activatorServicePort" -}}
+- name: http
+  port: 8080
+  targetPort: activator
+  protocol: TCP
+  appProtocol: kubernetes.io/ws
+{{- end }}
