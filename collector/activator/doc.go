@@ -8,8 +8,10 @@
 //
 // The package decodes those frames under bounds (frame size, messages per
 // frame, names, numbers, a rate per connection, a number of connections),
-// stamps each stat with its arrival second as Knative's autoscaler does, and
-// routes it: to this collector's hub when this replica owns the revision's
-// target, else to the owning replica over ActivatorStatService, which
+// stamps each stat with its arrival second as Knative's autoscaler does,
+// names its target (in Knative mode the revision's PodAutoscaler's scale
+// target, ByPodAutoscaler; else Knative's naming rule for the revision's
+// Deployment, RevisionDeployment), and routes it: to this collector's hub
+// when this replica owns the target, else to the owning replica over ActivatorStatService, which
 // records it at the first replica's stamp and never forwards again.
 package activator

@@ -40,6 +40,9 @@ type Metrics struct {
 	refused     *prometheus.CounterVec
 	frames      *prometheus.CounterVec
 	stats       *prometheus.CounterVec
+	// byPodAutoscaler and byNamingRule count how stats' targets were
+	// named (ByPodAutoscaler).
+	byPodAutoscaler, byNamingRule prometheus.Counter
 }
 
 // NewMetrics registers the endpoint's metrics on reg.
@@ -63,6 +66,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Activator stats by outcome: recorded here, forwarded to the owning replica, or dropped (invalid, no-stat, unresolved, unknown-target, target-limit, not-owner, no-owner, backlog, rate-limited, forward-dropped, forward-failed).",
 		}, []string{"outcome"}),
 	}
+	resolved := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "tidal_collector_activator_resolved_total",
+		Help: "Activator stats' targets in Knative mode, by how they were named: podautoscaler (the revision's PodAutoscaler's scaleTargetRef) or naming-rule (its PodAutoscaler not known yet: Knative's <revision>-deployment).",
+	}, []string{"by"})
+	m.byPodAutoscaler = resolved.WithLabelValues("podautoscaler")
+	m.byNamingRule = resolved.WithLabelValues("naming-rule")
 	for _, r := range []string{reasonConnLimit, reasonAddress, reasonUpgrade} {
 		m.refused.WithLabelValues(r)
 	}

@@ -138,8 +138,7 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 	if err != nil {
 		return err
 	}
-	r := pa.Spec.ScaleTargetRef
-	ref := &commonv1.TargetRef{Namespace: pa.Namespace, Name: r.Name, ApiVersion: r.APIVersion, Kind: r.Kind}
+	ref := knativeRef(pa)
 	if !d.claim(key, ref, rankPodAutoscaler) {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/tidalscale/tidal/collector/activator"
 	"github.com/tidalscale/tidal/collector/kedascaler"
 	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/targets"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/server"
@@ -21,9 +22,11 @@ import (
 // --activator-listen is set: stats into the hub as PushStats records
 // them, those for targets another replica owns forwarded to it over the
 // collectors' mutual TLS (ActivatorStatService, which it registers), its
-// forwarder run in g. The endpoint is returned unbound; nil when off.
+// forwarder run in g. A stat's target is its revision's PodAutoscaler's
+// scale target when scaleTargets is set (--knative), else Knative's
+// naming rule. The endpoint is returned unbound; nil when off.
 func activatorEndpoint(gctx context.Context, g *errgroup.Group, cfg *config, hub *stream.Hub, buckets *bucket.Set, peers *kedascaler.PeerPool,
-	srv *server.Server, reg prometheus.Registerer, log *zap.Logger) *activator.Server {
+	scaleTargets activator.ScaleTargets, srv *server.Server, reg prometheus.Registerer, log *zap.Logger) *activator.Server {
 	if !cfg.activator.Enabled() {
 		return nil
 	}
@@ -40,8 +43,22 @@ func activatorEndpoint(gctx context.Context, g *errgroup.Group, cfg *config, hub
 		g.Go(func() error { return fwd.Run(gctx) })
 	}
 	collectorv1.RegisterActivatorStatServiceServer(srv.GRPC(), activator.NewPeerService(owners, local, m, time.Now))
-	router := activator.NewRouter(activator.RevisionDeployment, owners, local, fwd, m, log)
+	resolve := activator.RevisionDeployment
+	if scaleTargets != nil {
+		resolve = activator.ByPodAutoscaler(scaleTargets, m, log)
+	}
+	router := activator.NewRouter(resolve, owners, local, fwd, m, log)
 	return activator.New(cfg.activator, router, m, log)
+}
+
+// knativeScaleTargets is the lookup of Knative PodAutoscalers' scale
+// targets in Knative mode (--knative, with Kubernetes discovery), nil
+// otherwise.
+func knativeScaleTargets(cfg *config, disc *targets.Discovery) activator.ScaleTargets {
+	if disc == nil || !cfg.targets.Knative.Enabled {
+		return nil
+	}
+	return disc.KnativeScaleTarget
 }
 
 // activatorPeers is activator.Peers over the collectors' shared pool.

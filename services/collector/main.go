@@ -286,7 +286,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	collectorv1.RegisterKEDATargetServiceServer(srv.GRPC(), kedascaler.NewTargetService(inline))
 	g.Go(func() error { return kedaDecisions.Run(gctx) })
 	g.Go(func() error { return inline.Triggers.Run(gctx) })
-	activatorWS := activatorEndpoint(gctx, g, &cfg, hub, buckets, peers, srv, reg, log)
+	activatorWS := activatorEndpoint(gctx, g, &cfg, hub, buckets, peers, knativeScaleTargets(&cfg, disc), srv, reg, log)
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}
