@@ -43,6 +43,9 @@ type Config struct {
 	// full before its stats are dropped; the wait holds up the
 	// connection's pongs, and Knative's activator counts itself not Ready
 	// when none came for 10 s (knative.dev/pkg/websocket pongTimeout).
+	// After a wait in vain the connection's frames are dropped at once
+	// until one finds room, so a lasting backlog costs each connection one
+	// wait.
 	BacklogWait time.Duration
 	// ForwardTimeout bounds one forward to the owning replica.
 	ForwardTimeout time.Duration
@@ -74,7 +77,7 @@ func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.IdleTimeout, p+"idle-timeout", 30*time.Second, "How long an activator connection may send nothing (no frame, no ping) before it is closed.")
-	fs.DurationVar(&c.BacklogWait, p+"backlog-wait", 2*time.Second, "How long a frame waits while a decider's backlog is full before its stats are dropped; keep it well below 10s, after which Knative's activator misses its pongs.")
+	fs.DurationVar(&c.BacklogWait, p+"backlog-wait", 2*time.Second, "How long a frame waits while a decider's backlog is full before its stats are dropped (after one wait in vain, a connection's frames are dropped at once until the backlog has room); keep it well below 10s, after which Knative's activator misses its pongs.")
 	fs.DurationVar(&c.ForwardTimeout, p+"forward-timeout", 2*time.Second, "Longest forward of stats to the collector replica owning their revision.")
 	fs.IntVar(&c.ForwardQueue, p+"forward-queue", 16, "Batches of stats waiting for one owning replica; one more is dropped and counted.")
 }

@@ -47,7 +47,7 @@ type Counts struct {
 }
 
 // Recorder records stats for targets this replica owns, at the second
-// they arrived.
+// they arrived. A wait for room in a decider's backlog ends with ctx.
 type Recorder interface {
 	Record(ctx context.Context, at time.Time, refs []*commonv1.TargetRef, stats []Stat) Counts
 }

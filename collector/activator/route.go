@@ -41,8 +41,10 @@ func NewRouter(resolve Resolver, owners Owners, local Recorder, fwd *Forwarder, 
 	return &Router{resolve: resolve, owners: owners, local: local, fwd: fwd, metrics: m, log: log, limit: logkey.NewLimiter(time.Minute), now: time.Now}
 }
 
-// Route records or forwards stats that arrived at the second at.
-func (r *Router) Route(ctx context.Context, at time.Time, stats []Stat) {
+// Route records or forwards stats that arrived at the second at, and
+// returns what became of those this replica records; ctx bounds their wait
+// while a decider's backlog is full.
+func (r *Router) Route(ctx context.Context, at time.Time, stats []Stat) Counts {
 	var (
 		refs  = make([]*commonv1.TargetRef, 0, len(stats))
 		mine  = make([]Stat, 0, len(stats))
@@ -91,9 +93,12 @@ func (r *Router) Route(ctx context.Context, at time.Time, stats []Stat) {
 			r.metrics.count(outcomeForwardDropped, len(req.Stats))
 		}
 	}
-	if len(mine) > 0 {
-		r.metrics.record(r.local.Record(ctx, at, refs, mine))
+	if len(mine) == 0 {
+		return Counts{}
 	}
+	c := r.local.Record(ctx, at, refs, mine)
+	r.metrics.record(c)
+	return c
 }
 
 func (m *Metrics) record(c Counts) {

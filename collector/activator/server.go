@@ -203,7 +203,18 @@ func (s *Server) serve(conn *websocket.Conn, log *zap.Logger) string {
 		return err
 	})
 	lim := rate.NewLimiter(rate.Limit(s.cfg.StatRate), s.cfg.StatBurst)
+	// A frame waits at most --activator-backlog-wait while a decider's
+	// backlog is full, and reads nothing meanwhile: no ping is answered.
+	// Once a wait has ended in vain the connection is stalled, and its
+	// frames do not wait (noWait has ended) until one finds room again:
+	// else, with Knative's activator sending a frame a second and the wait
+	// 2 s, the unread frames and the pings behind them would fall further
+	// behind each second until the activator's pong timeout (10 s) drops
+	// the connection.
 	ctx := context.Background()
+	noWait, cancel := context.WithCancel(ctx)
+	cancel()
+	stalled := false
 	for {
 		typ, data, err := conn.ReadMessage()
 		if err != nil {
@@ -245,7 +256,11 @@ func (s *Server) serve(conn *websocket.Conn, log *zap.Logger) string {
 			continue
 		}
 		if len(frame.Stats) > 0 {
-			s.router.Route(ctx, arrival, frame.Stats)
+			rctx := ctx
+			if stalled {
+				rctx = noWait
+			}
+			stalled = s.router.Route(rctx, arrival, frame.Stats).Backlog > 0
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +54,8 @@ type replica struct {
 	url     string
 	grpc    string
 	now     atomic.Pointer[time.Time]
+	// stop stops everything the replica runs and waits for it.
+	stop func()
 }
 
 func (r *replica) clock() time.Time { return *r.now.Load() }
@@ -61,10 +64,18 @@ func (r *replica) clock() time.Time { return *r.now.Load() }
 // peers (with owners) reach the other replicas.
 func startReplica(t *testing.T, cfg Config, implicit bool, owners Owners, peers Peers) *replica {
 	t.Helper()
+	return startReplicaOn(t, cfg, implicit, owners, peers, stream.HubConfig{Retention: time.Minute, HighWater: 1 << 20, MaxTargets: 100})
+}
+
+// startReplicaOn starts a replica whose hub is configured by hc, on the
+// replica's clock.
+func startReplicaOn(t *testing.T, cfg Config, implicit bool, owners Owners, peers Peers, hc stream.HubConfig) *replica {
+	t.Helper()
 	r := &replica{reg: prometheus.NewRegistry()}
 	r.now.Store(&start)
 	log := zap.NewNop()
-	r.hub = stream.NewHub(stream.HubConfig{Retention: time.Minute, HighWater: 1 << 20, MaxTargets: 100, Now: r.clock}, stream.NewMetrics(r.reg), log)
+	hc.Now = r.clock
+	r.hub = stream.NewHub(hc, stream.NewMetrics(r.reg), log)
 	r.metrics = NewMetrics(r.reg)
 	local := HubRecorder{Hub: r.hub, Implicit: implicit, Wait: cfg.BacklogWait}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,13 +106,14 @@ func startReplica(t *testing.T, cfg Config, implicit bool, owners Owners, peers 
 	}
 	r.grpc = ln.Addr().String()
 	go func() { _ = gs.Serve(ln); done <- struct{}{} }()
-	t.Cleanup(func() {
+	r.stop = sync.OnceFunc(func() {
 		cancel()
 		gs.Stop()
 		for range 3 {
 			<-done
 		}
 	})
+	t.Cleanup(r.stop)
 	return r
 }
 
