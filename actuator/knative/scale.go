@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/scaleop"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/targetkey"
@@ -78,71 +78,33 @@ func (c *Controller) Scale(ctx context.Context, req podautoscaler.Request) (scal
 	if err != nil {
 		return scale.Result{}, fmt.Errorf("knative podautoscaler %s/%s: %w: %w", pa.Namespace, pa.Name, ErrInvalidPodAutoscaler, err)
 	}
-	if _, hi := rev.ScaleBounds(); hi > 0 && req.Desired > hi {
-		return scale.Result{}, fmt.Errorf("desired_replicas %d for %s: knative podautoscaler %s/%s has max-scale %d: %w",
-			req.Desired, req.Target, pa.Namespace, pa.Name, hi, ErrOutOfRange)
-	}
-	if req.Sequence > math.MaxInt64 {
-		return scale.Result{}, fmt.Errorf("decision_sequence %d for %s: want at most %d (Unix milliseconds): %w",
-			req.Sequence, req.Target, int64(math.MaxInt64), ErrOutOfRange)
-	}
 	name := cache.MetaObjectToName(pa)
+	_, hi := rev.ScaleBounds()
+	op, err := scaleop.Start(req.Decision, "knative podautoscaler", name, hi)
+	if err != nil {
+		return scale.Result{}, err
+	}
 	if owner, mine := c.Owns(name); !mine {
 		return scale.Result{}, &podautoscaler.NotOwnerError{PodAutoscaler: name, Owner: owner}
 	}
 	unlock := c.lock(name)
 	defer unlock()
 
-	dec := autoscalingv1alpha1.PodAutoscalerDecision{Sequence: int64(req.Sequence), DesiredScale: req.Desired,
-		ExcessBurstCapacity: req.ExcessBurstCapacity, Reason: req.Reason, Time: metav1.NewTime(c.clock.Now())}
-	var (
-		last  uint64
-		stale bool
-	)
+	op.Stamp(req.ExcessBurstCapacity, c.clock.Now())
 	out, cur, err := c.reconcileLatest(ctx, name, func(pa *knautoscaling.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscalerDecision, bool) {
 		rec := lastDecision(pa)
-		last = 0
+		var last uint64
 		if rec != nil {
 			last = uint64(rec.Sequence)
 		}
-		if stale = req.Sequence < last; stale {
-			return nil, true
-		}
-		if !req.DryRun && rec != nil && req.Sequence == last && req.Desired == rec.DesiredScale {
-			return nil, false // already recorded: converge only
-		}
-		return &dec, false
+		return op.Attempt(last, rec)
 	}, req.DryRun)
-	// The passes the rules ask for (the one after the PodAutoscaler goes
-	// inactive, the end of the scale-to-zero grace period) are queued as a
-	// worker's reconcile queues them: a decision of 0 is often the last
-	// event the PodAutoscaler gets, and without them it never reaches zero.
-	if out.Requeue > 0 && !req.DryRun {
-		c.AddAfter(name, out.Requeue)
+	var on runtime.Object
+	if cur != nil {
+		on = ref(cur)
 	}
-	if err != nil {
-		return scale.Result{}, fmt.Errorf("knative podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
-	}
-	if cur == nil {
-		return scale.Result{}, fmt.Errorf("target %s: knative podautoscaler %s/%s was deleted: %w", req.Target, pa.Namespace, pa.Name, scale.ErrNotFound)
-	}
-	if stale {
-		sc, err := c.scaler.GetScale(ctx, req.Target)
-		if err != nil {
-			return scale.Result{}, err
-		}
-		c.recorder.Eventf(ref(cur), corev1.EventTypeWarning, EventStaleDecision,
-			"refused decision %d (%d replicas): older than decision %d already applied", req.Sequence, req.Desired, last)
-		return scale.Result{Applied: sc.Replicas, Previous: sc.Replicas, Stale: true, LastSequence: last}, nil
-	}
-	if out.Refused != nil {
-		return scale.Result{}, fmt.Errorf("knative podautoscaler %s/%s: %w", pa.Namespace, pa.Name, out.Refused)
-	}
-	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: max(req.Sequence, last)}
-	if req.DryRun {
-		res.LastSequence = last
-	}
-	return res, nil
+	return op.Finish(ctx, scaleop.Host{Scaler: c.scaler, Recorder: c.recorder, Requeue: func(d time.Duration) { c.AddAfter(name, d) }},
+		scaleop.Outcome(out), err, on)
 }
 
 // Status is what is known about the scale of a Knative PodAutoscaler's

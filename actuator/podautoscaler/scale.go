@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/scaleop"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 )
 
 // ErrOutOfRange is returned for a desired scale the PodAutoscaler's bounds
 // refuse outright (above its max-scale).
-var ErrOutOfRange = errors.New("desired scale out of range")
+var ErrOutOfRange = scaleop.ErrOutOfRange
 
 // ErrNotSynced is returned before the controller's caches have synced.
 var ErrNotSynced = errors.New("podautoscaler caches not synced yet")
@@ -92,72 +92,35 @@ func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, erro
 	if err != nil {
 		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w: %w", pa.Namespace, pa.Name, ErrInvalidPodAutoscaler, err)
 	}
-	if _, hi := rev.ScaleBounds(); hi > 0 && req.Desired > hi {
-		return scale.Result{}, fmt.Errorf("desired_replicas %d for %s: podautoscaler %s/%s has max-scale %d: %w",
-			req.Desired, req.Target, pa.Namespace, pa.Name, hi, ErrOutOfRange)
-	}
-	if req.Sequence > math.MaxInt64 {
-		// status.lastDecision.sequence is an int64, as Kubernetes integers are.
-		return scale.Result{}, fmt.Errorf("decision_sequence %d for %s: want at most %d (Unix milliseconds): %w",
-			req.Sequence, req.Target, int64(math.MaxInt64), ErrOutOfRange)
-	}
-
 	name := cache.MetaObjectToName(pa)
+	_, hi := rev.ScaleBounds()
+	op, err := scaleop.Start(req.Decision, "podautoscaler", name, hi)
+	if err != nil {
+		return scale.Result{}, err
+	}
 	if owner, mine := c.owns(name); !mine {
 		return scale.Result{}, &NotOwnerError{PodAutoscaler: name, Owner: owner}
 	}
 	unlock := c.lock(name)
 	defer unlock()
 
-	dec := autoscalingv1alpha1.PodAutoscalerDecision{Sequence: int64(req.Sequence), DesiredScale: req.Desired,
-		ExcessBurstCapacity: req.ExcessBurstCapacity, Reason: req.Reason, Time: metav1.NewTime(c.clock.Now())}
-	var (
-		last  uint64
-		stale bool
-	)
+	op.Stamp(req.ExcessBurstCapacity, c.clock.Now())
 	// Each attempt compares with the newest copy this process knows; the
 	// status write that records the decision is made at that copy's
 	// resourceVersion, so a newer decision recorded elsewhere meanwhile
 	// makes it conflict, and the next attempt, from a fresh read, finds
 	// this one stale.
 	out, cur, err := c.reconcileLatest(ctx, name, func(pa *autoscalingv1alpha1.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscalerDecision, bool) {
-		last = lastSequence(pa)
-		if stale = req.Sequence < last; stale {
-			return nil, true
-		}
-		if rec := pa.Status.LastDecision; !req.DryRun && rec != nil && req.Sequence == last && req.Desired == rec.DesiredScale {
-			return nil, false // already recorded: converge only
-		}
-		return &dec, false
+		return op.Attempt(lastSequence(pa), pa.Status.LastDecision)
 	}, req.DryRun)
-	// The passes the rules ask for (the one after the PodAutoscaler goes
-	// inactive, the end of the scale-to-zero grace period) are queued as a
-	// worker's reconcile queues them: a decision of 0 is often the last
-	// event the PodAutoscaler gets, and without them it never reaches zero.
-	if out.Requeue > 0 && !req.DryRun {
-		c.AddAfter(name, out.Requeue)
+	var on runtime.Object
+	if cur != nil {
+		on = cur
 	}
-	if err != nil {
-		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
-	}
-	if cur == nil {
-		return scale.Result{}, fmt.Errorf("target %s: podautoscaler %s/%s was deleted: %w", req.Target, pa.Namespace, pa.Name, scale.ErrNotFound)
-	}
-	if stale {
-		sc, err := c.scaler.GetScale(ctx, req.Target)
-		if err != nil {
-			return scale.Result{}, err
-		}
-		c.recorder.Eventf(cur, corev1.EventTypeWarning, EventStaleDecision,
-			"refused decision %d (%d replicas): older than decision %d already applied", req.Sequence, req.Desired, last)
-		return scale.Result{Applied: sc.Replicas, Previous: sc.Replicas, Stale: true, LastSequence: last}, nil
-	}
-	if out.Refused != nil {
-		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w", pa.Namespace, pa.Name, out.Refused)
-	}
-	res := scale.Result{Applied: out.After, Previous: out.Before, Changed: out.Patched, LastSequence: max(req.Sequence, last)}
-	if req.DryRun {
-		res.LastSequence = last
+	res, err := op.Finish(ctx, scaleop.Host{Scaler: c.scaler, Recorder: c.recorder, Requeue: func(d time.Duration) { c.AddAfter(name, d) }},
+		scaleop.Outcome{Before: out.Before, After: out.After, Patched: out.Patched, Requeue: out.Requeue, Refused: out.Refused}, err, on)
+	if err != nil || res.Stale {
+		return res, err
 	}
 	// A dry run (the request's or the PodAutoscaler's) reports what the
 	// target would have; a paused target keeps what it has.

@@ -1,0 +1,161 @@
+package scaleop
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/tidalscale/tidal/actuator/scale"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
+)
+
+var (
+	web    = cache.ObjectName{Namespace: "ns", Name: "web"}
+	target = scale.Target{Namespace: "ns", Name: "web"}
+)
+
+func TestStartChecksBounds(t *testing.T) {
+	tests := []struct {
+		name     string
+		req      scale.Decision
+		maxScale int32
+		want     string // error substring; empty means accepted
+	}{
+		{"within max-scale", scale.Decision{Target: target, Desired: 3, Sequence: 1}, 3, ""},
+		{"no max-scale", scale.Decision{Target: target, Desired: 1000, Sequence: 1}, 0, ""},
+		{"above max-scale", scale.Decision{Target: target, Desired: 4, Sequence: 1}, 3, "desired_replicas 4 for ns/web: podautoscaler ns/web has max-scale 3"},
+		{"sequence beyond int64", scale.Decision{Target: target, Desired: 1, Sequence: math.MaxInt64 + 1}, 0, "decision_sequence 9223372036854775808 for ns/web"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Start(tt.req, "podautoscaler", web, tt.maxScale)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Start = %v, want accepted", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrOutOfRange)):
+				t.Errorf("Start = %v, want ErrOutOfRange with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAttemptComparesWithTheRecordedDecision(t *testing.T) {
+	recorded := &autoscalingv1alpha1.PodAutoscalerDecision{Sequence: 5, DesiredScale: 2}
+	tests := []struct {
+		name      string
+		req       scale.Decision
+		last      uint64
+		rec       *autoscalingv1alpha1.PodAutoscalerDecision
+		record    bool // a decision to record
+		done      bool
+		wantStale bool
+	}{
+		{"none recorded", scale.Decision{Desired: 2, Sequence: 1}, 0, nil, true, false, false},
+		{"newer", scale.Decision{Desired: 3, Sequence: 6}, 5, recorded, true, false, false},
+		{"older: stale", scale.Decision{Desired: 3, Sequence: 4}, 5, recorded, false, true, true},
+		{"the recorded one again: converge only", scale.Decision{Desired: 2, Sequence: 5}, 5, recorded, false, false, false},
+		{"the recorded one again in a dry run", scale.Decision{Desired: 2, Sequence: 5, DryRun: true}, 5, recorded, true, false, false},
+		{"same sequence, another scale", scale.Decision{Desired: 4, Sequence: 5}, 5, recorded, true, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op, err := Start(tt.req, "podautoscaler", web, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ebc := int32(7)
+			now := time.Unix(1_800_000_000, 0)
+			op.Stamp(&ebc, now)
+			dec, done := op.Attempt(tt.last, tt.rec)
+			if (dec != nil) != tt.record || done != tt.done || op.stale != tt.wantStale {
+				t.Fatalf("Attempt = %v, %v (stale %v); want a decision %v, done %v, stale %v", dec, done, op.stale, tt.record, tt.done, tt.wantStale)
+			}
+			if dec != nil && (dec.Sequence != int64(tt.req.Sequence) || dec.DesiredScale != tt.req.Desired || *dec.ExcessBurstCapacity != 7 || !dec.Time.Time.Equal(now)) {
+				t.Errorf("decision = %+v, want the request's, stamped %v", dec, now)
+			}
+		})
+	}
+}
+
+// scalerOf reads every target's scale as replicas.
+type scalerOf int32
+
+func (s scalerOf) GetScale(context.Context, scale.Target) (scale.Scale, error) {
+	return scale.Scale{Replicas: int32(s)}, nil
+}
+
+func TestFinishMakesTheResult(t *testing.T) {
+	pa := &corev1.ObjectReference{Kind: "PodAutoscaler", Namespace: "ns", Name: "web"}
+	refused := errors.New("no scale subresource")
+	tests := []struct {
+		name    string
+		req     scale.Decision
+		last    uint64 // recorded sequence the attempt sees
+		out     Outcome
+		err     error
+		on      runtime.Object
+		want    scale.Result
+		wantErr string
+		requeue time.Duration
+		event   string
+	}{
+		{name: "applied", req: scale.Decision{Desired: 3, Sequence: 6}, last: 5, out: Outcome{Before: 1, After: 3, Patched: true, Requeue: time.Second}, on: pa,
+			want: scale.Result{Applied: 3, Previous: 1, Changed: true, LastSequence: 6}, requeue: time.Second},
+		{name: "dry run", req: scale.Decision{Desired: 3, Sequence: 6, DryRun: true}, last: 5, out: Outcome{Before: 1, After: 3, Requeue: time.Second}, on: pa,
+			want: scale.Result{Applied: 3, Previous: 1, LastSequence: 5}},
+		{name: "stale", req: scale.Decision{Desired: 1, Sequence: 4}, last: 5, on: pa,
+			want: scale.Result{Applied: 2, Previous: 2, Stale: true, LastSequence: 5}, event: "Warning StaleDecision refused decision 4 (1 replicas): older than decision 5 already applied"},
+		{name: "reconcile failed", req: scale.Decision{Desired: 3, Sequence: 6}, last: 5, out: Outcome{Requeue: time.Second}, err: errors.New("conflict"), on: pa,
+			wantErr: "podautoscaler ns/web: conflict", requeue: time.Second},
+		{name: "deleted", req: scale.Decision{Desired: 3, Sequence: 6}, last: 5,
+			wantErr: "target ns/web: podautoscaler ns/web was deleted"},
+		{name: "refused", req: scale.Decision{Desired: 3, Sequence: 6}, last: 5, out: Outcome{Refused: refused}, on: pa,
+			wantErr: "podautoscaler ns/web: no scale subresource"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.req.Target = target
+			op, err := Start(tt.req, "podautoscaler", web, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			op.Stamp(nil, time.Now())
+			op.Attempt(tt.last, nil)
+			rec := record.NewFakeRecorder(4)
+			var requeued time.Duration
+			res, err := op.Finish(context.Background(), Host{Scaler: scalerOf(2), Recorder: rec, Requeue: func(d time.Duration) { requeued = d }}, tt.out, tt.err, tt.on)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("Finish = %v, want %q", err, tt.wantErr)
+				}
+			} else if err != nil || res != tt.want {
+				t.Errorf("Finish = %+v, %v; want %+v", res, err, tt.want)
+			}
+			if tt.name == "deleted" && !errors.Is(err, scale.ErrNotFound) {
+				t.Errorf("Finish on a deleted PodAutoscaler = %v, want scale.ErrNotFound", err)
+			}
+			if tt.name == "refused" && !errors.Is(err, refused) {
+				t.Errorf("Finish = %v, want the refusal wrapped", err)
+			}
+			if requeued != tt.requeue {
+				t.Errorf("requeued after %v, want %v", requeued, tt.requeue)
+			}
+			var event string
+			select {
+			case event = <-rec.Events:
+			default:
+			}
+			if event != tt.event {
+				t.Errorf("event %q, want %q", event, tt.event)
+			}
+		})
+	}
+}
