@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,24 +65,6 @@ func startDeciderAndActuator(t *testing.T) (dec, act *system.Proc) {
 	}
 	act = start("actuator", "--scaler", "memory")
 	return start("decider", "--actuator-addr", act.GRPCAddr), act
-}
-
-// runCollector runs the collector's run in-process until the test ends.
-func runCollector(t *testing.T, args ...string) string {
-	t.Helper()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--log-level", "error"}, args...), io.Discard)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return grpcAddr
 }
 
 func dialPlain(t *testing.T, addr string) *grpc.ClientConn {

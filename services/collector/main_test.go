@@ -94,9 +94,10 @@ func (d *recordingDecider) Ingest(st deciderv1.DeciderService_IngestServer) erro
 	}
 }
 
-// scraped returns the scraped samples received for key and whether its
-// spec arrived.
-func (d *recordingDecider) scraped(key string) (samples int, spec bool, last float64) {
+// samples returns the samples of source received for key (any source
+// when it is unspecified), whether its spec arrived, and the last
+// sample's concurrency.
+func (d *recordingDecider) samples(key string, source commonv1.SampleSource) (n int, spec bool, last float64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, b := range d.batches {
@@ -104,27 +105,42 @@ func (d *recordingDecider) scraped(key string) (samples int, spec bool, last flo
 			spec = spec || s.GetTarget().Key() == key
 		}
 		for _, m := range b.GetMetrics() {
-			if m.GetTarget().Key() == key {
-				samples += len(m.GetSamples())
-				if n := len(m.GetSamples()); n > 0 {
-					last = m.GetSamples()[n-1].GetAverageConcurrency()
+			if m.GetTarget().Key() != key {
+				continue
+			}
+			for _, s := range m.GetSamples() {
+				if source == commonv1.SampleSource_SAMPLE_SOURCE_UNSPECIFIED || s.GetSource() == source {
+					n++
+					last = s.GetAverageConcurrency()
 				}
 			}
 		}
 	}
-	return samples, spec, last
+	return n, spec, last
 }
 
-// TestBinaryScrapesKubernetesTargets runs the collector binary's run in
-// kubernetes mode against the test cluster: a PodAutoscaler, its Metric and
-// three pods serving queue-proxy Stats at their pod IPs are found through
-// informers, scraped, and streamed to a decider on loopback.
-func TestBinaryScrapesKubernetesTargets(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
-	ctx := context.Background()
+// waitSamples waits up to 30 s for at least n samples of source for key
+// (and its spec, when spec is set) and returns the last one's
+// concurrency.
+func (d *recordingDecider) waitSamples(t *testing.T, key string, source commonv1.SampleSource, n int, spec bool) float64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, gotSpec, last := d.samples(key, source)
+		if got >= n && (gotSpec || !spec) {
+			return last
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decider got %d samples of %s (source %s, spec %v) within 30s, want %d", got, key, source, gotSpec, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
-	// The decider.
+// startDecider serves a recordingDecider on loopback gRPC until the test
+// ends and returns it with its address.
+func startDecider(t *testing.T) (*recordingDecider, string) {
+	t.Helper()
 	dec := &recordingDecider{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -133,13 +149,40 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 	gs := grpc.NewServer()
 	deciderv1.RegisterDeciderServiceServer(gs, dec)
 	go func() { _ = gs.Serve(ln) }()
-	defer gs.Stop()
+	t.Cleanup(gs.Stop)
+	return dec, ln.Addr().String()
+}
 
-	// Pods, each a simulated queue-proxy at its pod IP.
-	for i := range 3 {
+// runCollector runs the collector's run in-process until the test ends,
+// when run's error fails the test, and returns its gRPC address. args
+// come after the defaults (free loopback ports, --log-level error) and
+// override them.
+func runCollector(t *testing.T, args ...string) string {
+	t.Helper()
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--log-level", "error"}, args...), io.Discard)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return grpcAddr
+}
+
+// readyPods creates n pods labelled labels in ns, named prefix-0 to
+// prefix-(n-1), and waits until kwok has them Ready.
+func readyPods(t *testing.T, c *cluster.Cluster, ns, prefix string, labels map[string]string, n int) []corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("web-%d", i), Labels: map[string]string{"app": "web"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/web"}}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", prefix, i), Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/" + prefix}}},
 		}
 		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -147,11 +190,11 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 	}
 	var ready []corev1.Pod
 	deadline := time.Now().Add(time.Minute)
-	for len(ready) < 3 {
+	for len(ready) < n {
 		if time.Now().After(deadline) {
-			t.Fatal("pods not ready")
+			t.Fatalf("%d of %d pods ready after a minute", len(ready), n)
 		}
-		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labelsSelector(labels)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,8 +206,23 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	body := queuestat.Marshal(queuestat.Stat{AverageConcurrentRequests: 5, RequestCount: 2})
-	for _, p := range ready {
+	return ready
+}
+
+func labelsSelector(l map[string]string) string {
+	parts := make([]string, 0, len(l))
+	for k, v := range l {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+// serveQueueProxies serves s as queue-proxy's protobuf Stat at port 9090
+// of each pod's IP, a simulated queue-proxy, until the test ends.
+func serveQueueProxies(t *testing.T, ps []corev1.Pod, s queuestat.Stat) {
+	t.Helper()
+	body := queuestat.Marshal(s)
+	for _, p := range ps {
 		pl, err := net.Listen("tcp", net.JoinHostPort(p.Status.PodIP, "9090"))
 		if err != nil {
 			t.Fatal(err)
@@ -174,23 +232,22 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 			_, _ = w.Write(body)
 		})}
 		go func() { _ = srv.Serve(pl) }()
-		defer srv.Close()
+		t.Cleanup(func() { _ = srv.Close() })
 	}
+}
 
-	// The collector.
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(rctx, []string{"--kubeconfig", c.Kubeconfig, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-			"--decider-addr", ln.Addr().String(), "--scrape-interval", "200ms", "--log-level", "error"}, io.Discard)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
+// TestBinaryScrapesKubernetesTargets runs the collector binary's run in
+// kubernetes mode against the test cluster: a PodAutoscaler, its Metric and
+// three pods serving queue-proxy Stats at their pod IPs are found through
+// informers, scraped, and streamed to a decider on loopback.
+func TestBinaryScrapesKubernetesTargets(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+	dec, deciderAddr := startDecider(t)
+	serveQueueProxies(t, readyPods(t, c, ns, "web", map[string]string{"app": "web"}, 3), queuestat.Stat{AverageConcurrentRequests: 5, RequestCount: 2})
+	httpAddr := freeAddr(t)
+	grpcAddr := runCollector(t, "--kubeconfig", c.Kubeconfig, "--http-addr", httpAddr, "--decider-addr", deciderAddr, "--scrape-interval", "200ms")
 
 	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
@@ -214,20 +271,8 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	key := ns + "/web"
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		n, spec, last := dec.scraped(key)
-		if spec && n >= 3 {
-			if last != 15 {
-				t.Errorf("scraped concurrency %v, want 3 pods × 5", last)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("decider got %d samples (spec %v) for %s within 30s", n, spec, key)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if last := dec.waitSamples(t, ns+"/web", commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 3, true); last != 15 {
+		t.Errorf("scraped concurrency %v, want 3 pods × 5", last)
 	}
 
 	// The operator's view: GetWindow names the ready pods; /metrics has the
