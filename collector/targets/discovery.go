@@ -29,6 +29,7 @@ import (
 	functionslisters "github.com/tidalscale/tidal/apis/generated/listers/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
+	"github.com/tidalscale/tidal/kubecache"
 	"github.com/tidalscale/tidal/logkey"
 	"github.com/tidalscale/tidal/pods"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -184,7 +185,7 @@ func New(cfg Config, kube kubernetes.Interface, tidal tidalclient.Interface, sin
 	// Neither fails on an informer that has not started.
 	utilruntime.Must(podInformer.SetTransform(pods.Trim))
 	utilruntime.Must(pods.AddLabelIndex(podInformer))
-	tidalFactory := tidalinformers.NewSharedInformerFactory(tidal, cfg.Resync)
+	tidalFactory := tidalinformers.NewSharedInformerFactoryWithOptions(tidal, cfg.Resync, tidalinformers.WithTransform(kubecache.DropManagedFields))
 	metrics := tidalFactory.Autoscaling().V1alpha1().Metrics()
 	pas := tidalFactory.Autoscaling().V1alpha1().PodAutoscalers()
 	functions := tidalFactory.Functions().V1alpha1().Functions()

@@ -28,6 +28,7 @@ import (
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/kubecache"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/kube"
@@ -257,8 +258,10 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
-	tidalInf := tidalinformers.NewSharedInformerFactory(tidal, cfg.kube.resync)
-	kubeInf := informers.NewSharedInformerFactory(kube, cfg.kube.resync)
+	// Every cached object without its managed fields (pods are trimmed
+	// further by the controllers that watch them).
+	tidalInf := tidalinformers.NewSharedInformerFactoryWithOptions(tidal, cfg.kube.resync, tidalinformers.WithTransform(kubecache.DropManagedFields))
+	kubeInf := informers.NewSharedInformerFactoryWithOptions(kube, cfg.kube.resync, informers.WithTransform(kubecache.DropManagedFields))
 	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
 	if err != nil {
 		return err

@@ -29,6 +29,7 @@ import (
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	networkingv1alpha1 "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
+	"github.com/tidalscale/tidal/kubecache"
 )
 
 // Scheme knows the Knative kinds of this module.
@@ -127,15 +128,8 @@ func newInformer[L runtime.Object](c lister[L], obj runtime.Object, resync time.
 	inf := cache.NewSharedIndexInformer(lw, obj, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	// The cache keeps one copy of every object; managed fields are
 	// most of an object's metadata and nothing here reads them.
-	utilruntime.Must(inf.SetTransform(dropManagedFields))
+	utilruntime.Must(inf.SetTransform(kubecache.DropManagedFields))
 	return inf
-}
-
-func dropManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // NewPodAutoscalerInformer returns an informer of every namespace's
