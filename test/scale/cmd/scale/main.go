@@ -58,6 +58,7 @@ func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out i
 		return fmt.Errorf("cluster: %w", err)
 	}
 	defer c.Stop()
+	rev := revision() // what the services are built from, not what the tree holds when the run ends
 	binDir, err := system.BuildTemp(ctx, out)
 	if err != nil {
 		return err
@@ -70,7 +71,7 @@ func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out i
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n%s, %s, %d CPUs, run took %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), revision(), numCPU(), time.Since(start).Round(time.Second))
+	fmt.Fprintf(out, "\n%s, %s, %d CPUs, run took %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), rev, numCPU(), time.Since(start).Round(time.Second))
 	rep.Write(out)
 	return nil
 }
@@ -87,7 +88,9 @@ func revision() string {
 	st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
 	if err == nil && len(bytes.TrimSpace(st)) > 0 {
 		var paths []string
-		for _, l := range strings.Split(strings.TrimSpace(string(st)), "\n") {
+		// Not TrimSpace: a porcelain line starts with its status columns,
+		// the first often a space.
+		for _, l := range strings.Split(strings.TrimRight(string(st), "\n"), "\n") {
 			if len(l) > 3 {
 				paths = append(paths, l[3:])
 			}
