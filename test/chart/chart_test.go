@@ -42,6 +42,9 @@ type scenario struct {
 	serviceMonitor bool
 	scrapeAnnots   bool
 	images         map[string]string
+	// knativeNS is where the release puts Knative's autoscaler Service;
+	// "" means Knative mode is off.
+	knativeNS string
 }
 
 var scenarios = []scenario{
@@ -107,6 +110,32 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "knative",
+		release: release{name: "kn", namespace: "tidal-system", set: []string{
+			"knative.enabled=true", "networkPolicy.enabled=true",
+		}},
+		fullname: "kn-tidal",
+		replicas: map[string]int64{"collector": 2, "decider": 2, "actuator": 2},
+		serviceAccounts: map[string]string{
+			"collector": "kn-tidal-collector", "decider": "kn-tidal-decider", "actuator": "kn-tidal-actuator",
+		},
+		createAccounts: true,
+		pdb:            map[string]bool{"collector": true, "decider": true, "actuator": true},
+		rbac:           true,
+		tlsSecrets:     map[string]string{"collector": "kn-tidal-collector-tls", "decider": "kn-tidal-decider-tls", "actuator": "kn-tidal-actuator-tls"},
+		env: map[string]string{
+			"TIDAL_AUTHZ_COLLECTORS": "spiffe://cluster.local/ns/tidal-system/sa/kn-tidal-collector",
+		},
+		networkPolicy: true,
+		scrapeAnnots:  true,
+		images: map[string]string{
+			"collector": "ghcr.io/tidalscale/tidal-collector:0.1.0",
+			"decider":   "ghcr.io/tidalscale/tidal-decider:0.1.0",
+			"actuator":  "ghcr.io/tidalscale/tidal-actuator:0.1.0",
+		},
+		knativeNS: "knative-serving",
+	},
+	{
 		name: "everything off",
 		release: release{name: "bare", namespace: "default", set: []string{
 			"rbac.create=false", "metrics.podAnnotations=false",
@@ -168,8 +197,10 @@ func TestTemplate(t *testing.T) {
 			t.Parallel()
 			m := manifest(render(t, sc.release))
 			for _, o := range m {
-				// Only the Roles granting broker Secrets live where those are.
-				if ns := o.GetNamespace(); ns != "" && ns != sc.release.namespace && !strings.HasSuffix(o.GetName(), "-collector-brokers") {
+				// Only the Roles granting broker Secrets live where those
+				// are, and Knative's autoscaler Service in Knative's namespace.
+				knativeService := sc.knativeNS != "" && o.GetKind() == "Service" && o.GetName() == "autoscaler" && o.GetNamespace() == sc.knativeNS
+				if ns := o.GetNamespace(); ns != "" && ns != sc.release.namespace && !strings.HasSuffix(o.GetName(), "-collector-brokers") && !knativeService {
 					t.Errorf("%s %s: namespace %q, want the release's %q", o.GetKind(), o.GetName(), ns, sc.release.namespace)
 				}
 				if got := o.GetLabels()["app.kubernetes.io/instance"]; got != sc.release.name {
@@ -182,6 +213,7 @@ func TestTemplate(t *testing.T) {
 			checkConfig(t, m, sc)
 			checkRBAC(t, m, sc)
 			checkNetworkPolicies(t, m, sc)
+			checkKnative(t, m, knativeWant{release: sc.release, fullname: sc.fullname, namespace: sc.knativeNS, createService: sc.knativeNS != "", port: 8080})
 			if got := m.find("ServiceMonitor", sc.fullname) != nil; got != sc.serviceMonitor {
 				t.Errorf("ServiceMonitor rendered = %v, want %v", got, sc.serviceMonitor)
 			}
@@ -557,7 +589,9 @@ func checkNetworkPolicies(t *testing.T, m manifest, sc scenario) {
 		}
 		return out
 	}
-	want := map[string][]string{"collector": nil, "decider": {"collector"}, "actuator": {"decider"}}
+	// Collectors and actuators also admit their own replicas, which
+	// forward to the owner of a target.
+	want := map[string][]string{"collector": {"collector"}, "decider": {"collector"}, "actuator": {"decider", "actuator"}}
 	for _, c := range components {
 		np := typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", sc.fullname+"-"+c))
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
@@ -586,6 +620,8 @@ func checkNetworkPolicies(t *testing.T, m manifest, sc scenario) {
 		if !scrapes {
 			t.Errorf("NetworkPolicy %s admits no scraper on the http port", np.Name)
 		}
+		wantActivators := c == "collector" && sc.knativeNS != ""
+		checkActivatorIngress(t, np, sc.knativeNS, wantActivators)
 	}
 }
 

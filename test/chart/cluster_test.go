@@ -50,8 +50,9 @@ func newApplier(t testing.TB, c *cluster.Cluster) *rel.Applier {
 // TestInstall applies every rendering of the chart to a real API server
 // (server-side apply, strict field validation): the defaults and the
 // everything-off set for real, the all-options set for real too, in
-// namespaces of their own. The Deployments of the default set must then
-// roll out: their pods pass admission and become Ready (kwok runs them).
+// namespaces of their own. The Deployments of the default set and of
+// Knative mode must then roll out: their pods pass admission and become
+// Ready (kwok runs them).
 func TestInstall(t *testing.T) {
 	c := cluster.Shared(t)
 	for _, sc := range scenarios {
@@ -66,6 +67,10 @@ func TestInstall(t *testing.T) {
 					ensureNamespace(t, c, extra)
 				}
 			}
+			// Knative's autoscaler Service lives in Knative's namespace.
+			if sc.knativeNS != "" {
+				ensureNamespace(t, c, sc.knativeNS)
+			}
 			objs, notServed := install(t, c, r, false)
 			for kind := range notServed {
 				if kind != "ServiceMonitor" {
@@ -78,7 +83,9 @@ func TestInstall(t *testing.T) {
 			if len(objs) == 0 {
 				t.Fatal("nothing rendered")
 			}
-			if sc.name != "defaults" {
+			// The defaults roll out, and so does Knative mode (the
+			// collector's pods with their activator port).
+			if sc.name != "defaults" && sc.knativeNS == "" {
 				return
 			}
 			waitRollout(t, c, ns, objs)

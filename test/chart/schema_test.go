@@ -43,6 +43,27 @@ func TestSchemaRefuses(t *testing.T) {
 		{"writable root filesystem", []string{"securityContext.readOnlyRootFilesystem=false"}, []string{"/securityContext/readOnlyRootFilesystem"}},
 		{"privilege escalation", []string{"securityContext.allowPrivilegeEscalation=true"}, []string{"/securityContext/allowPrivilegeEscalation"}},
 		{"config value not a scalar", []string{"config.autoscaler.stable-window.x=1"}, []string{"/config/autoscaler/stable-window"}},
+		{"Knative namespace not a DNS label", []string{"knative.namespace=Knative_Serving"}, []string{"/knative/namespace"}},
+		{"cluster domain with a path", []string{"knative.clusterDomain=cluster.local/x"}, []string{"/knative/clusterDomain"}},
+		// Knative's webhook refuses any other class ending in .knative.dev
+		// on a Revision (validateClass, v0.50.0).
+		{"a class Knative's webhook refuses", []string{"knative.classes[0]=tidal.autoscaling.knative.dev"}, []string{"/knative/classes/0"}},
+		{"Knative's HPA class", []string{"knative.classes[0]=hpa.autoscaling.knative.dev"}, []string{"/knative/classes/0"}},
+		{"autoscaler Service switch not a boolean", []string{"knative.autoscalerService.create=maybe"}, []string{"/knative/autoscalerService/create"}},
+		{"activator port 0", []string{"knative.activator.port=0"}, []string{"/knative/activator/port", "minimum"}},
+		{"activator port out of range", []string{"knative.activator.port=70000"}, []string{"/knative/activator/port", "maximum"}},
+		{"activator network without a prefix length", []string{"knative.activator.allowedCIDRs[0]=10.0.0.0"}, []string{"/knative/activator/allowedCIDRs/0"}},
+		{"activator networks in one string", []string{`knative.activator.allowedCIDRs[0]=10.0.0.0/8\,fd00::/8`}, []string{"/knative/activator/allowedCIDRs/0"}},
+		{"no activator connections", []string{"knative.activator.maxConnections=0"}, []string{"/knative/activator/maxConnections", "minimum"}},
+		{"activator frame bound too small", []string{"knative.activator.maxFrameBytes=32"}, []string{"/knative/activator/maxFrameBytes", "minimum"}},
+		{"activator frame bound above 64 MiB", []string{"knative.activator.maxFrameBytes=67108865"}, []string{"/knative/activator/maxFrameBytes", "maximum"}},
+		{"more revisions per message than PushStats takes", []string{"knative.activator.maxMessages=10001"}, []string{"/knative/activator/maxMessages", "maximum"}},
+		{"no activator stat rate", []string{"knative.activator.statRate=0"}, []string{"/knative/activator/statRate"}},
+		{"activator idle timeout not a duration", []string{"knative.activator.idleTimeout=soon"}, []string{"/knative/activator/idleTimeout"}},
+		{"backlog wait at the activator's pong timeout", []string{"knative.activator.backlogWait=10s"}, []string{"/knative/activator/backlogWait"}},
+		{"backlog wait in minutes", []string{"knative.activator.backlogWait=1m"}, []string{"/knative/activator/backlogWait"}},
+		{"no forward queue", []string{"knative.activator.forwardQueue=0"}, []string{"/knative/activator/forwardQueue", "minimum"}},
+		{"misspelt activator key", []string{"knative.activator.prot=8080"}, []string{"/knative/activator", "prot"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,6 +101,8 @@ func TestTemplateRefuses(t *testing.T) {
 			"collector.brokerSecrets[1].namespace=a", "collector.brokerSecrets[1].names[0]=y",
 		}, []string{`namespace "a" is listed twice`}},
 		{"service account without a name", []string{"decider.serviceAccount.create=false"}, []string{"decider.serviceAccount.name is required"}},
+		{"activator port on the collector's gRPC port", []string{"knative.enabled=true", "knative.activator.port=9001"}, []string{"knative.activator.port 9001", "collector.ports"}},
+		{"activator stat burst below one full message", []string{"knative.enabled=true", "knative.activator.statBurst=100"}, []string{"knative.activator.statBurst 100", "knative.activator.maxMessages 10000"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

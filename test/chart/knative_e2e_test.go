@@ -1,0 +1,293 @@
+package chart_test
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"google.golang.org/protobuf/encoding/protowire"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/tidalscale/tidal/actuator/knative"
+	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
+	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/apis/knative/duck"
+	"github.com/tidalscale/tidal/apis/knative/knativetest"
+	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
+	rel "github.com/tidalscale/tidal/test/chart/release"
+	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/system"
+)
+
+// chartArgs turns the TIDAL_* environment the chart gives a service's pods
+// into the same flags (services/server reads TIDAL_<FLAG> as --<flag>), for
+// a local process: paths under the pod's ConfigMap mounts become dirs[mount
+// path], variables in drop are left out (the caller passes loopback
+// addresses in their place), and so are the addresses NewProc sets.
+func chartArgs(t *testing.T, dep *appsv1.Deployment, dirs map[string]string, drop ...string) []string {
+	t.Helper()
+	drop = append(drop, "TIDAL_GRPC_ADDR", "TIDAL_HTTP_ADDR")
+	var args []string
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		name, ok := strings.CutPrefix(e.Name, "TIDAL_")
+		if !ok || e.ValueFrom != nil || slices.Contains(drop, e.Name) {
+			continue
+		}
+		v := e.Value
+		if d, ok := dirs[v]; ok {
+			v = d
+		}
+		args = append(args, "--"+strings.ToLower(strings.ReplaceAll(name, "_", "-"))+"="+v)
+	}
+	return args
+}
+
+// configDirs writes the chart's two Knative ConfigMaps, one file per key
+// as a pod's mount holds them, and maps their mount paths to the dirs.
+func configDirs(t *testing.T, objs manifest, fullname string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for mount, cm := range map[string]string{"/etc/tidal/config-autoscaler": "-config-autoscaler", "/etc/tidal/config-deployment": "-config-deployment"} {
+		dir := t.TempDir()
+		for k, v := range typed[corev1.ConfigMap](t, objs.get(t, "ConfigMap", fullname+cm)).Data {
+			if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out[mount] = dir
+	}
+	return out
+}
+
+// wireFrame is one binary websocket message as Knative's activator sends
+// it (asmetrics.ToWireStatMessages then Marshal, knative.dev/serving
+// v0.50.0 pkg/autoscaler/metrics/stat.proto): WireStatMessages with one
+// WireStatMessage{namespace, name, Stat{pod_name, average_concurrent_requests,
+// request_count}}.
+func wireFrame(ns, revision, pod string, concurrency, requests float64) []byte {
+	var stat []byte
+	stat = protowire.AppendTag(stat, 1, protowire.BytesType)
+	stat = protowire.AppendString(stat, pod)
+	stat = protowire.AppendTag(stat, 2, protowire.Fixed64Type)
+	stat = protowire.AppendFixed64(stat, math.Float64bits(concurrency))
+	stat = protowire.AppendTag(stat, 4, protowire.Fixed64Type)
+	stat = protowire.AppendFixed64(stat, math.Float64bits(requests))
+	var msg []byte
+	msg = protowire.AppendTag(msg, 1, protowire.BytesType)
+	msg = protowire.AppendString(msg, ns)
+	msg = protowire.AppendTag(msg, 2, protowire.BytesType)
+	msg = protowire.AppendString(msg, revision)
+	msg = protowire.AppendTag(msg, 3, protowire.BytesType)
+	msg = protowire.AppendBytes(msg, stat)
+	var frame []byte
+	frame = protowire.AppendTag(frame, 1, protowire.BytesType)
+	return protowire.AppendBytes(frame, msg)
+}
+
+// TestKnativeServicesUnderTheirAccounts runs the three services as local
+// processes configured exactly as the chart's Knative mode configures its
+// pods (their TIDAL_* environment as flags, its ConfigMaps as files, bucket
+// Leases in the release namespace), the collector and the actuator each
+// with only its own ServiceAccount's token, and the collector's activator
+// endpoint on a loopback port in place of the pod's :8080. A PodAutoscaler
+// made as Knative's revision reconciler makes it, with
+// target-burst-capacity -1 so that no pod is scraped and the activator stays
+// in the path (its ServerlessService in Proxy mode), is then scaled by
+// activator stats alone, sent over the websocket as Knative's activator
+// sends them, once a second: concurrency 50 at a target of 10 (70% of it,
+// 7, per pod) is 8 pods, or more should two reports land in one second (a
+// second's stats add up, as in Knative's buckets). The actuator creates its ServerlessService and writes its status
+// under its token; no log may hold an API server refusal.
+func TestKnativeServicesUnderTheirAccounts(t *testing.T) {
+	c := cluster.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := knativetest.InstallCRDs(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	kns, wns := c.Namespace(t), c.Namespace(t)
+	acc := rel.ForTest(t, c, "knative.enabled=true", "knative.namespace="+kns, "tls.mode=disabled")
+	objs := manifest(acc.Objects)
+	full := acc.Release.Fullname()
+	dirs := configDirs(t, objs, full)
+	dep := func(comp string) *appsv1.Deployment {
+		return typed[appsv1.Deployment](t, objs.get(t, "Deployment", full+"-"+comp))
+	}
+	kubeconfig := func(comp string) string {
+		p := filepath.Join(t.TempDir(), comp+".kubeconfig")
+		if err := acc.ByComponent[comp].WriteKubeconfig(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bin := systemBinaries(t)
+	logDir := t.TempDir()
+	var procs []*system.Proc
+	start := func(name string, args ...string) *system.Proc {
+		p, err := system.NewProc(name, bin, name, logDir, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+		return p
+	}
+	defer func() {
+		for name, text := range readLogs(t, logDir) {
+			for _, line := range strings.Split(text, "\n") {
+				if forbidden.MatchString(line) {
+					t.Errorf("%s was refused by the API server: %s", name, line)
+					break
+				}
+			}
+		}
+		for i := len(procs) - 1; i >= 0; i-- {
+			if t.Failed() {
+				t.Logf("--- %s log tail ---\n%s", procs[i].Name, procs[i].LogTail(40))
+			}
+			if err := procs[i].Stop(20 * time.Second); err != nil {
+				t.Errorf("stop %s: %v", procs[i].Name, err)
+			}
+		}
+	}()
+	act := start("actuator", append(chartArgs(t, dep("actuator"), dirs), "--kubeconfig="+kubeconfig("actuator"))...)
+	dec := start("decider", append(chartArgs(t, dep("decider"), dirs, "TIDAL_ACTUATOR_ADDR"), "--actuator-addr="+act.GRPCAddr)...)
+	wsAddr, err := system.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start("collector", append(chartArgs(t, dep("collector"), dirs, "TIDAL_DECIDER_SERVICE", "TIDAL_ACTIVATOR_LISTEN"),
+		"--decider-addr="+dec.GRPCAddr, "--activator-listen="+wsAddr, "--kubeconfig="+kubeconfig("collector"))...)
+
+	// A Revision's Deployment and PodAutoscaler, as Knative makes them.
+	admin, err := knclient.New(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	revLabels := map[string]string{knautoscaling.LabelRevision: "hello"}
+	if _, err := c.Client.AppsV1().Deployments(wns).Create(ctx, cluster.Deployment("hello-deployment", revLabels, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pa := &knautoscaling.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Labels: revLabels, Annotations: map[string]string{
+			"autoscaling.knative.dev/target":                "10",
+			"autoscaling.knative.dev/target-burst-capacity": "-1",
+		}},
+		Spec: knautoscaling.PodAutoscalerSpec{
+			ScaleTargetRef: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello-deployment"},
+			ProtocolType:   knautoscaling.ProtocolHTTP1,
+		},
+	}
+	if _, err := admin.PodAutoscalers(wns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll := func(what string, timeout time.Duration, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true,
+			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	poll("the actuator to create the ServerlessService", 60*time.Second, func() bool {
+		_, err := admin.ServerlessServices(wns).Get(ctx, "hello", metav1.GetOptions{})
+		return err == nil
+	})
+	// Knative's controller would reconcile the ServerlessService into its
+	// Services and report it Ready; here the test does.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := admin.ServerlessServices(wns).Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Status.ServiceName, s.Status.PrivateServiceName = "hello", "hello-private"
+		s.Status.Set(duck.Condition{Type: knnetworking.ConditionReady, Status: corev1.ConditionTrue}, time.Now())
+		_, err = admin.ServerlessServices(wns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("the PodAutoscaler to be Ready", 60*time.Second, func() bool {
+		got, err := admin.PodAutoscalers(wns).Get(ctx, "hello", metav1.GetOptions{})
+		return err == nil && got.Status.IsTrue(knautoscaling.ConditionReady) && got.Status.MetricsServiceName == "hello-private"
+	})
+
+	// Knative's activator: one connection, a frame every second (its
+	// reporting period) for the revision with 50 requests in flight.
+	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+wsAddr+"/", nil)
+	if err != nil {
+		t.Fatalf("dial the collector's activator endpoint: %v (response %v)", err, resp)
+	}
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	defer conn.Close()
+	stop := make(chan struct{})
+	var sender sync.WaitGroup
+	sender.Add(1)
+	go func() {
+		defer sender.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if err := conn.WriteMessage(websocket.BinaryMessage, wireFrame(wns, "hello", "activator-0", 50, 25)); err != nil {
+				t.Errorf("send activator stats: %v", err)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		sender.Wait()
+	}()
+
+	const want = 8 // ceil(50 / (10 × 70%))
+	var last int32 = -1
+	poll("the activator's stats to scale the Revision", 90*time.Second, func() bool {
+		d, err := c.Client.AppsV1().Deployments(wns).Get(ctx, "hello-deployment", metav1.GetOptions{})
+		if err == nil && d.Spec.Replicas != nil && *d.Spec.Replicas != last {
+			last = *d.Spec.Replicas
+			t.Logf("hello-deployment: %d replicas", last)
+		}
+		return last >= want
+	})
+	got, err := admin.PodAutoscalers(wns).Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.DesiredScale == nil || *got.Status.DesiredScale < want || got.Status.Annotations[knative.AnnotationDecision] == "" {
+		t.Errorf("PodAutoscaler status: desiredScale %v, annotations %v; want at least %d and the decision recorded", got.Status.DesiredScale, got.Status.Annotations, want)
+	}
+	// tidal writes nothing else on Knative's objects: no finalizer, and the
+	// PodAutoscaler's metadata is Knative's.
+	if len(got.Finalizers) != 0 {
+		t.Errorf("PodAutoscaler finalizers %v, want none", got.Finalizers)
+	}
+	sks, err := admin.ServerlessServices(wns).Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// target-burst-capacity -1 keeps the activator in the path at any
+	// scale (Knative's excess burst capacity is then -1): Proxy.
+	if sks.Spec.Mode != knnetworking.ModeProxy || len(sks.Finalizers) != 0 || !metav1.IsControlledBy(sks, got) {
+		t.Errorf("ServerlessService mode %s finalizers %v owners %v: want Proxy, none, controlled by the PodAutoscaler", sks.Spec.Mode, sks.Finalizers, sks.OwnerReferences)
+	}
+}
