@@ -13,10 +13,14 @@ import (
 // RunFunc is a binary's whole life: parse args, start, serve until ctx ends.
 type RunFunc func(ctx context.Context, args []string, stderr io.Writer) error
 
-// Main runs a binary: SIGINT and SIGTERM cancel run's context (a graceful
+// Main runs a binary: its Go memory limit follows the container's
+// (SetMemoryLimit), SIGINT and SIGTERM cancel run's context (a graceful
 // shutdown), and an error ends the process with status 1 after printing it
 // under the binary's name.
 func Main(name string, run RunFunc) {
+	if _, _, err := SetMemoryLimit(); err != nil {
+		fmt.Fprintln(os.Stderr, name+": no Go memory limit:", err) // runs on, as Go does by default
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()

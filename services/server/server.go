@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,9 @@ type Server struct {
 // New builds a server. reg receives the gRPC metrics and the Go and process
 // collectors, and is what /metrics serves. cfg must have passed Validate.
 func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 {
+		log.Info("Go memory limit", zap.Int64("bytes", limit)) // Main's SetMemoryLimit, or GOMEMLIMIT
+	}
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
