@@ -240,9 +240,10 @@ func TestKnativeRBAC(t *testing.T) {
 
 	t.Run("not more", func(t *testing.T) {
 		// The collector only reads Knative's objects.
-		got, err := collectorKn.PodAutoscalers(f.wns).Get(ctx, "hello", metav1.GetOptions{})
+		_, err := collectorKn.PodAutoscalers(f.wns).Get(ctx, "hello", metav1.GetOptions{})
 		mustForbid(t, "collector: get a knative podautoscaler (it lists and watches)", err)
-		if got, err = admin.PodAutoscalers(f.wns).Get(ctx, "hello", metav1.GetOptions{}); err != nil {
+		got, err := admin.PodAutoscalers(f.wns).Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = collectorKn.PodAutoscalers(f.wns).UpdateStatus(ctx, got, metav1.UpdateOptions{})
