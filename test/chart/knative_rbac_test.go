@@ -331,8 +331,13 @@ func TestKnativeHelmInstall(t *testing.T) {
 	if err := knatives.Delete(ctx, "autoscaler", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	helmOn(t, c, install...)
+	out = helmOn(t, c, install...)
 	t.Cleanup(func() { _, _ = rel.Helm(context.Background(), c.Kubeconfig, "uninstall", name, "--namespace", ns) })
+	for _, want := range []string{"Knative mode", "Service " + kns + "/autoscaler, port 8080", name + "-tidal-autoscaler." + ns + ".svc.cluster.local", "kubectl get podautoscalers.autoscaling.internal.knative.dev -A"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm install's NOTES lack %q; output:\n%s", want, out)
+		}
+	}
 	svc, err := knatives.Get(ctx, "autoscaler", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
