@@ -34,18 +34,7 @@ func (c *Controller) podAutoscalerFor(t scale.Target) (*knautoscaling.PodAutosca
 	if err != nil {
 		return nil, err
 	}
-	var found *knautoscaling.PodAutoscaler
-	for _, o := range objs {
-		pa := o.(*knautoscaling.PodAutoscaler)
-		if pa.DeletionTimestamp != nil {
-			continue
-		}
-		if found != nil {
-			return nil, fmt.Errorf("target %s: knative podautoscalers %s and %s both scale it", t, found.Name, pa.Name)
-		}
-		found = pa
-	}
-	return found, nil
+	return scaleop.Only[*knautoscaling.PodAutoscaler](objs, t, "knative podautoscalers")
 }
 
 // Handles reports whether a Knative PodAutoscaler of this controller's
@@ -92,11 +81,7 @@ func (c *Controller) Scale(ctx context.Context, req podautoscaler.Request) (scal
 
 	op.Stamp(req.ExcessBurstCapacity, c.clock.Now())
 	out, cur, err := c.reconcileLatest(ctx, name, func(pa *knautoscaling.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscalerDecision, bool) {
-		rec := lastDecision(pa)
-		var last uint64
-		if rec != nil {
-			last = uint64(rec.Sequence)
-		}
+		rec, last := recorded(pa)
 		return op.Attempt(last, rec)
 	}, req.DryRun)
 	var on runtime.Object
@@ -120,13 +105,16 @@ func (c *Controller) Status(ctx context.Context, t scale.Target) (scale.Status, 
 	if pa == nil {
 		return scale.Status{}, fmt.Errorf("target %s: no knative podautoscaler scales it: %w", t, scale.ErrNotFound)
 	}
-	sc, err := c.scaler.GetScale(ctx, t)
-	if err != nil {
-		return scale.Status{}, err
+	rec, last := recorded(pa)
+	return scaleop.Status(ctx, c.scaler, t, last, rec)
+}
+
+// recorded is the decision recorded in pa's status and its sequence; nil
+// and 0 when none.
+func recorded(pa *knautoscaling.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscalerDecision, uint64) {
+	rec := lastDecision(pa)
+	if rec == nil {
+		return nil, 0
 	}
-	st := scale.Status{Replicas: sc.Replicas}
-	if d := lastDecision(pa); d != nil {
-		st.LastSequence, st.LastReason, st.LastApplied = uint64(d.Sequence), d.Reason, d.Time.Time
-	}
-	return st, nil
+	return rec, uint64(rec.Sequence)
 }

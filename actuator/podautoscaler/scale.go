@@ -54,18 +54,7 @@ func (c *Controller) podAutoscalerFor(t scale.Target) (*autoscalingv1alpha1.PodA
 	if err != nil {
 		return nil, err
 	}
-	var found *autoscalingv1alpha1.PodAutoscaler
-	for _, o := range objs {
-		pa := o.(*autoscalingv1alpha1.PodAutoscaler)
-		if pa.DeletionTimestamp != nil {
-			continue
-		}
-		if found != nil {
-			return nil, fmt.Errorf("target %s: podautoscalers %s and %s both scale it", t, found.Name, pa.Name)
-		}
-		found = pa
-	}
-	return found, nil
+	return scaleop.Only[*autoscalingv1alpha1.PodAutoscaler](objs, t, "podautoscalers")
 }
 
 // Scale applies a decider's decision. When a PodAutoscaler names the
@@ -145,13 +134,5 @@ func (c *Controller) Status(ctx context.Context, t scale.Target) (scale.Status, 
 		}
 		return c.plain.Get(ctx, t)
 	}
-	sc, err := c.scaler.GetScale(ctx, t)
-	if err != nil {
-		return scale.Status{}, err
-	}
-	st := scale.Status{Replicas: sc.Replicas}
-	if d := pa.Status.LastDecision; d != nil {
-		st.LastSequence, st.LastReason, st.LastApplied = lastSequence(pa), d.Reason, d.Time.Time
-	}
-	return st, nil
+	return scaleop.Status(ctx, c.scaler, t, lastSequence(pa), pa.Status.LastDecision)
 }

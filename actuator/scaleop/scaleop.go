@@ -142,3 +142,37 @@ func (o *Op) Finish(ctx context.Context, h Host, out Outcome, err error, on runt
 	}
 	return res, nil
 }
+
+// Only returns the one object of objs (an index's answer: the
+// PodAutoscalers naming target t) not being deleted, the zero P when there
+// is none; two are an error naming both. kinds names them in the error
+// ("podautoscalers").
+func Only[P metav1.Object](objs []any, t scale.Target, kinds string) (P, error) {
+	var found, zero P
+	have := false
+	for _, o := range objs {
+		pa, ok := o.(P)
+		if !ok || pa.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if have {
+			return zero, fmt.Errorf("target %s: %s %s and %s both scale it", t, kinds, found.GetName(), pa.GetName())
+		}
+		found, have = pa, true
+	}
+	return found, nil
+}
+
+// Status is what is known about target t's scale: its replicas, and the
+// decision recorded for it (rec at sequence last; nil when none).
+func Status(ctx context.Context, s Scaler, t scale.Target, last uint64, rec *autoscalingv1alpha1.PodAutoscalerDecision) (scale.Status, error) {
+	sc, err := s.GetScale(ctx, t)
+	if err != nil {
+		return scale.Status{}, err
+	}
+	st := scale.Status{Replicas: sc.Replicas}
+	if rec != nil {
+		st.LastSequence, st.LastReason, st.LastApplied = last, rec.Reason, rec.Time.Time
+	}
+	return st, nil
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -155,6 +156,64 @@ func TestFinishMakesTheResult(t *testing.T) {
 			}
 			if event != tt.event {
 				t.Errorf("event %q, want %q", event, tt.event)
+			}
+		})
+	}
+}
+
+func TestOnlyOneScalesATarget(t *testing.T) {
+	pa := func(name string, deleting bool) any {
+		p := &autoscalingv1alpha1.PodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		if deleting {
+			now := metav1.Now()
+			p.DeletionTimestamp = &now
+		}
+		return p
+	}
+	tests := []struct {
+		name    string
+		objs    []any
+		want    string // the name found; empty means none
+		wantErr string
+	}{
+		{"none", nil, "", ""},
+		{"one", []any{pa("a", false)}, "a", ""},
+		{"one and one being deleted", []any{pa("old", true), pa("a", false)}, "a", ""},
+		{"only one being deleted", []any{pa("old", true)}, "", ""},
+		{"two", []any{pa("a", false), pa("b", false)}, "", "target ns/web: podautoscalers a and b both scale it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Only[*autoscalingv1alpha1.PodAutoscaler](tt.objs, target, "podautoscalers")
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr || got != nil {
+					t.Errorf("Only = %v, %v; want the error %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || (got == nil) != (tt.want == "") || got != nil && got.Name != tt.want {
+				t.Errorf("Only = %v, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusReadsReplicasAndTheRecordedDecision(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	rec := &autoscalingv1alpha1.PodAutoscalerDecision{Sequence: 9, DesiredScale: 3, Reason: "panic", Time: metav1.NewTime(at)}
+	for _, tt := range []struct {
+		name string
+		last uint64
+		rec  *autoscalingv1alpha1.PodAutoscalerDecision
+		want scale.Status
+	}{
+		{"none recorded", 0, nil, scale.Status{Replicas: 2}},
+		{"recorded", 9, rec, scale.Status{Replicas: 2, LastSequence: 9, LastReason: "panic", LastApplied: at}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := Status(context.Background(), scalerOf(2), target, tt.last, tt.rec)
+			if err != nil || st.Replicas != tt.want.Replicas || st.LastSequence != tt.want.LastSequence || st.LastReason != tt.want.LastReason || !st.LastApplied.Equal(tt.want.LastApplied) {
+				t.Errorf("Status = %+v, %v; want %+v", st, err, tt.want)
 			}
 		})
 	}
