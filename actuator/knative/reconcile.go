@@ -444,7 +444,9 @@ func (c *Controller) writeStatus(ctx context.Context, pa *knautoscaling.PodAutos
 	}
 	upd := pa.DeepCopy()
 	upd.Status = *st
-	updated, err := c.client.PodAutoscalers(pa.Namespace).UpdateStatus(context.WithoutCancel(ctx), upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+	wctx, cancel := scale.Finishing(ctx) // the scale it records may be done already
+	defer cancel()
+	updated, err := c.client.PodAutoscalers(pa.Namespace).UpdateStatus(wctx, upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
 	if err != nil {
 		return fmt.Errorf("update status of knative podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
 	}

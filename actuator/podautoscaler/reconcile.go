@@ -470,7 +470,9 @@ func (c *Controller) writeStatus(ctx context.Context, pa *autoscalingv1alpha1.Po
 	}
 	upd := pa.DeepCopy()
 	upd.Status = *st
-	updated, err := c.tidal.AutoscalingV1alpha1().PodAutoscalers(pa.Namespace).UpdateStatus(context.WithoutCancel(ctx), upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+	wctx, cancel := scale.Finishing(ctx) // the scale it records may be done already
+	defer cancel()
+	updated, err := c.tidal.AutoscalingV1alpha1().PodAutoscalers(pa.Namespace).UpdateStatus(wctx, upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
 	if err != nil {
 		return fmt.Errorf("update status of podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
 	}
