@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/scaleop"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
@@ -41,7 +42,7 @@ const maxReason = 256
 // Event reasons.
 const (
 	EventScaled         = "Scaled"
-	EventStaleDecision  = "StaleDecision"
+	EventStaleDecision  = scaleop.EventStaleDecision // the Warning scaleop records
 	EventInvalidSpec    = "InvalidSpec"
 	EventTargetNotFound = "TargetNotFound"
 	EventNotOwned       = "NotOwned"

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/scaleop"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
@@ -42,7 +43,7 @@ const (
 	EventScaled         = "Scaled"
 	EventDryRun         = "DryRunScale"
 	EventPaused         = "ScalePaused"
-	EventStaleDecision  = "StaleDecision"
+	EventStaleDecision  = scaleop.EventStaleDecision // the Warning scaleop records
 	EventInvalidSpec    = "InvalidSpec"
 	EventTargetNotFound = "TargetNotFound"
 	EventNoScale        = "NoScaleSubresource"
