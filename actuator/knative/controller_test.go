@@ -492,6 +492,16 @@ func TestBounds(t *testing.T) {
 			}
 		}
 	}
+	// The controller watches every namespace of the shared cluster: the
+	// PodAutoscalers of earlier tests stay until the namespace controller
+	// has deleted their namespaces, and one of them counted here made this
+	// test fail now and then ("pod selectors kept ... 1").
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return len(h.ctrl.paInformer.GetStore().ListKeys()) == 0 && h.ctrl.selectors.Len() == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("earlier tests' PodAutoscalers still cached: %v", h.ctrl.paInformer.GetStore().ListKeys()[:min(5, len(h.ctrl.paInformer.GetStore().ListKeys()))])
+	}
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
