@@ -157,7 +157,7 @@ func TestKnativeFlags(t *testing.T) {
 		args []string
 		want string // error substring; empty means it parses
 	}{
-		{args: []string{"--knative", "--knative-classes=kpa.autoscaling.knative.dev,tidal.autoscaling.knative.dev"}},
+		{args: []string{"--knative", "--knative-classes=kpa.autoscaling.knative.dev,kpa.autoscaling.tidal.dev"}},
 		{args: []string{"--knative-classes=hpa.autoscaling.knative.dev"}, want: "not a class tidal measures"},
 		{args: []string{"--knative-classes=,"}, want: "want 1 to 8 classes"},
 		{args: []string{"--knative-config-autoscaler=/nonexistent"}, want: "read config directory"},

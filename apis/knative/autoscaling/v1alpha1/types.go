@@ -25,8 +25,10 @@ const (
 	// ClassHPA is Knative's HPA-backed class; tidal never takes it.
 	ClassHPA = "hpa.autoscaling.knative.dev"
 	// ClassTidal is the class that selects tidal alone, for side-by-side
-	// trials beside Knative's own autoscaler.
-	ClassTidal = "tidal.autoscaling.knative.dev"
+	// trials beside Knative's own autoscaler. Not under knative.dev: Knative's
+	// webhook refuses every class there but its KPA and HPA ones
+	// (knative.dev/serving v0.50.0 pkg/apis/autoscaling/annotation_validation.go).
+	ClassTidal = "kpa.autoscaling.tidal.dev"
 )
 
 // Labels and annotations Knative sets.
