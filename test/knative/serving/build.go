@@ -21,7 +21,7 @@ import (
 )
 
 // Version is the Knative Serving module the binaries are built from; it
-// must match this module's go.mod (a tool line for each binary).
+// must match module/go.mod (a tool line for each binary).
 const Version = "v0.50.0"
 
 // Binaries are the cached Knative Serving executables.
@@ -49,7 +49,8 @@ func CacheDir() (string, error) {
 
 // EnsureBinaries returns the cached binaries, building them first when the
 // cache is missing or was built from another go.mod or Go. moduleDir is
-// test/knative (its go.mod pins Knative); progress goes to log. A file lock
+// test/knative; the binaries are built in its serving/module, a module of
+// their own pinning Knative's dependency versions; progress goes to log. A file lock
 // makes concurrent callers wait for one build. A cold build compiles
 // Knative's controller and its dependencies (minutes on two cores) at nice
 // 10; later calls return at once.
@@ -59,7 +60,8 @@ func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binar
 		return Binaries{}, err
 	}
 	bins := Binaries{Dir: dir, Controller: filepath.Join(dir, "controller")}
-	stamp, err := sourceStamp(moduleDir)
+	buildDir := filepath.Join(moduleDir, "serving", "module")
+	stamp, err := sourceStamp(buildDir)
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -80,7 +82,7 @@ func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binar
 	start := time.Now()
 	fmt.Fprintf(log, "knative: building Knative Serving %s's controller into %s (once per version; minutes on a cold Go build cache)\n", Version, dir)
 	stop := cluster.Heartbeat(log, "Knative's controller", start)
-	err = cluster.GoBuild(ctx, moduleDir, []string{"build", "-trimpath", "-o", bins.Controller + ".tmp", "knative.dev/serving/cmd/controller"}, log, "CGO_ENABLED=0")
+	err = cluster.GoBuild(ctx, buildDir, []string{"build", "-trimpath", "-o", bins.Controller + ".tmp", "knative.dev/serving/cmd/controller"}, log, "CGO_ENABLED=0")
 	stop()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -110,7 +112,7 @@ func upToDate(b Binaries, stamp string) bool {
 }
 
 // sourceStamp hashes what the binaries are built from: the Go release and
-// the module's go.mod and go.sum, which pin every dependency.
+// the build module's go.mod and go.sum, which pin every dependency.
 func sourceStamp(moduleDir string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
