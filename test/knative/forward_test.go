@@ -17,6 +17,7 @@ import (
 	"github.com/tidalscale/tidal/collector/stream"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/knative/knactivator"
 )
 
 // replica is one collector's activator side in-process: its hub, its
@@ -110,13 +111,13 @@ func TestNonOwnerForwardsToTheOwner(t *testing.T) {
 	a = startReplica(t, func(ref *commonv1.TargetRef) (string, bool) { o := owner(ref); return o.addr, o == a })
 	b = startReplica(t, func(ref *commonv1.TargetRef) (string, bool) { o := owner(ref); return o.addr, o == b })
 
-	act := startActivator(t, a.url, "activator-forward")
-	act.waitReady(t, 10*time.Second)
-	act.send(stat("shop", "a-00001", "activator-forward", 1.5, 2), stat("shop", "b-00001", "activator-forward", 2.5, 3))
+	act := knactivator.Start(t, a.url, "activator-forward")
+	act.WaitReady(t, 10*time.Second)
+	act.Send(knactivator.Stat("shop", "a-00001", "activator-forward", 1.5, 2), knactivator.Stat("shop", "b-00001", "activator-forward", 2.5, 3))
 	// And the first-request stat of a b revision, from Knative's reporter.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go act.request(ctx, "shop", "b-00002")
+	go act.Request(ctx, "shop", "b-00002")
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	asmetrics "knative.dev/serving/pkg/autoscaler/metrics"
+
+	"github.com/tidalscale/tidal/test/knative/knactivator"
 )
 
 // rawConn is a websocket client that is not Knative's: it sends what a
@@ -50,7 +52,7 @@ func knativeFrame(t *testing.T, prefix string, n int) []byte {
 	t.Helper()
 	sms := make([]asmetrics.StatMessage, n)
 	for i := range sms {
-		sms[i] = stat("flood", fmt.Sprintf("%s-%05d", prefix, i), "activator-evil", 1, 1)
+		sms[i] = knactivator.Stat("flood", fmt.Sprintf("%s-%05d", prefix, i), "activator-evil", 1, 1)
 	}
 	w := asmetrics.ToWireStatMessages(sms)
 	b, err := w.Marshal()
@@ -69,8 +71,8 @@ func TestHostileFramesAreBounded(t *testing.T) {
 	t.Parallel()
 	dec := startDecider(t)
 	col := startCollector(t, dec, "--activator-max-frame-bytes", "1048576", "--max-targets", "500")
-	good := startActivator(t, col.wsURL, "activator-good")
-	good.waitReady(t, 10*time.Second)
+	good := knactivator.Start(t, col.wsURL, "activator-good")
+	good.WaitReady(t, 10*time.Second)
 
 	t.Run("oversized", func(t *testing.T) {
 		c := rawConn(t, col.wsURL)
@@ -143,10 +145,10 @@ func TestHostileFramesAreBounded(t *testing.T) {
 
 	// Knative's activator stayed connected through all of it and is still
 	// heard (rev-00000 is one of the 500 targets).
-	if err := good.conn.Status(); err != nil || good.drops.Load() != 0 {
-		t.Fatalf("Knative's activator: status %v, %d drops; want connected throughout", err, good.drops.Load())
+	if err := good.Conn.Status(); err != nil || good.Drops.Load() != 0 {
+		t.Fatalf("Knative's activator: status %v, %d drops; want connected throughout", err, good.Drops.Load())
 	}
-	good.send(stat("flood", "rev-00000", "activator-good", 4, 4))
+	good.Send(knactivator.Stat("flood", "rev-00000", "activator-good", 4, 4))
 	dec.wait(t, "flood/rev-00000-deployment", 10*time.Second, has(func(s sample) bool { return s.concurrency == 4 }))
 	if !col.proc.Running() {
 		t.Fatal("the collector exited")

@@ -1,0 +1,522 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
+	netclient "knative.dev/networking/pkg/client/clientset/versioned"
+	"knative.dev/pkg/apis"
+	"knative.dev/serving/pkg/activator"
+	"knative.dev/serving/pkg/apis/autoscaling"
+	asv1alpha1 "knative.dev/serving/pkg/apis/autoscaling/v1alpha1"
+	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
+	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
+
+	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/knative/knactivator"
+	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/workload"
+)
+
+// The config-autoscaler Knative's controller reads from its ConfigMap and
+// tidal's services from files: short windows so each phase takes seconds, a
+// per-pod target of 10, and target-burst-capacity 0, so the ServerlessService
+// serves from the pods whenever pods are wanted and puts the activator in
+// the path only at zero (Knative's rule: Serve when want > 0 and excess burst
+// capacity >= 0, which TBC 0 makes 0).
+var autoscalerConfig = map[string]string{
+	"stable-window":                        "6s",
+	"scale-to-zero-grace-period":           "6s",
+	"container-concurrency-target-default": "10",
+	"target-burst-capacity":                "0",
+}
+
+const (
+	// target and utilization are the per-pod concurrency target above and
+	// Knative's default container-concurrency-target-percentage (70).
+	target, utilization = 10.0, 0.70
+	stableWindow        = 6 * time.Second
+	gracePeriod         = 6 * time.Second
+	// serviceTime is how long the simulated pods take per request, so a
+	// steady rate of r requests a second keeps r × serviceTime in flight
+	// (Little's law).
+	serviceTime = time.Second
+	// Images by digest: Knative's revision reconciler takes a digest as
+	// resolved (pkg/reconciler/revision/resolve.go) and never asks a
+	// registry; kwok runs no containers.
+	userImage  = "registry.invalid/tidal-e2e/web@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	queueImage = "registry.invalid/knative-serving/queue@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	// actuatorManager is the field manager of every write tidal's actuator
+	// makes (actuator/scale.FieldManager).
+	actuatorManager = "tidal-actuator"
+)
+
+// kpaWant is the pod count Knative's KPA settles on for a steady total
+// concurrency, out of panic mode (pkg/autoscaler/scaling/autoscaler.go,
+// v0.50.0): ceil(total / (target × utilization)); the scale-up rate (1000×)
+// and scale-down rate (at most halving per decision) bound only the steps.
+func kpaWant(total float64) int32 {
+	return int32(math.Ceil(total / (target * utilization)))
+}
+
+// TestKnativeServiceScaledByTidal runs Knative Serving's real controller
+// and tidal's three services in Knative mode against a fresh test cluster,
+// creates a Knative Service as the webhook would have defaulted it, and
+// follows it: its Revision's PodAutoscaler reconciled by tidal (status
+// written by tidal's actuator, its ServerlessService created by tidal and
+// owned by the PodAutoscaler), the Revision and the Service Ready, queue-proxy
+// load scaling the Deployment up and down to the KPA's numbers, scale to
+// zero after the grace period with the ServerlessService in Proxy mode once
+// Knative's activator probe handler answers, and back to one pod on a
+// request counted by Knative's activator code and reported over the real
+// websocket to the collector.
+func TestKnativeServiceScaledByTidal(t *testing.T) {
+	// The load phases: steady rates of requests taking serviceTime each.
+	phases := []struct {
+		name string
+		rate float64 // requests a second
+		up   bool
+	}{
+		{"step up", 32, true},    // 32 in flight: ceil(32 / 7) = 5 pods
+		{"step down", 10, false}, // 10 in flight: ceil(10 / 7) = 2 pods
+	}
+	knBins, tidalDir := binaries(t)
+	c := cluster.Shared(t)
+	ctx := context.Background()
+	ns := c.Namespace(t)
+	sc, err := servingclient.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := netclient.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test reads and writes v1 Endpoints (Knative v0.50.0's SKS
+	// reconciler reads them), deprecated since Kubernetes 1.33: no warning
+	// on every write.
+	quiet := c.Config()
+	quiet.WarningHandler = rest.NoWarnings{}
+	kube, err := kubernetes.NewForConfig(quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Knative Serving: CRDs, knative-serving's ConfigMaps, its controller.
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	err = installKnative(ictx, c, map[string]map[string]string{
+		"config-autoscaler": autoscalerConfig,
+		"config-deployment": {"queue-sidecar-image": queueImage},
+		// Explicitly off: the Prometheus exporter would bind :9090 on
+		// every address, where the simulated queue-proxies listen.
+		"config-observability": {"metrics-protocol": "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := startController(t, knBins.Controller, c)
+	kc.waitLeader(ctx, t, c, time.Minute)
+	mirrorPrivateEndpoints(t, kube, ns)
+	markIngressesReady(t, nc, ns)
+
+	// tidal in Knative mode, and Knative's activator reporting code
+	// dialling the collector's activator endpoint.
+	const svcName, rev = "web", "web-00001"
+	wsAddr, err := system.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := knactivator.Start(t, "ws://"+wsAddr, "activator-e2e")
+	front := &serviceFront{kube: kube, activator: act.Handler()}
+	frontIP := activatorFront(t, front)
+	publicHost := rev + "." + ns + ".svc.cluster.local"
+	binDir := actuatorWithHosts(t, tidalDir, map[string]string{publicHost: frontIP})
+	cfgDir := t.TempDir()
+	for k, v := range autoscalerConfig {
+		if err := os.WriteFile(filepath.Join(cfgDir, k), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	s, err := system.Start(sctx, system.Options{
+		BinDir: binDir, Cluster: c, AutoscalerConfig: autoscalerConfig, Log: testWriter{t},
+		Args: map[string][]string{
+			"actuator":  {"--knative"},
+			"collector": {"--knative", "--knative-config-autoscaler", cfgDir, "--activator-listen", wsAddr},
+		},
+	})
+	if err != nil {
+		t.Fatalf("start tidal: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range s.Procs() {
+				t.Logf("%s log (last 30 lines):\n%s", p.Name, p.LogTail(30))
+			}
+		}
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	act.WaitReady(t, 30*time.Second)
+
+	// The Knative Service, defaulted and validated by Knative's own
+	// webhook code (SetDefaults, Validate) as its admission webhooks would
+	// on create.
+	svc := &servingv1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: ns},
+		Spec: servingv1.ServiceSpec{ConfigurationSpec: servingv1.ConfigurationSpec{Template: servingv1.RevisionTemplateSpec{
+			Spec: servingv1.RevisionSpec{PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Image: userImage}}}},
+		}}},
+	}
+	wctx := apis.WithinCreate(apis.WithUserInfo(ctx, &authenticationv1.UserInfo{Username: "e2e"}))
+	svc.SetDefaults(wctx)
+	// Warnings (Kubernetes' insecure securityContext defaults) admit it,
+	// as the webhook admits it with warnings.
+	if err := svc.Validate(wctx).Filter(apis.ErrorLevel); err != nil {
+		t.Fatalf("Knative's validation refuses the defaulted Service: %v", err)
+	}
+	start := time.Now()
+	if _, err := sc.ServingV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Load starts as soon as the Revision's Deployment exists, so the
+	// Revision never idles to zero before the phases below.
+	deployment := rev + "-deployment"
+	eventually(t, kc, 60*time.Second, "the Revision's Deployment", func() (bool, string) {
+		_, err := c.Client.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	// No load until the Revision is Ready: requests arriving with no pod
+	// would queue (as at the activator) and land on the first pod at once.
+	rate := system.NewDial(0)
+	wl, err := workload.Start(ctx, workload.Options{Client: c.Client, Namespace: ns, Deployment: deployment,
+		Profile: rate, Model: workload.ModelConfig{ServiceTime: serviceTime}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Stop)
+	reps := followReplicas(t, c, ns, deployment)
+
+	// Tidal reconciles the Revision's PodAutoscaler: the ServerlessService
+	// it creates and owns, the status it writes, and Knative's controller
+	// takes the Revision and the Service to Ready.
+	var pa *asv1alpha1.PodAutoscaler
+	eventually(t, kc, 60*time.Second, "the Revision Ready", func() (bool, string) {
+		r, err := sc.ServingV1().Revisions(ns).Get(ctx, rev, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.IsReady(), fmt.Sprintf("conditions %+v", r.Status.Conditions)
+	})
+	t.Logf("revision %s Ready %s after the Service was created", rev, time.Since(start).Round(100*time.Millisecond))
+	// The first load phase starts now: with no load, tidal would take the
+	// Revision to zero a stable window and a grace period from here.
+	phaseFrom := time.Now()
+	rate.Set(phases[0].rate)
+	eventually(t, kc, 60*time.Second, "the Service Ready", func() (bool, string) {
+		got, err := sc.ServingV1().Services(ns).Get(ctx, svcName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.IsReady(), fmt.Sprintf("conditions %+v", got.Status.Conditions)
+	})
+	eventually(t, kc, 30*time.Second, "the PodAutoscaler Ready with tidal's decision", func() (bool, string) {
+		pa, err = sc.AutoscalingV1alpha1().PodAutoscalers(ns).Get(ctx, rev, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return pa.IsReady() && pa.Status.Annotations["autoscaling.tidal.dev/decision"] != "",
+			fmt.Sprintf("status %+v", pa.Status)
+	})
+	checkReconciledByTidal(ctx, t, sc, nc, pa, ns, rev)
+
+	// Load: steady rates, each held until the Deployment settles where the
+	// KPA says and then for two more stable windows.
+	for i, ph := range phases {
+		want := kpaWant(ph.rate * serviceTime.Seconds())
+		if i > 0 {
+			phaseFrom = time.Now()
+			rate.Set(ph.rate)
+		}
+		from := phaseFrom
+		reps.waitReady(t, kc, want, 90*time.Second, ph.name)
+		settled := time.Since(from)
+		time.Sleep(2 * stableWindow)
+		lo, hi := reps.bounds(from)
+		t.Logf("%s: %.0f requests/s → %d pods after %s (replicas within [%d, %d])", ph.name, ph.rate, want, settled.Round(100*time.Millisecond), lo, hi)
+		if got := reps.last().spec; got != want {
+			t.Errorf("%s: replicas %d two stable windows after settling, want %d", ph.name, got, want)
+		}
+		// Up: never beyond the KPA's number; down: never below it.
+		if ph.up && hi > want {
+			t.Errorf("%s: replicas reached %d, above the KPA's %d", ph.name, hi, want)
+		}
+		if !ph.up && lo < want {
+			t.Errorf("%s: replicas fell to %d, below the KPA's %d", ph.name, lo, want)
+		}
+	}
+
+	// No load: zero after the stable window (to decide 0) and the grace
+	// period, with the activator in the path.
+	rate.Set(0)
+	idleFrom := time.Now()
+	reps.waitSpec(t, kc, 0, 90*time.Second, "scale to zero")
+	idle := time.Since(idleFrom)
+	t.Logf("scale to zero %s after the load stopped", idle.Round(100*time.Millisecond))
+	if least := stableWindow + gracePeriod - time.Second; idle < least {
+		t.Errorf("zero %s after the load stopped, want at least the stable window and the grace period (%s)", idle, least)
+	}
+	sks, err := nc.NetworkingV1alpha1().ServerlessServices(ns).Get(ctx, rev, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sks.Spec.Mode != netv1alpha1.SKSOperationModeProxy {
+		t.Errorf("ServerlessService mode %q at zero, want Proxy", sks.Spec.Mode)
+	}
+	if n := front.Activator.Load(); n == 0 {
+		t.Errorf("no activator probe was answered by the activator before zero (probes to pods: %d)", front.Pods.Load())
+	}
+	eventually(t, kc, 30*time.Second, "the Revision inactive, still Ready", func() (bool, string) {
+		r, err := sc.ServingV1().Revisions(ns).Get(ctx, rev, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		active := r.Status.GetCondition(servingv1.RevisionConditionActive)
+		return r.IsReady() && active != nil && active.IsFalse(), fmt.Sprintf("conditions %+v", r.Status.Conditions)
+	})
+
+	// A request reaches the activator (the public Service's Endpoints are
+	// the activator's now): Knative's ConcurrencyReporter sends its
+	// first-request stat over the websocket, and tidal brings the
+	// Revision back to kpaWant(1) = 1 pod.
+	eventually(t, kc, 30*time.Second, "the public Endpoints on the activator", func() (bool, string) {
+		eps, err := kube.CoreV1().Endpoints(ns).Get(ctx, rev, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return toActivator(eps), fmt.Sprintf("subsets %+v", eps.Subsets)
+	})
+	recordedBefore := collectorMetric(t, s.Collectors[0], `tidal_collector_activator_stats_total{outcome="recorded"}`)
+	rctx, release := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+frontIP+"/", nil)
+		if err != nil {
+			return
+		}
+		req.Host = publicHost
+		req.Header.Set(activator.RevisionHeaderNamespace, ns)
+		req.Header.Set(activator.RevisionHeaderName, rev)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	})
+	backFrom := time.Now()
+	reps.waitReady(t, kc, kpaWant(1), 30*time.Second, "back from zero")
+	t.Logf("back from zero: %d pod Ready %s after the request reached the activator", kpaWant(1), time.Since(backFrom).Round(100*time.Millisecond))
+	release()
+	wg.Wait()
+	if got := collectorMetric(t, s.Collectors[0], `tidal_collector_activator_stats_total{outcome="recorded"}`); got <= recordedBefore {
+		t.Errorf("the collector recorded %v activator stats, %v before the request: Knative's activator code did not reach it", got, recordedBefore)
+	}
+	if _, hi := reps.bounds(backFrom); hi != kpaWant(1) {
+		t.Errorf("back from zero: replicas reached %d, want %d", hi, kpaWant(1))
+	}
+}
+
+// checkReconciledByTidal checks who wrote the PodAutoscaler's status and
+// its ServerlessService, and that nothing else of Knative's autoscaler was
+// made.
+func checkReconciledByTidal(ctx context.Context, t *testing.T, sc servingclient.Interface, nc netclient.Interface,
+	pa *asv1alpha1.PodAutoscaler, ns, rev string,
+) {
+	t.Helper()
+	if got := pa.Annotations[autoscaling.ClassAnnotationKey]; got != autoscaling.KPA {
+		t.Errorf("PodAutoscaler class %q, want %q", got, autoscaling.KPA)
+	}
+	if owner := metav1.GetControllerOf(pa); owner == nil || owner.Kind != "Revision" || owner.Name != rev {
+		t.Errorf("PodAutoscaler controller %+v, want the Revision %s", owner, rev)
+	}
+	if got := managers(pa.ManagedFields, "status"); len(got) != 1 || got[0] != actuatorManager {
+		t.Errorf("PodAutoscaler status written by %q, want only %q", got, actuatorManager)
+	}
+	if pa.Status.ServiceName != rev || pa.Status.MetricsServiceName != rev+"-private" {
+		t.Errorf("PodAutoscaler status serviceName %q, metricsServiceName %q; want %q and %q",
+			pa.Status.ServiceName, pa.Status.MetricsServiceName, rev, rev+"-private")
+	}
+	for _, cond := range []apis.ConditionType{asv1alpha1.PodAutoscalerConditionActive,
+		asv1alpha1.PodAutoscalerConditionScaleTargetInitialized, asv1alpha1.PodAutoscalerConditionSKSReady} {
+		if c := pa.Status.GetCondition(cond); c == nil || !c.IsTrue() {
+			t.Errorf("PodAutoscaler condition %s = %+v, want True", cond, c)
+		}
+	}
+	sks, err := nc.NetworkingV1alpha1().ServerlessServices(ns).Get(ctx, rev, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !metav1.IsControlledBy(sks, pa) {
+		t.Errorf("ServerlessService owners %+v, want the PodAutoscaler %s as controller", sks.OwnerReferences, rev)
+	}
+	if got := managers(sks.ManagedFields, ""); len(got) != 1 || got[0] != actuatorManager {
+		t.Errorf("ServerlessService spec written by %q, want only %q", got, actuatorManager)
+	}
+	if !sks.IsReady() || sks.Status.PrivateServiceName != rev+"-private" {
+		t.Errorf("ServerlessService status %+v, want Ready (Knative's SKS reconciler) with private service %s-private", sks.Status, rev)
+	}
+	// Knative's KPA reconciler would create a Metric for its autoscaler;
+	// tidal's does not.
+	ms, err := sc.AutoscalingV1alpha1().Metrics(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms.Items) != 0 {
+		t.Errorf("%d Metric objects, want none", len(ms.Items))
+	}
+}
+
+// managers lists the field managers of entries for subresource ("" the
+// main resource) that own fields.
+func managers(entries []metav1.ManagedFieldsEntry, subresource string) []string {
+	var out []string
+	for _, e := range entries {
+		if e.Subresource == subresource && e.FieldsV1 != nil {
+			out = append(out, e.Manager)
+		}
+	}
+	return out
+}
+
+// eventually polls cond every 100 ms until it holds, failing t after
+// within with cond's last explanation; Knative's controller must still run.
+func eventually(t *testing.T, kc *knController, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		kc.running(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting %v for %s: %s", within, what, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// replicas is one reading of the Deployment.
+type replicas struct {
+	at          time.Time
+	spec, ready int32
+}
+
+// replicaLog reads the Deployment every 100 ms.
+type replicaLog struct {
+	mu   sync.Mutex
+	seen []replicas
+}
+
+func followReplicas(t *testing.T, c *cluster.Cluster, ns, name string) *replicaLog {
+	l := &replicaLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			if d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err == nil && d.Spec.Replicas != nil {
+				l.mu.Lock()
+				l.seen = append(l.seen, replicas{time.Now(), *d.Spec.Replicas, d.Status.ReadyReplicas})
+				l.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return l
+}
+
+func (l *replicaLog) last() replicas {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.seen) == 0 {
+		return replicas{spec: -1, ready: -1}
+	}
+	return l.seen[len(l.seen)-1]
+}
+
+// bounds returns the least and most spec replicas read since from.
+func (l *replicaLog) bounds(from time.Time) (lo, hi int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lo, hi = math.MaxInt32, -1
+	for _, r := range l.seen {
+		if r.at.Before(from) {
+			continue
+		}
+		lo, hi = min(lo, r.spec), max(hi, r.spec)
+	}
+	return lo, hi
+}
+
+func (l *replicaLog) waitSpec(t *testing.T, kc *knController, want int32, within time.Duration, what string) {
+	t.Helper()
+	eventually(t, kc, within, fmt.Sprintf("%s: %d replicas", what, want), func() (bool, string) {
+		r := l.last()
+		return r.spec == want, fmt.Sprintf("replicas %d, ready %d", r.spec, r.ready)
+	})
+}
+
+func (l *replicaLog) waitReady(t *testing.T, kc *knController, want int32, within time.Duration, what string) {
+	t.Helper()
+	eventually(t, kc, within, fmt.Sprintf("%s: %d replicas, all ready", what, want), func() (bool, string) {
+		r := l.last()
+		return r.spec == want && r.ready == want, fmt.Sprintf("replicas %d, ready %d", r.spec, r.ready)
+	})
+}
+
+// collectorMetric reads one series of a collector's /metrics; 0 when
+// absent.
+func collectorMetric(t *testing.T, p *system.Proc, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
