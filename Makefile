@@ -140,16 +140,27 @@ keda:
 	@echo "== keda: running"
 	cd test/keda && ../../bin/keda.test -test.count=1 -test.timeout=20m -test.v -vectors $(abspath $(SHARED))/vectors/keda
 
-## knative: tidal's collector driven by Knative Serving v0.50.0's own activator reporting code (test/knative, its
-## own module): the activator's ConcurrencyReporter and ReportStats over knative.dev/pkg's durable websocket to the
-## collector's activator endpoint. Builds first, outside any test deadline (cold: Knative's packages take minutes on
-## two cores; cached after that); the tests then take about a minute.
+## knative: tidal against Knative Serving v0.50.0's own code (test/knative, its own module). The activator tests:
+## the activator's ConcurrencyReporter and ReportStats over knative.dev/pkg's durable websocket to the collector's
+## activator endpoint. The controller test (test/knative/serving/e2e): Knative's real controller and tidal's three
+## services in Knative mode on a test cluster, a Knative Service scaled up, down, to zero and back; it needs root
+## (the actuator's private /etc/hosts, port 80 of a loopback address) and :8080 free (Knative's health probes).
+## Builds first, outside any test deadline: the control plane and Knative's controller are cached (cold: about
+## 10 and 20 minutes on two cores); then the tests take a few minutes.
 knative:
-	@echo "== knative: Knative's packages and the test binary (cold: minutes on two cores)"
+	@echo "== knative: the Kubernetes control plane (built once per version, then cached)"
+	$(GO) run ./test/cluster/cmd/testcluster build
+	@echo "== knative: Knative Serving's controller (built once per go.mod, then cached)"
+	cd test/knative && $(GO) run ./cmd/servingbuild
+	@echo "== knative: the services, Knative's packages and the test binaries (cold: minutes on two cores)"
+	$(GO) build ./services/...
 	@mkdir -p bin
 	cd test/knative && $(GO) test -c -o ../../bin/knative.test .
-	@echo "== knative: running"
+	cd test/knative && $(GO) test -c -o ../../bin/knative-serving-e2e.test ./serving/e2e
+	@echo "== knative: the activator tests"
 	cd test/knative && ../../bin/knative.test -test.count=1 -test.timeout=15m -test.v
+	@echo "== knative: Knative's controller with tidal"
+	cd test/knative/serving/e2e && ../../../../bin/knative-serving-e2e.test -test.count=1 -test.timeout=20m -test.v
 
 ## scale: the whole system at scale on a test cluster of its own, then a report of latencies and costs
 ## (SCALE="-kpa 1000 -lag 100 -for 3m"; defaults: 10,000 KPA + 1,000 lag targets for 10 minutes; "-replicas 2"
