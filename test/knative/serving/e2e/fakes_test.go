@@ -94,7 +94,7 @@ func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.S
 	if err != nil {
 		return err
 	}
-	var subsets []corev1.EndpointSubset
+	var subsets []corev1.EndpointSubset //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for _, p := range pods.Items {
 		if !workload.PodReady(&p) {
@@ -109,7 +109,7 @@ func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.S
 		if p.Spec.NodeName != "" {
 			addr.NodeName = &p.Spec.NodeName
 		}
-		ss := corev1.EndpointSubset{Addresses: []corev1.EndpointAddress{addr}}
+		ss := corev1.EndpointSubset{Addresses: []corev1.EndpointAddress{addr}} //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 		for _, sp := range svc.Spec.Ports {
 			ss.Ports = append(ss.Ports, corev1.EndpointPort{Name: sp.Name, Port: targetPort(&p, sp), Protocol: sp.Protocol})
 		}
@@ -121,11 +121,11 @@ func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.S
 		for _, ss := range subsets[1:] {
 			merged.Addresses = append(merged.Addresses, ss.Addresses...)
 		}
-		subsets = []corev1.EndpointSubset{merged}
+		subsets = []corev1.EndpointSubset{merged} //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 	}
 	eps, err := kube.CoreV1().Endpoints(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = kube.CoreV1().Endpoints(svc.Namespace).Create(ctx, &corev1.Endpoints{
+		_, err = kube.CoreV1().Endpoints(svc.Namespace).Create(ctx, &corev1.Endpoints{ //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 			ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, Labels: svc.Labels},
 			Subsets:    subsets,
 		}, metav1.CreateOptions{})
@@ -232,7 +232,7 @@ func (f *serviceFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // toActivator reports whether every ready address of eps is an activator's.
-func toActivator(eps *corev1.Endpoints) bool {
+func toActivator(eps *corev1.Endpoints) bool { //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 	n := 0
 	for _, ss := range eps.Subsets {
 		for _, a := range ss.Addresses {

@@ -158,9 +158,9 @@ func installKnative(ctx context.Context, c *cluster.Cluster, overrides map[strin
 	if _, err := c.Client.CoreV1().Services(systemNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("activator service: %w", err)
 	}
-	eps := &corev1.Endpoints{
+	eps := &corev1.Endpoints{ //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 		ObjectMeta: metav1.ObjectMeta{Name: networking.ActivatorServiceName, Namespace: systemNamespace},
-		Subsets: []corev1.EndpointSubset{{
+		Subsets: []corev1.EndpointSubset{{ //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 			Ports: []corev1.EndpointPort{
 				{Name: "http", Port: 8012, Protocol: corev1.ProtocolTCP},
 				{Name: "http2", Port: 8013, Protocol: corev1.ProtocolTCP},
