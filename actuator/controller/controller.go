@@ -155,6 +155,13 @@ func (c *Controller) next(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(name)
+	// A shut-down queue still hands out what it holds; at 10,000 targets
+	// that is thousands of reconciles, each with a status write that
+	// outlives ctx (scale.Finishing), which kept the actuator from
+	// stopping. What is left is reconciled from scratch by whoever runs next.
+	if ctx.Err() != nil {
+		return false
+	}
 	requeue, err := c.reconcile(ctx, name)
 	if err != nil {
 		c.log.Info("reconcile failed; retrying", zap.String(c.cfg.Name, name.String()), zap.Error(err))
