@@ -177,11 +177,19 @@ func goroutines(ctx context.Context, httpAddr string) (int, error) {
 }
 
 // apiRequests reads the API server's apiserver_request_total, summed by
-// verb and by resource[/subresource] verb, through the admin client.
+// verb and by resource[/subresource] verb, through the admin client. A
+// saturated API server can take more than 10 s to answer: it tries three
+// times, 30 s each.
 func apiRequests(ctx context.Context, client kubernetes.Interface) (byVerb, byResource map[string]float64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	b, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	var b []byte
+	for range 3 {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		b, err = client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("API server metrics: %w", err)
 	}

@@ -26,6 +26,7 @@ type procWatch struct {
 	t0, t1     time.Time
 	api0, api1 map[string]float64 // by verb
 	res0, res1 map[string]float64 // by "resource[/subresource] verb"
+	apiErr     error              // why the counts could not be read
 
 	// mu guards the samples in procs.
 	mu sync.Mutex
@@ -72,9 +73,8 @@ func newProcWatch(s *services, clusterDir string) (*procWatch, error) {
 
 func (w *procWatch) begin(ctx context.Context, client kubernetes.Interface) error {
 	var err error
-	if w.api0, w.res0, err = apiRequests(ctx, client); err != nil {
-		return err
-	}
+	// Without the request counts the report says so; the rest still holds.
+	w.api0, w.res0, w.apiErr = apiRequests(ctx, client)
 	w.t0 = time.Now()
 	w.load0 = loadAverage()
 	for i := range w.groups {
@@ -101,8 +101,10 @@ func (w *procWatch) end(ctx context.Context, client kubernetes.Interface) error 
 		}
 	}
 	w.look(ctx)
-	w.api1, w.res1, err = apiRequests(ctx, client)
-	return err
+	if w.apiErr == nil {
+		w.api1, w.res1, w.apiErr = apiRequests(ctx, client)
+	}
+	return nil
 }
 
 // look samples RSS and goroutines once.
@@ -205,7 +207,10 @@ type Rate struct {
 
 // requests are the API server's requests per second by verb and the ten
 // busiest resource and verb pairs, over the steady phase.
-func (w *procWatch) requests() (byVerb, byResource []Rate) {
+func (w *procWatch) requests() (byVerb, byResource []Rate, err error) {
+	if w.apiErr != nil {
+		return nil, nil, w.apiErr
+	}
 	secs := w.t1.Sub(w.t0).Seconds()
 	rates := func(a, b map[string]float64) []Rate {
 		var out []Rate
@@ -221,5 +226,5 @@ func (w *procWatch) requests() (byVerb, byResource []Rate) {
 	if len(byResource) > 10 {
 		byResource = byResource[:10]
 	}
-	return byVerb, byResource
+	return byVerb, byResource, nil
 }

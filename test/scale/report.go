@@ -60,6 +60,9 @@ type Report struct {
 	// steady phase, from every client (the control plane's own too);
 	// RequestsByResource the ten busiest resource and verb pairs.
 	Requests, RequestsByResource []Rate
+	// RequestsError says why they are missing (the API server's /metrics
+	// did not answer).
+	RequestsError string
 	// OtherCPU is the CPU cores of other processes over the steady phase
 	// (PerSec is cores): the harness and the control plane. LoadAverage is
 	// the machine's, at the start and end of the steady phase.
@@ -232,6 +235,22 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "load average (1 min): %s\n", r.LoadAverage)
 
 	fmt.Fprintln(w)
+	if r.RequestsError != "" {
+		fmt.Fprintf(w, "Kubernetes requests/s: not read (%s)\n", r.RequestsError)
+	} else {
+		r.writeRequests(w)
+	}
+	if len(r.LostExamples) > 0 {
+		fmt.Fprintf(w, "lost changes, first %d: %s\n", len(r.LostExamples), strings.Join(r.LostExamples, "; "))
+	}
+	fmt.Fprintln(w, `
+"first moves": the first change of spec.replicas after a load change in its direction (towards the new level's
+replicas from where spec.replicas was), as a Deployment informer saw it; "lost": none before the target's next
+load change (every change has at least one switch period). "decision → recorded": informer time of a
+PodAutoscaler status.lastDecision minus the decision's sequence (the decider's time in Unix ms).`)
+}
+
+func (r *Report) writeRequests(w io.Writer) {
 	var parts []string
 	total := 0.0
 	for _, q := range r.Requests {
@@ -244,12 +263,4 @@ func (r *Report) Write(w io.Writer) {
 		parts = append(parts, fmt.Sprintf("%s %.1f", q.Key, q.PerSec))
 	}
 	fmt.Fprintf(w, "busiest: %s\n", strings.Join(parts, ", "))
-	if len(r.LostExamples) > 0 {
-		fmt.Fprintf(w, "lost changes, first %d: %s\n", len(r.LostExamples), strings.Join(r.LostExamples, "; "))
-	}
-	fmt.Fprintln(w, `
-"first moves": the first change of spec.replicas after a load change in its direction (towards the new level's
-replicas from where spec.replicas was), as a Deployment informer saw it; "lost": none before the target's next
-load change (every change has at least one switch period). "decision → recorded": informer time of a
-PodAutoscaler status.lastDecision minus the decision's sequence (the decider's time in Unix ms).`)
 }

@@ -204,7 +204,10 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	rep.changes(rec.results(steadyEnd))
 	rep.decisionAges(rec, steadyEnd.Add(-30*time.Second), steadyEnd)
 	rep.Procs = procs.report(svcs)
-	rep.Requests, rep.RequestsByResource = procs.requests()
+	var reqErr error
+	if rep.Requests, rep.RequestsByResource, reqErr = procs.requests(); reqErr != nil {
+		rep.RequestsError = reqErr.Error()
+	}
 	rep.OtherCPU, rep.LoadAverage = procs.others(), procs.load0+" at the start, "+procs.load1+" at the end"
 	return rep, nil
 }
