@@ -9,6 +9,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,23 +35,11 @@ var (
 // ruleTriples expands what a rules review returned into
 // group/resource[/name]:verb keys, as triples does for policy rules.
 func ruleTriples(rules []authorizationv1.ResourceRule) map[string]bool {
-	out := map[string]bool{}
-	for _, r := range rules {
-		names := r.ResourceNames
-		if len(names) == 0 {
-			names = []string{""}
-		}
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				for _, n := range names {
-					for _, v := range r.Verbs {
-						out[g+"/"+res+"/"+n+":"+v] = true
-					}
-				}
-			}
-		}
+	policy := make([]rbacv1.PolicyRule, len(rules))
+	for i, r := range rules {
+		policy[i] = rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames, Verbs: r.Verbs}
 	}
-	return out
+	return triples(policy)
 }
 
 // knativeRBACFixture is a release installed with Knative mode off, then
