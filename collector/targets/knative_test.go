@@ -72,15 +72,14 @@ func knativePA(ns, name, class string, ann map[string]string) *knautoscaling.Pod
 	}
 }
 
-// TestDiscoveryKnativePodAutoscaler: with Knative mode on, a Knative
-// PodAutoscaler of the KPA class is a KPA target named by its Deployment,
-// configured from its annotations over config-autoscaler and scraped from
-// its Revision's pods; one of Knative's HPA class is not; deleting it
-// forgets the target.
-func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
+// knativeSetup is where the Knative tests start: the shared cluster with
+// Knative's CRDs, a namespace of the test's own, a Knative client, and a
+// context that ends with the test (within 2 minutes).
+func knativeSetup(t *testing.T) (context.Context, *cluster.Cluster, string, *knclient.Client) {
+	t.Helper()
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	if err := knativetest.InstallCRDs(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +88,16 @@ func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, c, ns, kn
+}
+
+// TestDiscoveryKnativePodAutoscaler: with Knative mode on, a Knative
+// PodAutoscaler of the KPA class is a KPA target named by its Deployment,
+// configured from its annotations over config-autoscaler and scraped from
+// its Revision's pods; one of Knative's HPA class is not; deleting it
+// forgets the target.
+func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
+	ctx, c, ns, kn := knativeSetup(t)
 	ps := revisionPods(t, c, ns, "rev-1", 2)
 	for _, p := range ps {
 		serveStat(t, p, queuestat.Stat{PodName: p.Name, AverageConcurrentRequests: 3, RequestCount: 4})

@@ -1,7 +1,6 @@
 package targets
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,13 +9,10 @@ import (
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	knclient "github.com/tidalscale/tidal/apis/knative/client"
-	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	"github.com/tidalscale/tidal/collector/activator"
 	"github.com/tidalscale/tidal/collector/queuestat"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
-	"github.com/tidalscale/tidal/test/cluster"
 )
 
 // TestKnativeStatsLandOnThePodAutoscalersTarget: in Knative mode an
@@ -26,17 +22,7 @@ import (
 // whose PodAutoscaler the cache does not hold falls back to Knative's
 // naming rule, counted.
 func TestKnativeStatsLandOnThePodAutoscalersTarget(t *testing.T) {
-	c := cluster.Shared(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := knativetest.InstallCRDs(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	ns := c.Namespace(t)
-	kn, err := knclient.New(c.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, ns, kn := knativeSetup(t)
 	ps := revisionPods(t, c, ns, "shop-00001", 1)
 	serveStat(t, ps[0], queuestat.Stat{PodName: ps[0].Name, AverageConcurrentRequests: 2, RequestCount: 3})
 	cfg := Config{Knative: KnativeConfig{Enabled: true, Autoscaler: kpaconfig.Default()}}
