@@ -50,7 +50,11 @@ type Binaries struct {
 
 // CacheDir returns where the binaries of this version live:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/tidal/kube-<version>.
-func CacheDir() (string, error) {
+func CacheDir() (string, error) { return TidalCache("kube-" + KubernetesVersion) }
+
+// TidalCache returns the directory name has in tidal's cache outside any
+// checkout: ${XDG_CACHE_HOME:-$HOME/.cache}/tidal/<name>.
+func TidalCache(name string) (string, error) {
 	base := os.Getenv("XDG_CACHE_HOME")
 	if base == "" {
 		home, err := os.UserHomeDir()
@@ -59,7 +63,7 @@ func CacheDir() (string, error) {
 		}
 		base = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(base, "tidal", "kube-"+KubernetesVersion), nil
+	return filepath.Join(base, "tidal", name), nil
 }
 
 // EnsureBinaries returns the cached control-plane binaries, building them

@@ -35,17 +35,7 @@ type Binaries struct {
 
 // CacheDir returns where the binaries of this version live:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/tidal/knative-serving-<version>.
-func CacheDir() (string, error) {
-	base := os.Getenv("XDG_CACHE_HOME")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("cache directory: %w", err)
-		}
-		base = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(base, "tidal", "knative-serving-"+Version), nil
-}
+func CacheDir() (string, error) { return cluster.TidalCache("knative-serving-" + Version) }
 
 // EnsureBinaries returns the cached binaries, building them first when the
 // cache is missing or was built from another go.mod or Go. moduleDir is
