@@ -253,14 +253,11 @@ func run(ctx context.Context, out io.Writer, length time.Duration, plotPath, log
 // phaseAt returns the script's phase at elapsed time, repeating the script
 // every cycle.
 func phaseAt(elapsed time.Duration) int {
-	e := elapsed % cycle
-	p := 0
+	starts := make([]time.Duration, len(script))
 	for i, ph := range script {
-		if ph.at <= e {
-			p = i
-		}
+		starts[i] = ph.at
 	}
-	return p
+	return system.PhaseAt(elapsed, cycle, starts)
 }
 
 func printHints(out io.Writer, sys *system.System) {

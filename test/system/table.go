@@ -54,3 +54,17 @@ func clip(s string, n int) string {
 	}
 	return s[:n-1] + "…"
 }
+
+// PhaseAt returns which of a script's phases runs at elapsed: the last
+// whose start (starts, ascending) has passed, the script repeating every
+// cycle. Both `make run` scenes drive their load this way.
+func PhaseAt(elapsed, cycle time.Duration, starts []time.Duration) int {
+	e := elapsed % cycle
+	p := 0
+	for i, at := range starts {
+		if at <= e {
+			p = i
+		}
+	}
+	return p
+}
