@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/tidalscale/tidal/collector/stream"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 // stuckDecider takes Ingest streams and never reads them: once gRPC's
@@ -133,7 +133,7 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	stopStreams := sync.OnceFunc(func() { cancel(); <-streamsDone })
 	t.Cleanup(stopStreams)
 	streams.SetDeciders([]string{stuck})
-	eventually(t, "the stream to the decider open", func() bool { return gathered(t, r.reg, "tidal_collector_stream_connected", "") == 1 })
+	eventually(t, "the stream to the decider open", func() bool { return gathered.Sum(t, r.reg, "tidal_collector_stream_connected", "") == 1 })
 
 	c := dial(t, r.url)
 	p := newPinger(c)
@@ -176,7 +176,7 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	}
 	// Usually the backlog overflowed (the stream waits to replay); a frame
 	// ending with the backlog exactly at its bound finds it full as well.
-	t.Logf("replays{cause=overflow} = %v", gathered(t, r.reg, "tidal_collector_stream_replays_total", "overflow"))
+	t.Logf("replays{cause=overflow} = %v", gathered.Sum(t, r.reg, "tidal_collector_stream_replays_total", "overflow"))
 	if got := value(backlog); got != float64(len(fill)) {
 		t.Errorf("backlog = %v after the first frame that found the backlog full, want its %d stats", got, len(fill))
 	}
@@ -233,7 +233,7 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
 		t.Errorf("heap grew by %d bytes over a flood of 100,000 dropped stats, want under 4 MiB", grew)
 	}
-	if got := gathered(t, r.reg, "tidal_collector_targets", ""); got != float64(len(fill)) {
+	if got := gathered.Sum(t, r.reg, "tidal_collector_targets", ""); got != float64(len(fill)) {
 		t.Errorf("targets = %v after the flood, want %d: dropped stats made targets", got, len(fill))
 	}
 	if r.hub.Known(deployment(late[0])) {
@@ -279,30 +279,4 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// gathered sums the counters and gauges of reg named name, of the series
-// with a label of value label (every series when label is empty).
-func gathered(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				match = match || l.GetValue() == label
-			}
-			if match {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
 }

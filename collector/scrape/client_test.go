@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidalscale/tidal/collector/queuestat"
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 // servePodWith is servePod with a server the test tunes.
@@ -79,7 +80,7 @@ func TestKeepAlive(t *testing.T) {
 					t.Fatalf("round %d: samples %v, failures %+v; want one sample", round, samples, failures)
 				}
 			}
-			if got := counterValue(t, reg, "tidal_collector_scrape_dials_total", ""); got != float64(tt.wantDials) {
+			if got := gathered.Sum(t, reg, "tidal_collector_scrape_dials_total", ""); got != float64(tt.wantDials) {
 				t.Errorf("dials = %v, want %d", got, tt.wantDials)
 			}
 			if n := s.client.sweep(time.Now()); n > tt.maxIdle || n > tt.pods {

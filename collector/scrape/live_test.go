@@ -20,6 +20,7 @@ import (
 	"github.com/tidalscale/tidal/collector/stream"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 // hubRecorder records into a stream.Hub as the collector binary does.
@@ -93,7 +94,7 @@ func BenchmarkScrapeLive(b *testing.B) {
 	for range 3 { // every pod's connection opened
 		s.ScrapeNow(ctx)
 	}
-	failed := counterValue(b, reg, "tidal_collector_scrape_failures_total", ReasonSample)
+	failed := gathered.Sum(b, reg, "tidal_collector_scrape_failures_total", ReasonSample)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0, m0 := cpuTime(), mallocs()
@@ -103,7 +104,7 @@ func BenchmarkScrapeLive(b *testing.B) {
 	}
 	cpu, allocs := cpuTime()-cpu0, mallocs()-m0
 	b.StopTimer()
-	if f := counterValue(b, reg, "tidal_collector_scrape_failures_total", ReasonSample) - failed; f > 0 {
+	if f := gathered.Sum(b, reg, "tidal_collector_scrape_failures_total", ReasonSample) - failed; f > 0 {
 		b.Fatalf("%v scrapes failed", f)
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*scraped), "cpu-µs/pod")
@@ -133,12 +134,12 @@ func TestGoroutinesBoundedByWorkers(t *testing.T) {
 			t.Fatalf("round %d: %d samples, failures %.3v; want %d samples", round, len(samples), failures, targets)
 		}
 	}
-	if got := counterValue(t, reg, "tidal_collector_pods_scraped_total", ""); got != float64(3*scraped) {
+	if got := gathered.Sum(t, reg, "tidal_collector_pods_scraped_total", ""); got != float64(3*scraped) {
 		t.Fatalf("pods scraped = %v, want %d", got, 3*scraped)
 	}
 	// Each pod was dialed once, when first sampled: the connections were
 	// kept, just not with goroutines.
-	if got := counterValue(t, reg, "tidal_collector_scrape_dials_total", ""); got < float64(scraped) || got > float64(len(addrs)) {
+	if got := gathered.Sum(t, reg, "tidal_collector_scrape_dials_total", ""); got < float64(scraped) || got > float64(len(addrs)) {
 		t.Errorf("dials = %v over three rounds of %d pods, want one a pod sampled (%d to %d)", got, scraped, scraped, len(addrs))
 	}
 	// Workers, the tick loop, and a few the runtime starts (GC workers are

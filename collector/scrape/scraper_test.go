@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidalscale/tidal/collector/queuestat"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 // fakePods is a PodSource over a fixed list with a mutable ready set.
@@ -129,30 +130,6 @@ func testTarget(src PodSource, f Format) Target {
 	return Target{Ref: ref, Path: queuestat.Path, Format: f, StableWindow: time.Minute, Pods: src}
 }
 
-func counterValue(t testing.TB, reg *prometheus.Registry, name, reason string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if reason == "" {
-				return m.GetCounter().GetValue()
-			}
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
 func TestScrapeExtrapolates(t *testing.T) {
 	// 10 ready pods each serving concurrency 2 (0.5 proxied), 4 rps: the
 	// sample is 7 and the extrapolated total is 10 times one pod.
@@ -183,7 +160,7 @@ func TestScrapeExtrapolates(t *testing.T) {
 	if at := got.GetTime().AsTime(); at.Before(before) || at.After(time.Now()) {
 		t.Errorf("sample time %v not the scrape's finish time (after %v)", at, before)
 	}
-	if n := counterValue(t, reg, "tidal_collector_pods_scraped_total", ""); n != 7 {
+	if n := gathered.Sum(t, reg, "tidal_collector_pods_scraped_total", ""); n != 7 {
 		t.Errorf("pods scraped = %v, want 7 (the sample size of 10)", n)
 	}
 }
@@ -238,7 +215,7 @@ func TestScrapeBadPods(t *testing.T) {
 			if len(failures) != 2 || failures[0].Pod != "bad" || failures[0].Reason != tt.reason || failures[1].Reason != ReasonSample {
 				t.Fatalf("failures = %+v; want pod bad with %s, then the whole scrape", failures, tt.reason)
 			}
-			if got := counterValue(t, reg, "tidal_collector_scrape_failures_total", tt.reason); got != 1 {
+			if got := gathered.Sum(t, reg, "tidal_collector_scrape_failures_total", tt.reason); got != 1 {
 				t.Errorf("failures{reason=%s} = %v, want 1", tt.reason, got)
 			}
 

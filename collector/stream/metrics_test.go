@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 // deciderSeries lists the metric families that hold a series labelled
@@ -40,13 +42,13 @@ func TestDeciderSeriesDeletedWhenItLeaves(t *testing.T) {
 		c.hub.Record(ref(n), scrapeSample(time.Now().Add(-time.Second), 1, 1))
 	}
 	eventually(t, "both deciders connected and fed", func() bool {
-		return counter(t, c.reg, "tidal_collector_stream_samples_sent_total", gone.addr) > 0 &&
-			counter(t, c.reg, "tidal_collector_stream_samples_sent_total", stays.addr) > 0
+		return gathered.Sum(t, c.reg, "tidal_collector_stream_samples_sent_total", gone.addr) > 0 &&
+			gathered.Sum(t, c.reg, "tidal_collector_stream_samples_sent_total", stays.addr) > 0
 	})
 	// A failure is counted too, so every kind of series exists for it.
 	gone.srv.Stop()
 	eventually(t, "the failure counted", func() bool {
-		return counter(t, c.reg, "tidal_collector_stream_failures_total", gone.addr) > 0
+		return gathered.Sum(t, c.reg, "tidal_collector_stream_failures_total", gone.addr) > 0
 	})
 	if got := deciderSeries(t, c.reg, gone.addr); len(got) == 0 {
 		t.Fatalf("no series labelled decider=%s before it left", gone.addr)

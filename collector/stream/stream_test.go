@@ -15,6 +15,7 @@ import (
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 func testConfig(t testing.TB) Config {
@@ -144,7 +145,7 @@ func TestDeciderRestartReplaysHistory(t *testing.T) {
 			t.Fatalf("batch collector id %q", bt.GetCollectorId())
 		}
 	}
-	if got := counter(t, b.reg, "tidal_collector_stream_replays_total", "connect"); got < 3 {
+	if got := gathered.Sum(t, b.reg, "tidal_collector_stream_replays_total", "connect"); got < 3 {
 		t.Errorf("replays{cause=connect} = %v, want the 3 targets replayed on the new stream", got)
 	}
 }
@@ -236,7 +237,7 @@ func TestReconnectAfterDeciderComesUp(t *testing.T) {
 		_, vals, ok := d2.window(ref("late").Key(), 0)
 		return ok && len(vals) == 1 && vals[0] == 4
 	})
-	if got := counter(t, c.reg, "tidal_collector_stream_failures_total", ""); got < 1 {
+	if got := gathered.Sum(t, c.reg, "tidal_collector_stream_failures_total", ""); got < 1 {
 		t.Errorf("stream failures = %v, want the failed attempts counted", got)
 	}
 }
@@ -262,7 +263,7 @@ func TestSlowDeciderOverflowsIntoReplay(t *testing.T) {
 	if w, _ := c.hub.pendingWork(d.addr); w > cfg.HighWater+1 {
 		t.Errorf("%d samples wait for a stuck decider, want at most the high water mark %d", w, cfg.HighWater)
 	}
-	if got := counter(t, c.reg, "tidal_collector_stream_replays_total", "overflow"); got < 1 {
+	if got := gathered.Sum(t, c.reg, "tidal_collector_stream_replays_total", "overflow"); got < 1 {
 		t.Errorf("replays{cause=overflow} = %v, want at least 1", got)
 	}
 	close(block)
@@ -289,32 +290,6 @@ func connected(h *Hub, addr string) bool {
 	defer h.mu.Unlock()
 	ob := h.outboxes[addr]
 	return ob != nil && ob.connected
-}
-
-func counter(t testing.TB, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					match = true
-				}
-			}
-			if match {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 func testLogger(t testing.TB) *zap.Logger {

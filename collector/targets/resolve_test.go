@@ -13,6 +13,7 @@ import (
 	"github.com/tidalscale/tidal/collector/queuestat"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 // TestKnativeStatsLandOnThePodAutoscalersTarget: in Knative mode an
@@ -80,7 +81,7 @@ func TestKnativeStatsLandOnThePodAutoscalersTarget(t *testing.T) {
 		{"tidal_collector_activator_stats_total", "recorded", 1},
 		{"tidal_collector_activator_stats_total", "unknown-target", 1},
 	} {
-		if got := counterValue(t, reg, tt.name, tt.label); got != tt.want {
+		if got := gathered.Sum(t, reg, tt.name, tt.label); got != tt.want {
 			t.Errorf("%s{%s} = %v, want %v", tt.name, tt.label, got, tt.want)
 		}
 	}
@@ -102,27 +103,4 @@ func TestKnativeStatsLandOnThePodAutoscalersTarget(t *testing.T) {
 	if _, _, err := r.disc.KnativeScaleTarget(ns, "bad-00001"); err == nil || !strings.Contains(err.Error(), "spec.scaleTargetRef.kind") {
 		t.Errorf("KnativeScaleTarget of a bad scale target = %v, want an error naming spec.scaleTargetRef.kind", err)
 	}
-}
-
-// counterValue sums the counter name's series carrying label value.
-func counterValue(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }

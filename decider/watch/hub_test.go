@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/test/gathered"
 )
 
 // defaults is the Config the flags give, so tests never restate defaults.
@@ -24,32 +25,6 @@ func defaults(t *testing.T) Config {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
 	return c
-}
-
-// counter is the value of the counter name with label value (any when "").
-func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if value == "" || l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-			if len(m.GetLabel()) == 0 {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 func decision(ns string, i int) engine.Decision {
@@ -98,7 +73,7 @@ func TestHubFiltersAndDropsSlowWatchers(t *testing.T) {
 		t.Fatal("a watcher of another namespace was dropped")
 	default:
 	}
-	if got := counter(t, reg, "tidal_decider_watchers_dropped_total", ""); got != 1 {
+	if got := gathered.Sum(t, reg, "tidal_decider_watchers_dropped_total", ""); got != 1 {
 		t.Errorf("dropped watchers counted %v, want 1", got)
 	}
 	// A dropped watcher keeps its place until its stream unsubscribes.
@@ -126,10 +101,10 @@ func TestHubBoundsWatchers(t *testing.T) {
 	if _, err := h.Subscribe("", "c"); !errors.Is(err, ErrTooManyWatchers) {
 		t.Errorf("the decider's fourth watcher: %v, want ErrTooManyWatchers", err)
 	}
-	if got := counter(t, reg, "tidal_decider_watch_refused_total", "caller-limit"); got != 1 {
+	if got := gathered.Sum(t, reg, "tidal_decider_watch_refused_total", "caller-limit"); got != 1 {
 		t.Errorf("caller-limit refusals counted %v, want 1", got)
 	}
-	if got := counter(t, reg, "tidal_decider_watch_refused_total", "server-limit"); got != 1 {
+	if got := gathered.Sum(t, reg, "tidal_decider_watch_refused_total", "server-limit"); got != 1 {
 		t.Errorf("server-limit refusals counted %v, want 1", got)
 	}
 	h.Unsubscribe(a1)
