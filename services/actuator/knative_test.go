@@ -5,15 +5,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/tidalscale/tidal/actuator/knative"
-	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
-	"github.com/tidalscale/tidal/apis/knative/duck"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
@@ -41,20 +37,9 @@ func TestKnativeMode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	labels := map[string]string{knautoscaling.LabelRevision: "rev-a"}
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("rev-a", labels, 1), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pa := &knautoscaling.PodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Name: "rev-a", Labels: labels},
-		Spec: knautoscaling.PodAutoscalerSpec{
-			ScaleTargetRef: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "rev-a"},
-			ProtocolType:   knautoscaling.ProtocolHTTP1,
-		},
-	}
-	if _, err := kn.PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// A Revision as Knative makes it; its ServerlessService, created by
+	// the actuator, made Ready as Knative's controller would.
+	knativetest.Revision(ctx, t, c, ns, "rev-a", "rev-a", nil, 30*time.Second)
 	poll := func(what string, cond func() bool) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true,
@@ -62,28 +47,6 @@ func TestKnativeMode(t *testing.T) {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
 	}
-	poll("serverlessservice", func() bool {
-		_, err := kn.ServerlessServices(ns).Get(ctx, "rev-a", metav1.GetOptions{})
-		return err == nil
-	})
-	// Knative's controller would reconcile the SKS into its Services.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := kn.ServerlessServices(ns).Get(ctx, "rev-a", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s.Status.ServiceName, s.Status.PrivateServiceName = "rev-a", "rev-a-private"
-		s.Status.Set(duck.Condition{Type: knnetworking.ConditionReady, Status: corev1.ConditionTrue}, time.Now())
-		_, err = kn.ServerlessServices(ns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll("podautoscaler ready", func() bool {
-		got, err := kn.PodAutoscalers(ns).Get(ctx, "rev-a", metav1.GetOptions{})
-		return err == nil && got.Status.IsTrue(knautoscaling.ConditionReady) && got.Status.MetricsServiceName == "rev-a-private"
-	})
 
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "rev-a", ApiVersion: "apps/v1", Kind: "Deployment"}
 	seq := uint64(time.Now().UnixMilli())

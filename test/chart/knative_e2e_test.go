@@ -17,12 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/tidalscale/tidal/actuator/knative"
-	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
-	"github.com/tidalscale/tidal/apis/knative/duck"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
 	rel "github.com/tidalscale/tidal/test/chart/release"
@@ -172,26 +169,15 @@ func TestKnativeServicesUnderTheirAccounts(t *testing.T) {
 	start("collector", append(chartArgs(t, dep("collector"), dirs, "TIDAL_DECIDER_SERVICE", "TIDAL_ACTIVATOR_LISTEN"),
 		"--decider-addr="+dec.GRPCAddr, "--activator-listen="+wsAddr, "--kubeconfig="+kubeconfig("collector"))...)
 
-	// A Revision's Deployment and PodAutoscaler, as Knative makes them.
+	// A Revision's Deployment and PodAutoscaler, as Knative makes them;
+	// its ServerlessService, created by the actuator, made Ready as
+	// Knative's controller would.
+	knativetest.Revision(ctx, t, c, wns, "hello", "hello-deployment", map[string]string{
+		"autoscaling.knative.dev/target":                "10",
+		"autoscaling.knative.dev/target-burst-capacity": "-1",
+	}, 60*time.Second)
 	admin, err := knclient.New(c.Config())
 	if err != nil {
-		t.Fatal(err)
-	}
-	revLabels := map[string]string{knautoscaling.LabelRevision: "hello"}
-	if _, err := c.Client.AppsV1().Deployments(wns).Create(ctx, cluster.Deployment("hello-deployment", revLabels, 1), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pa := &knautoscaling.PodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Labels: revLabels, Annotations: map[string]string{
-			"autoscaling.knative.dev/target":                "10",
-			"autoscaling.knative.dev/target-burst-capacity": "-1",
-		}},
-		Spec: knautoscaling.PodAutoscalerSpec{
-			ScaleTargetRef: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "hello-deployment"},
-			ProtocolType:   knautoscaling.ProtocolHTTP1,
-		},
-	}
-	if _, err := admin.PodAutoscalers(wns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll := func(what string, timeout time.Duration, cond func() bool) {
@@ -201,29 +187,6 @@ func TestKnativeServicesUnderTheirAccounts(t *testing.T) {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
 	}
-	poll("the actuator to create the ServerlessService", 60*time.Second, func() bool {
-		_, err := admin.ServerlessServices(wns).Get(ctx, "hello", metav1.GetOptions{})
-		return err == nil
-	})
-	// Knative's controller would reconcile the ServerlessService into its
-	// Services and report it Ready; here the test does.
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := admin.ServerlessServices(wns).Get(ctx, "hello", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s.Status.ServiceName, s.Status.PrivateServiceName = "hello", "hello-private"
-		s.Status.Set(duck.Condition{Type: knnetworking.ConditionReady, Status: corev1.ConditionTrue}, time.Now())
-		_, err = admin.ServerlessServices(wns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll("the PodAutoscaler to be Ready", 60*time.Second, func() bool {
-		got, err := admin.PodAutoscalers(wns).Get(ctx, "hello", metav1.GetOptions{})
-		return err == nil && got.Status.IsTrue(knautoscaling.ConditionReady) && got.Status.MetricsServiceName == "hello-private"
-	})
 
 	// Knative's activator: one connection, a frame every second (its
 	// reporting period) for the revision with 50 requests in flight.
