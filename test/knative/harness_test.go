@@ -1,18 +1,14 @@
 package knative
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,22 +168,11 @@ func startCollector(t *testing.T, dec *recordingDecider, args ...string) *collec
 // tidal_collector_activator_stats_total{outcome="recorded"}; 0 when absent.
 func (c *collector) metric(t *testing.T, series string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + c.proc.HTTPAddr + "/metrics")
-	if err != nil {
+	v, err := c.proc.Metric(series)
+	if err != nil && !errors.Is(err, system.ErrNoSeries) {
 		t.Fatal(err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return 0
+	return v
 }
 
 // waitMetric waits until series reaches want.

@@ -1,10 +1,7 @@
 package security
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,20 +109,8 @@ func TestFloodOfPushedTargets(t *testing.T) {
 // residentBytes reads a service's process_resident_memory_bytes from its
 // metrics endpoint.
 func residentBytes(p *system.Proc) (int64, error) {
-	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
-	if err != nil {
-		return 0, fmt.Errorf("%s metrics: %w", p.Name, err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return int64(f), err
-		}
-	}
-	return 0, fmt.Errorf("%s metrics: no process_resident_memory_bytes", p.Name)
+	v, err := p.Metric("process_resident_memory_bytes")
+	return int64(v), err
 }
 
 // TestHostileAnnotation is the annotation attack: partitionLimitation

@@ -1,12 +1,8 @@
 package security
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +10,6 @@ import (
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
-	"github.com/tidalscale/tidal/test/system"
 )
 
 // Bounds on the decider after the watch flood: before the bounds, 5,000
@@ -78,11 +73,11 @@ func TestWatchStreamFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := metricValue(f.decider, "go_goroutines")
+	g, err := f.decider.Metric("go_goroutines")
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused, _ := metricValue(f.decider, "tidal_decider_watch_refused_total")
+	refused, _ := f.decider.Metric("tidal_decider_watch_refused_total")
 	t.Logf("decider with 1,000 targets: RSS %d MiB before, %d MiB after 5,000 silent watchers; %d goroutines; %d watchers refused",
 		before>>20, after>>20, int(g), int(refused))
 	if after > watchRSSBound {
@@ -96,29 +91,3 @@ func TestWatchStreamFlood(t *testing.T) {
 	}
 }
 
-// metricValue sums every series of a metric on a service's /metrics.
-func metricValue(p *system.Proc, name string) (float64, error) {
-	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
-	if err != nil {
-		return 0, fmt.Errorf("%s metrics: %w", p.Name, err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	sum, found := 0.0, false
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s metrics: %q: %w", p.Name, line, err)
-		}
-		sum, found = sum+v, true
-	}
-	if !found {
-		return 0, fmt.Errorf("%s metrics: no %s", p.Name, name)
-	}
-	return sum, nil
-}
