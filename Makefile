@@ -112,12 +112,24 @@ bench-knative:
 		$(GO) run ./cmd/benchratio < ../../bin/bench-knative.txt | tee ../../bin/bench-knative-ratios.txt
 
 ## run: the whole system on an embedded cluster with a live table; FOR=3m ends by itself, Ctrl-C ends
-## it early; writes bin/run-<time>.png and stops everything it started.
+## it early; writes bin/run-<time>.png and stops everything it started. KNATIVE=1: the Knative scene instead,
+## Knative Serving's real controller and tidal in Knative mode scaling a Knative Service (needs root).
 run:
+ifeq ($(KNATIVE),)
 	@mkdir -p bin
 	@echo "building bin/tidal-run (the Kubernetes control plane is built on first use, then cached)"
 	$(GO) build -o bin/tidal-run ./hack/run
 	@bin/tidal-run $(if $(FOR),-for=$(FOR))
+else
+	@echo "== run, Knative scene: the Kubernetes control plane and Knative Serving's binaries (each built once, then cached; cold: about 10 and 25 minutes)"
+	$(GO) run ./test/cluster/cmd/testcluster build
+	cd test/knative && $(GO) run ./cmd/servingbuild
+	@mkdir -p bin
+	@echo "== run, Knative scene: building the scene (test/knative/serving/e2e's TestKnativeRun; needs root)"
+	cd test/knative && $(GO) test -c -o ../../bin/knative-serving-e2e.test ./serving/e2e
+	@cd test/knative/serving/e2e && ../../../../bin/knative-serving-e2e.test -test.run '^TestKnativeRun$$' -test.count=1 \
+		-test.timeout=0 -knative-run-for=$(or $(FOR),8760h)
+endif
 
 ## e2e: end-to-end tests: the three services as processes, a real API server with kwok pods, kfake.
 e2e:
@@ -144,15 +156,16 @@ keda:
 
 ## knative: tidal against Knative Serving v0.50.0's own code (test/knative, its own module). The activator tests:
 ## the activator's ConcurrencyReporter and ReportStats over knative.dev/pkg's durable websocket to the collector's
-## activator endpoint. The controller test (test/knative/serving/e2e): Knative's real controller and tidal's three
-## services in Knative mode on a test cluster, a Knative Service scaled up, down, to zero and back; it needs root
-## (the actuator's private /etc/hosts, port 80 of a loopback address) and :8080 free (Knative's health probes).
-## Builds first, outside any test deadline: the control plane and Knative's controller are cached (cold: about
-## 10 and 20 minutes on two cores); then the tests take a few minutes.
+## activator endpoint. The e2e tests (test/knative/serving/e2e): Knative's real controller and tidal's three
+## services in Knative mode on a test cluster, a Knative Service scaled up, down, to zero and back; then tidal
+## stopped and Knative's own autoscaler taking the PodAutoscaler back. They need root (private /etc/hosts, port 80
+## of a loopback address, the controller's network namespace) and :8080 free (Knative's autoscaler).
+## Builds first, outside any test deadline: the control plane and Knative's binaries are cached (cold: about
+## 10 and 25 minutes on two cores); then the tests take a few minutes.
 knative:
 	@echo "== knative: the Kubernetes control plane (built once per version, then cached)"
 	$(GO) run ./test/cluster/cmd/testcluster build
-	@echo "== knative: Knative Serving's controller (built once per go.mod, then cached)"
+	@echo "== knative: Knative Serving's controller and autoscaler (built once per go.mod, then cached)"
 	cd test/knative && $(GO) run ./cmd/servingbuild
 	@echo "== knative: the services, Knative's packages and the test binaries (cold: minutes on two cores)"
 	$(GO) build ./services/...
@@ -161,8 +174,8 @@ knative:
 	cd test/knative && $(GO) test -c -o ../../bin/knative-serving-e2e.test ./serving/e2e
 	@echo "== knative: the activator tests"
 	cd test/knative && ../../bin/knative.test -test.count=1 -test.timeout=15m -test.v
-	@echo "== knative: Knative's controller with tidal"
-	cd test/knative/serving/e2e && ../../../../bin/knative-serving-e2e.test -test.count=1 -test.timeout=20m -test.v
+	@echo "== knative: Knative's controller with tidal, then Knative's autoscaler taking over"
+	cd test/knative/serving/e2e && ../../../../bin/knative-serving-e2e.test -test.count=1 -test.timeout=30m -test.v
 
 ## scale: the whole system at scale on a test cluster of its own, then a report of latencies and costs
 ## (SCALE="-kpa 1000 -lag 100 -for 3m"; defaults: 10,000 KPA + 1,000 lag targets for 10 minutes; "-replicas 2"

@@ -1,7 +1,8 @@
 // Package serving builds Knative Serving's own binaries at the version
 // this module requires (knative.dev/serving v0.50.0), once, into a cache
-// outside the checkout, as test/cluster builds the control plane. Only the
-// controller so far: tests will run it against the test cluster.
+// outside the checkout, as test/cluster builds the control plane: the
+// controller, which tests run beside tidal, and the autoscaler, which takes
+// the PodAutoscalers back once tidal is uninstalled.
 package serving
 
 import (
@@ -31,7 +32,14 @@ type Binaries struct {
 	// Controller is cmd/controller: the Service, Configuration, Revision,
 	// Route and ServerlessService reconcilers.
 	Controller string
+	// Autoscaler is cmd/autoscaler: Knative's own KPA, the component
+	// tidal replaces.
+	Autoscaler string
 }
+
+// commands are the Knative Serving main packages built, each into the
+// cache under its last path element.
+var commands = []string{"knative.dev/serving/cmd/controller", "knative.dev/serving/cmd/autoscaler"}
 
 // CacheDir returns where the binaries of this version live:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/tidal/knative-serving-<version>.
@@ -42,14 +50,14 @@ func CacheDir() (string, error) { return cluster.TidalCache("knative-serving-" +
 // test/knative; the binaries are built in its serving/module, a module of
 // their own pinning Knative's dependency versions; progress goes to log. A file lock
 // makes concurrent callers wait for one build. A cold build compiles
-// Knative's controller and its dependencies (minutes on two cores) at nice
+// Knative's binaries and their dependencies (minutes on two cores) at nice
 // 10; later calls return at once.
 func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binaries, error) {
 	dir, err := CacheDir()
 	if err != nil {
 		return Binaries{}, err
 	}
-	bins := Binaries{Dir: dir, Controller: filepath.Join(dir, "controller")}
+	bins := Binaries{Dir: dir, Controller: filepath.Join(dir, "controller"), Autoscaler: filepath.Join(dir, "autoscaler")}
 	buildDir := filepath.Join(moduleDir, "serving", "module")
 	stamp, err := sourceStamp(buildDir)
 	if err != nil {
@@ -70,32 +78,42 @@ func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binar
 		return bins, nil
 	}
 	start := time.Now()
-	fmt.Fprintf(log, "knative: building Knative Serving %s's controller into %s (once per version; minutes on a cold Go build cache)\n", Version, dir)
-	stop := cluster.Heartbeat(log, "Knative's controller", start)
-	err = cluster.GoBuild(ctx, buildDir, []string{"build", "-trimpath", "-o", bins.Controller + ".tmp", "knative.dev/serving/cmd/controller"}, log, "CGO_ENABLED=0")
+	fmt.Fprintf(log, "knative: building Knative Serving %s's controller and autoscaler into %s (once per version; minutes on a cold Go build cache)\n", Version, dir)
+	stop := cluster.Heartbeat(log, "Knative's binaries", start)
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		stop()
+		return Binaries{}, fmt.Errorf("build Knative's binaries: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	err = cluster.GoBuild(ctx, buildDir, append([]string{"build", "-trimpath", "-o", tmp + "/"}, commands...), log, "CGO_ENABLED=0")
 	stop()
 	if err != nil {
 		if ctx.Err() != nil {
-			return Binaries{}, fmt.Errorf("build Knative's controller: stopped after %s (%w); the Go build cache keeps what was compiled, so rerun to resume",
+			return Binaries{}, fmt.Errorf("build Knative's binaries: stopped after %s (%w); the Go build cache keeps what was compiled, so rerun to resume",
 				time.Since(start).Round(time.Second), ctx.Err())
 		}
-		return Binaries{}, fmt.Errorf("build Knative's controller: %w", err)
+		return Binaries{}, fmt.Errorf("build Knative's binaries: %w", err)
 	}
-	if err := os.Rename(bins.Controller+".tmp", bins.Controller); err != nil {
-		return Binaries{}, fmt.Errorf("build Knative's controller: %w", err)
+	for _, bin := range []string{bins.Controller, bins.Autoscaler} {
+		if err := os.Rename(filepath.Join(tmp, filepath.Base(bin)), bin); err != nil {
+			return Binaries{}, fmt.Errorf("build Knative's binaries: %w", err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "stamp"), []byte(stamp), 0o644); err != nil {
 		return Binaries{}, fmt.Errorf("cache stamp: %w", err)
 	}
-	fmt.Fprintf(log, "knative: built Knative's controller in %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(log, "knative: built Knative's controller and autoscaler in %s\n", time.Since(start).Round(time.Second))
 	return bins, nil
 }
 
 // upToDate reports whether the binaries exist and were built from the
 // sources that hash to stamp.
 func upToDate(b Binaries, stamp string) bool {
-	if _, err := os.Stat(b.Controller); err != nil {
-		return false
+	for _, bin := range []string{b.Controller, b.Autoscaler} {
+		if _, err := os.Stat(bin); err != nil {
+			return false
+		}
 	}
 	got, err := os.ReadFile(filepath.Join(b.Dir, "stamp"))
 	return err == nil && string(got) == stamp

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,13 +20,10 @@ import (
 	"github.com/tidalscale/tidal/test/system"
 )
 
-// controllerHealthPort is the port Knative's sharedmain serves its health
-// probes on, on every address, with no way to change it
-// (knative.dev/pkg injection.HealthCheckDefaultPort).
-const controllerHealthPort = 8080
-
-// knController is Knative Serving's controller process.
-type knController struct {
+// knProcess is one of Knative Serving's processes: its controller or its
+// autoscaler.
+type knProcess struct {
+	name    string
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	logPath string
@@ -34,69 +32,123 @@ type knController struct {
 // startController runs Knative's controller binary against c with the
 // environment its Deployment (config/core/deployments/controller.yaml)
 // gives it, under the admin kubeconfig (Knative's RBAC is not under test),
-// and stops it when t ends. Its profiling server gets a free port
-// (PROFILING_PORT); its metrics are off (config-observability); its health
-// probes take :8080, which must be free.
-func startController(t *testing.T, bin string, c *cluster.Cluster) *knController {
+// and stops it when t ends. It runs in a network namespace of its own
+// (privateNet) reaching only the API server: it needs nothing else, and its
+// health probes' fixed :8080 would take the port Knative's autoscaler needs.
+// Its metrics are off (config-observability).
+func startController(t *testing.T, bin string, c *cluster.Cluster) *knProcess {
 	t.Helper()
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(controllerHealthPort))
+	api, err := url.Parse(c.Config().Host)
 	if err != nil {
-		t.Fatalf("Knative's controller serves its health probes on :%d (fixed in knative.dev/pkg), which is taken on this machine: %v", controllerHealthPort, err)
+		t.Fatal(err)
+	}
+	netns := privateNet(t, api.Host)
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		t.Fatalf("Knative's controller runs in a network namespace of its own, entered with util-linux's nsenter: %v", err)
+	}
+	cmd := exec.Command(nsenter, "--net=/proc/self/fd/3", "--", bin, "--kubeconfig", c.Kubeconfig)
+	cmd.ExtraFiles = []*os.File{netns}
+	return startKnative(t, "controller", cmd, "POD_NAME=controller-e2e")
+}
+
+// startAutoscaler runs Knative's autoscaler binary (through wrapper, which
+// gives it the test's /etc/hosts for the activator probe) against c with
+// the environment its Deployment (config/core/deployments/autoscaler.yaml)
+// gives it, and stops it when t ends. Its stats server takes :8080 on every
+// address (fixed in cmd/autoscaler/main.go), which must be free: activators
+// dial 127.0.0.1:8080. POD_IP is only what its bucket Lease's EndpointSlice
+// advertises to other autoscaler replicas, of which there are none; the API
+// refuses a loopback address there, so it is autoscalerPodIP, which nothing
+// dials.
+func startAutoscaler(t *testing.T, wrapper string, c *cluster.Cluster) *knProcess {
+	t.Helper()
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(autoscalerStatsPort))
+	if err != nil {
+		t.Fatalf("Knative's autoscaler serves activators on :%d (fixed in its cmd/autoscaler/main.go), which is taken on this machine: %v", autoscalerStatsPort, err)
 	}
 	_ = ln.Close()
+	cmd := exec.Command(wrapper, "--kubeconfig", c.Kubeconfig)
+	return startKnative(t, "autoscaler", cmd, "POD_NAME=autoscaler-e2e", "POD_IP="+autoscalerPodIP)
+}
+
+const (
+	// autoscalerStatsPort is where Knative's autoscaler takes activator
+	// stats, on every address.
+	autoscalerStatsPort = 8080
+	// autoscalerPodIP is the address Knative's autoscaler advertises in its
+	// bucket EndpointSlice (198.18.0.0/15, reserved for benchmarking; the
+	// test's Endpoints use it for pods the same way).
+	autoscalerPodIP = "198.18.255.254"
+)
+
+// startKnative starts cmd with the environment Knative's Deployments give
+// their containers plus env, its output in a log file, its profiling
+// server on a free port, and stops it when t ends, logging the end of its
+// log if t failed.
+func startKnative(t *testing.T, name string, cmd *exec.Cmd, env ...string) *knProcess {
+	t.Helper()
 	prof, err := system.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, profPort, _ := net.SplitHostPort(prof)
-	k := &knController{exited: make(chan struct{}), logPath: filepath.Join(t.TempDir(), "knative-controller.log")}
+	k := &knProcess{name: name, cmd: cmd, exited: make(chan struct{}),
+		logPath: filepath.Join(t.TempDir(), "knative-"+name+".log")}
 	logFile, err := os.Create(k.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.cmd = exec.Command(bin, "--kubeconfig", c.Kubeconfig)
-	k.cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		"SYSTEM_NAMESPACE="+systemNamespace,
-		"POD_NAME=controller-e2e",
 		"CONFIG_LOGGING_NAME=config-logging",
 		"CONFIG_OBSERVABILITY_NAME=config-observability",
 		"PROFILING_PORT="+profPort,
-	)
-	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := k.cmd.Start(); err != nil {
+	), env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
-		t.Fatalf("start Knative's controller: %v", err)
+		t.Fatalf("start Knative's %s: %v", name, err)
 	}
-	go func() { _ = k.cmd.Wait(); _ = logFile.Close(); close(k.exited) }()
+	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(k.exited) }()
 	t.Cleanup(func() {
-		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-k.exited:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
-			<-k.exited
-		}
+		k.stop(t)
 		if t.Failed() {
-			t.Logf("Knative's controller log (last 60 lines):\n%s", k.logTail(60))
+			t.Logf("Knative's %s log (last 60 lines):\n%s", name, k.logTail(60))
 		}
 	})
 	return k
 }
 
-// running fails t if the controller has exited.
-func (k *knController) running(t *testing.T) {
+// stop sends SIGTERM to the process group and waits, killing it after 15 s.
+func (k *knProcess) stop(t *testing.T) {
+	t.Helper()
+	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-k.exited:
+	case <-time.After(15 * time.Second):
+		t.Logf("Knative's %s still running 15 s after SIGTERM: killed", k.name)
+		_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-k.exited
+	}
+}
+
+// running fails t if the process has exited.
+func (k *knProcess) running(t *testing.T) {
 	t.Helper()
 	select {
 	case <-k.exited:
-		t.Fatalf("Knative's controller exited: %v\n%s", k.cmd.ProcessState, k.logTail(40))
+		t.Fatalf("Knative's %s exited: %v\n%s", k.name, k.cmd.ProcessState, k.logTail(40))
 	default:
 	}
 }
 
-// waitLeader waits until the controller leads its reconcilers' buckets:
-// its Leases in knative-serving name it as holder.
-func (k *knController) waitLeader(ctx context.Context, t *testing.T, c *cluster.Cluster, within time.Duration) {
+// waitLeader waits until the process leads a bucket of its reconcilers: a
+// Lease in knative-serving whose name contains lease ("revision" for the
+// controller's revision reconciler, "autoscaler-bucket" for the
+// autoscaler's) has a holder.
+func (k *knProcess) waitLeader(ctx context.Context, t *testing.T, c *cluster.Cluster, lease string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -105,10 +157,8 @@ func (k *knController) waitLeader(ctx context.Context, t *testing.T, c *cluster.
 		if err == nil {
 			held := 0
 			for _, l := range leases.Items {
-				// The holder is the host name and a UUID
-				// (knative.dev/pkg leaderelection.UniqueID); this
-				// cluster runs one controller.
-				if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && strings.Contains(l.Name, "revision") {
+				// One process of each kind runs at a time.
+				if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && strings.Contains(l.Name, lease) {
 					held++
 				}
 			}
@@ -117,13 +167,13 @@ func (k *knController) waitLeader(ctx context.Context, t *testing.T, c *cluster.
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Knative's controller holds no revision reconciler Lease after %v (%v)\n%s", within, err, k.logTail(40))
+			t.Fatalf("Knative's %s holds no %s Lease after %v (%v)\n%s", k.name, lease, within, err, k.logTail(40))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-func (k *knController) logTail(n int) string {
+func (k *knProcess) logTail(n int) string {
 	b, err := os.ReadFile(k.logPath)
 	if err != nil {
 		return err.Error()
@@ -136,4 +186,4 @@ func (k *knController) logTail(n int) string {
 }
 
 // String names the process for failure messages.
-func (k *knController) String() string { return fmt.Sprintf("knative controller (log %s)", k.logPath) }
+func (k *knProcess) String() string { return fmt.Sprintf("knative %s (log %s)", k.name, k.logPath) }

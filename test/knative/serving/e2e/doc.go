@@ -1,13 +1,18 @@
 // Package e2e runs Knative Serving v0.50.0's real controller (built and
 // cached by test/knative/serving) against a test cluster beside tidal's
 // collector, decider and actuator in Knative mode, and checks that a Knative
-// Service is scaled by tidal as Knative's KPA would scale it.
+// Service is scaled by tidal as Knative's KPA would scale it; then that,
+// once tidal's services stop, Knative's own autoscaler takes the
+// PodAutoscaler back and scales the Service itself. TestKnativeRun, skipped
+// unless -knative-run-for is set, is `make run KNATIVE=1`'s scene.
 //
 // It is a package of its own, not more tests beside test/knative's
 // activator tests, because it needs its own TestMain (a shared test cluster,
-// stopped at exit) and runs Knative's controller, which binds fixed ports
-// (:8080 for its health probes, knative.dev/pkg injection.HealthCheckDefaultPort),
-// so its tests must not run in parallel with each other.
+// stopped at exit) and runs Knative's processes, which bind fixed ports:
+// :8080 for the controller's health probes (knative.dev/pkg
+// injection.HealthCheckDefaultPort, kept apart in a network namespace of the
+// controller's own) and for the autoscaler's stats server; its tests must
+// not run in parallel with each other.
 //
 // What the test writes by hand, and why (nothing else of Knative's is faked):
 //   - the private Services' Endpoints, as kube-controller-manager's endpoints
@@ -22,7 +27,7 @@
 //   - the status of each KIngress, which an ingress implementation (Kourier,
 //     Istio, ...), not Knative Serving, writes;
 //   - the cluster DNS and kube-proxy for the activator probe: tidal's actuator
-//     runs in a mount namespace of its own whose /etc/hosts maps the
+//     (and later Knative's autoscaler) runs in a mount namespace of its own whose /etc/hosts maps the
 //     revision's public Service name to a loopback address where the test
 //     routes a request as the Service's Endpoints say: to Knative's activator
 //     probe handler when Knative's SKS reconciler has pointed them at the

@@ -194,10 +194,15 @@ func markIngressesReady(t *testing.T, nc netclient.Interface, ns string) {
 // (it accepts only its own probe value).
 type serviceFront struct {
 	kube      kubernetes.Interface
-	activator http.Handler
+	activator atomic.Pointer[http.Handler]
 	// Activator and Pods count the probes each answered.
 	Activator, Pods atomic.Int32
 }
+
+// useActivator sends the activator's share of the traffic to h from now on:
+// the activator reporting to tidal's collector, or later one reporting to
+// Knative's autoscaler.
+func (f *serviceFront) useActivator(h http.Handler) { f.activator.Store(&h) }
 
 func (f *serviceFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host, _, err := net.SplitHostPort(r.Host)
@@ -220,7 +225,7 @@ func (f *serviceFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if probe {
 			f.Activator.Add(1)
 		}
-		f.activator.ServeHTTP(w, r)
+		(*f.activator.Load()).ServeHTTP(w, r)
 		return
 	}
 	if probe {

@@ -69,24 +69,33 @@ func activatorFront(t *testing.T, h http.Handler) string {
 }
 
 // actuatorWithHosts returns a binary directory holding tidal's collector
-// and decider from tidalDir and, as tidal-actuator, a wrapper that runs
-// tidal's actuator in a mount namespace of its own whose /etc/hosts is the
-// machine's plus hosts (name → address): the cluster DNS the activator
-// probe's Service names need. It needs root and util-linux's unshare.
+// and decider from tidalDir and, as tidal-actuator, tidal's actuator run by
+// withHosts.
 func actuatorWithHosts(t *testing.T, tidalDir string, hosts map[string]string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the actuator's private /etc/hosts needs root (unshare --mount and mount --bind)")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Fatalf("the actuator's private /etc/hosts needs util-linux's unshare: %v", err)
-	}
 	dir := t.TempDir()
 	for _, svc := range []string{"collector", "decider"} {
 		if err := os.Symlink(filepath.Join(tidalDir, "tidal-"+svc), filepath.Join(dir, "tidal-"+svc)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	withHosts(t, filepath.Join(tidalDir, "tidal-actuator"), filepath.Join(dir, "tidal-actuator"), hosts)
+	return dir
+}
+
+// withHosts writes at wrapper a script that runs bin, with the script's
+// arguments, in a mount namespace of its own whose /etc/hosts is the
+// machine's plus hosts (name → address): the cluster DNS the activator
+// probe's Service names need, for tidal's actuator and for Knative's
+// autoscaler. It needs root and util-linux's unshare.
+func withHosts(t *testing.T, bin, wrapper string, hosts map[string]string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("a private /etc/hosts needs root (unshare --mount and mount --bind)")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatalf("a private /etc/hosts needs util-linux's unshare: %v", err)
 	}
 	orig, err := os.ReadFile("/etc/hosts")
 	if err != nil {
@@ -98,18 +107,17 @@ func actuatorWithHosts(t *testing.T, tidalDir string, hosts map[string]string) s
 	for name, ip := range hosts {
 		fmt.Fprintf(&b, "%s %s\n", ip, name)
 	}
-	hostsFile := filepath.Join(dir, "hosts")
+	hostsFile := wrapper + ".hosts"
 	if err := os.WriteFile(hostsFile, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// unshare execs the shell, the shell execs the actuator: one process,
-	// so the harness's signals and parent-death signal reach the actuator.
+	// unshare execs the shell, the shell execs bin: one process, so the
+	// harness's signals and parent-death signal reach it.
 	script := fmt.Sprintf("#!/bin/sh\nexec %s --mount --propagation private sh -c 'mount --bind \"$1\" /etc/hosts && shift && exec \"$@\"' sh %s %s \"$@\"\n",
-		unshare, hostsFile, filepath.Join(tidalDir, "tidal-actuator"))
-	if err := os.WriteFile(filepath.Join(dir, "tidal-actuator"), []byte(script), 0o755); err != nil {
+		unshare, hostsFile, bin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return dir
 }
 
 // testWriter sends progress lines to the test log.

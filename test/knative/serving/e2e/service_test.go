@@ -1,37 +1,24 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
 	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	"knative.dev/pkg/apis"
-	"knative.dev/serving/pkg/activator"
 	"knative.dev/serving/pkg/apis/autoscaling"
 	asv1alpha1 "knative.dev/serving/pkg/apis/autoscaling/v1alpha1"
-	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/tidalscale/tidal/test/cluster"
-	"github.com/tidalscale/tidal/test/knative/knactivator"
 	"github.com/tidalscale/tidal/test/system"
-	"github.com/tidalscale/tidal/test/workload"
 )
 
 // The config-autoscaler Knative's controller reads from its ConfigMap and
@@ -96,138 +83,17 @@ func TestKnativeServiceScaledByTidal(t *testing.T) {
 		{"step up", 32, true},    // 32 in flight: ceil(32 / 7) = 5 pods
 		{"step down", 10, false}, // 10 in flight: ceil(10 / 7) = 2 pods
 	}
-	knBins, tidalDir := binaries(t)
-	c := cluster.Shared(t)
-	ctx := context.Background()
-	ns := c.Namespace(t)
-	sc, err := servingclient.NewForConfig(c.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := netclient.NewForConfig(c.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The test reads and writes v1 Endpoints (Knative v0.50.0's SKS
-	// reconciler reads them), deprecated since Kubernetes 1.33: no warning
-	// on every write.
-	quiet := c.Config()
-	quiet.WarningHandler = rest.NoWarnings{}
-	kube, err := kubernetes.NewForConfig(quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Knative Serving: CRDs, knative-serving's ConfigMaps, its controller.
-	ictx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	err = installKnative(ictx, c, map[string]map[string]string{
-		"config-autoscaler": autoscalerConfig,
-		"config-deployment": {"queue-sidecar-image": queueImage},
-		// Explicitly off: the Prometheus exporter would bind :9090 on
-		// every address, where the simulated queue-proxies listen.
-		"config-observability": {"metrics-protocol": "none"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := startController(t, knBins.Controller, c)
-	kc.waitLeader(ctx, t, c, time.Minute)
-	mirrorPrivateEndpoints(t, kube, ns)
-	markIngressesReady(t, nc, ns)
-
-	// tidal in Knative mode, and Knative's activator reporting code
-	// dialling the collector's activator endpoint.
-	const svcName, rev = "web", "web-00001"
-	wsAddr, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	act := knactivator.Start(t, "ws://"+wsAddr, "activator-e2e")
-	front := &serviceFront{kube: kube, activator: act.Handler()}
-	frontIP := activatorFront(t, front)
-	publicHost := rev + "." + ns + ".svc.cluster.local"
-	binDir := actuatorWithHosts(t, tidalDir, map[string]string{publicHost: frontIP})
-	cfgDir := t.TempDir()
-	for k, v := range autoscalerConfig {
-		if err := os.WriteFile(filepath.Join(cfgDir, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	s, err := system.Start(sctx, system.Options{
-		BinDir: binDir, Cluster: c, AutoscalerConfig: autoscalerConfig, Log: testWriter{t},
-		Args: map[string][]string{
-			"actuator":  {"--knative"},
-			"collector": {"--knative", "--knative-config-autoscaler", cfgDir, "--activator-listen", wsAddr},
-		},
-	})
-	if err != nil {
-		t.Fatalf("start tidal: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range s.Procs() {
-				t.Logf("%s log (last 30 lines):\n%s", p.Name, p.LogTail(30))
-			}
-		}
-		if err := s.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	act.WaitReady(t, 30*time.Second)
-
-	// The Knative Service, defaulted and validated by Knative's own
-	// webhook code (SetDefaults, Validate) as its admission webhooks would
-	// on create.
-	svc := &servingv1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: ns},
-		Spec: servingv1.ServiceSpec{ConfigurationSpec: servingv1.ConfigurationSpec{Template: servingv1.RevisionTemplateSpec{
-			Spec: servingv1.RevisionSpec{PodSpec: corev1.PodSpec{Containers: []corev1.Container{{Image: userImage}}}},
-		}}},
-	}
-	wctx := apis.WithinCreate(apis.WithUserInfo(ctx, &authenticationv1.UserInfo{Username: "e2e"}))
-	svc.SetDefaults(wctx)
-	// Warnings (Kubernetes' insecure securityContext defaults) admit it,
-	// as the webhook admits it with warnings.
-	if err := svc.Validate(wctx).Filter(apis.ErrorLevel); err != nil {
-		t.Fatalf("Knative's validation refuses the defaulted Service: %v", err)
-	}
-	start := time.Now()
-	if _, err := sc.ServingV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	// Load starts as soon as the Revision's Deployment exists, so the
-	// Revision never idles to zero before the phases below.
-	deployment := rev + "-deployment"
-	eventually(t, kc, 60*time.Second, "the Revision's Deployment", func() (bool, string) {
-		_, err := c.Client.AppsV1().Deployments(ns).Get(ctx, deployment, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
-	// No load until the Revision is Ready: requests arriving with no pod
-	// would queue (as at the activator) and land on the first pod at once.
-	rate := system.NewDial(0)
-	wl, err := workload.Start(ctx, workload.Options{Client: c.Client, Namespace: ns, Deployment: deployment,
-		Profile: rate, Model: workload.ModelConfig{ServiceTime: serviceTime}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wl.Stop)
-	reps := followReplicas(t, c, ns, deployment)
+	s := startScene(t)
+	ctx, kc, sc, nc := context.Background(), s.kc, s.sc, s.nc
+	ns, rev, svcName := s.ns, s.rev, s.svcName
+	start := s.createService(t, nil)
+	rate, reps := s.rate, s.reps
 
 	// Tidal reconciles the Revision's PodAutoscaler: the ServerlessService
 	// it creates and owns, the status it writes, and Knative's controller
 	// takes the Revision and the Service to Ready.
 	var pa *asv1alpha1.PodAutoscaler
-	eventually(t, kc, 60*time.Second, "the Revision Ready", func() (bool, string) {
-		r, err := sc.ServingV1().Revisions(ns).Get(ctx, rev, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return r.IsReady(), fmt.Sprintf("conditions %+v", r.Status.Conditions)
-	})
+	s.waitRevisionReady(t)
 	t.Logf("revision %s Ready %s after the Service was created", rev, time.Since(start).Round(100*time.Millisecond))
 	// The first load phase starts now: with no load, tidal would take the
 	// Revision to zero a stable window and a grace period from here.
@@ -240,14 +106,7 @@ func TestKnativeServiceScaledByTidal(t *testing.T) {
 		}
 		return got.IsReady(), fmt.Sprintf("conditions %+v", got.Status.Conditions)
 	})
-	eventually(t, kc, 30*time.Second, "the PodAutoscaler Ready with tidal's decision", func() (bool, string) {
-		pa, err = sc.AutoscalingV1alpha1().PodAutoscalers(ns).Get(ctx, rev, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return pa.IsReady() && pa.Status.Annotations["autoscaling.tidal.dev/decision"] != "",
-			fmt.Sprintf("status %+v", pa.Status)
-	})
+	pa = s.waitTidalPA(t)
 	checkReconciledByTidal(ctx, t, sc, nc, pa, ns, rev)
 
 	// Load: steady rates, each held until the Deployment settles where the
@@ -279,69 +138,16 @@ func TestKnativeServiceScaledByTidal(t *testing.T) {
 
 	// No load: zero after the stable window (to decide 0) and the grace
 	// period, with the activator in the path.
-	rate.Set(0)
-	idleFrom := time.Now()
-	reps.waitSpec(t, kc, 0, 90*time.Second, "scale to zero")
-	idle := time.Since(idleFrom)
-	t.Logf("scale to zero %s after the load stopped", idle.Round(100*time.Millisecond))
-	if least := stableWindow + gracePeriod - time.Second; idle < least {
-		t.Errorf("zero %s after the load stopped, want at least the stable window and the grace period (%s)", idle, least)
-	}
-	sks, err := nc.NetworkingV1alpha1().ServerlessServices(ns).Get(ctx, rev, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sks.Spec.Mode != netv1alpha1.SKSOperationModeProxy {
-		t.Errorf("ServerlessService mode %q at zero, want Proxy", sks.Spec.Mode)
-	}
-	if n := front.Activator.Load(); n == 0 {
-		t.Errorf("no activator probe was answered by the activator before zero (probes to pods: %d)", front.Pods.Load())
-	}
-	eventually(t, kc, 30*time.Second, "the Revision inactive, still Ready", func() (bool, string) {
-		r, err := sc.ServingV1().Revisions(ns).Get(ctx, rev, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		active := r.Status.GetCondition(servingv1.RevisionConditionActive)
-		return r.IsReady() && active != nil && active.IsFalse(), fmt.Sprintf("conditions %+v", r.Status.Conditions)
-	})
+	s.scaleToZero(t, "tidal")
 
 	// A request reaches the activator (the public Service's Endpoints are
 	// the activator's now): Knative's ConcurrencyReporter sends its
-	// first-request stat over the websocket, and tidal brings the
-	// Revision back to kpaWant(1) = 1 pod.
-	eventually(t, kc, 30*time.Second, "the public Endpoints on the activator", func() (bool, string) {
-		eps, err := kube.CoreV1().Endpoints(ns).Get(ctx, rev, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return toActivator(eps), fmt.Sprintf("subsets %+v", eps.Subsets)
-	})
-	recordedBefore := collectorMetric(t, s.Collectors[0], `tidal_collector_activator_stats_total{outcome="recorded"}`)
-	rctx, release := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+frontIP+"/", nil)
-		if err != nil {
-			return
-		}
-		req.Host = publicHost
-		req.Header.Set(activator.RevisionHeaderNamespace, ns)
-		req.Header.Set(activator.RevisionHeaderName, rev)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_ = resp.Body.Close()
-		}
-	})
-	backFrom := time.Now()
-	reps.waitReady(t, kc, kpaWant(1), 30*time.Second, "back from zero")
-	t.Logf("back from zero: %d pod Ready %s after the request reached the activator", kpaWant(1), time.Since(backFrom).Round(100*time.Millisecond))
-	release()
-	wg.Wait()
-	if got := collectorMetric(t, s.Collectors[0], `tidal_collector_activator_stats_total{outcome="recorded"}`); got <= recordedBefore {
+	// first-request stat over the websocket to tidal's collector, and
+	// tidal brings the Revision back to kpaWant(1) = 1 pod.
+	recordedBefore := collectorMetric(t, s.tidal.Collectors[0], `tidal_collector_activator_stats_total{outcome="recorded"}`)
+	s.backFromZero(t, "tidal")
+	if got := collectorMetric(t, s.tidal.Collectors[0], `tidal_collector_activator_stats_total{outcome="recorded"}`); got <= recordedBefore {
 		t.Errorf("the collector recorded %v activator stats, %v before the request: Knative's activator code did not reach it", got, recordedBefore)
-	}
-	if _, hi := reps.bounds(backFrom); hi != kpaWant(1) {
-		t.Errorf("back from zero: replicas reached %d, want %d", hi, kpaWant(1))
 	}
 }
 
@@ -409,7 +215,7 @@ func managers(entries []metav1.ManagedFieldsEntry, subresource string) []string 
 
 // eventually polls cond every 100 ms until it holds, failing t after
 // within with cond's last explanation; Knative's controller must still run.
-func eventually(t *testing.T, kc *knController, within time.Duration, what string, cond func() (bool, string)) {
+func eventually(t *testing.T, kc *knProcess, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -484,7 +290,7 @@ func (l *replicaLog) bounds(from time.Time) (lo, hi int32) {
 	return lo, hi
 }
 
-func (l *replicaLog) waitSpec(t *testing.T, kc *knController, want int32, within time.Duration, what string) {
+func (l *replicaLog) waitSpec(t *testing.T, kc *knProcess, want int32, within time.Duration, what string) {
 	t.Helper()
 	eventually(t, kc, within, fmt.Sprintf("%s: %d replicas", what, want), func() (bool, string) {
 		r := l.last()
@@ -492,7 +298,7 @@ func (l *replicaLog) waitSpec(t *testing.T, kc *knController, want int32, within
 	})
 }
 
-func (l *replicaLog) waitReady(t *testing.T, kc *knController, want int32, within time.Duration, what string) {
+func (l *replicaLog) waitReady(t *testing.T, kc *knProcess, want int32, within time.Duration, what string) {
 	t.Helper()
 	eventually(t, kc, within, fmt.Sprintf("%s: %d replicas, all ready", what, want), func() (bool, string) {
 		r := l.last()
@@ -504,20 +310,9 @@ func (l *replicaLog) waitReady(t *testing.T, kc *knController, want int32, withi
 // absent.
 func collectorMetric(t *testing.T, p *system.Proc, series string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
-	if err != nil {
+	v, err := p.Metric(series)
+	if err != nil && !errors.Is(err, system.ErrNoSeries) {
 		t.Fatal(err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return 0
+	return v
 }

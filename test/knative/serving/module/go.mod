@@ -155,4 +155,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-tool knative.dev/serving/cmd/controller
+tool (
+	knative.dev/serving/cmd/autoscaler
+	knative.dev/serving/cmd/controller
+)
