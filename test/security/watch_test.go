@@ -90,4 +90,3 @@ func TestWatchStreamFlood(t *testing.T) {
 		t.Errorf("%d watchers refused, want at least %d (256 at most held)", int(refused), 5000-256)
 	}
 }
-
