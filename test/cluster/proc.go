@@ -85,15 +85,25 @@ func (p *process) stop(grace time.Duration) {
 
 // logTail returns the last n lines of the process's log.
 func (p *process) logTail(n int) string {
-	b, err := os.ReadFile(p.logPath)
+	tail, err := FileTail(p.logPath, n)
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)
+	}
+	return fmt.Sprintf("--- last %d lines of %s ---\n%s", strings.Count(tail, "\n")+1, p.logPath, tail)
+}
+
+// FileTail returns the last n lines of the file at path, as the processes'
+// logs are shown when a test fails.
+func FileTail(path string, n int) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return fmt.Sprintf("--- last %d lines of %s ---\n%s", len(lines), p.logPath, strings.Join(lines, "\n"))
+	return strings.Join(lines, "\n"), nil
 }
 
 // reapStale removes cluster directories under root left by test processes

@@ -133,3 +133,29 @@ func isZombie(pid int) bool {
 	f := strings.Fields(string(b))
 	return len(f) > 2 && f[2] == "Z"
 }
+
+func TestFileTail(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, content string
+		n             int
+		want          string
+	}{
+		{"fewer lines than n", "a\nb\n", 5, "a\nb"},
+		{"the last n", "a\nb\nc\nd\n", 2, "c\nd"},
+		{"no final newline", "a\nb\nc", 2, "b\nc"},
+		{"empty", "", 3, ""},
+	}
+	for i, tt := range tests {
+		path := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.WriteFile(path, []byte(tt.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := FileTail(path, tt.n); err != nil || got != tt.want {
+			t.Errorf("%s: FileTail = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+	if _, err := FileTail(filepath.Join(dir, "absent"), 1); err == nil {
+		t.Error("FileTail of a missing file: no error")
+	}
+}

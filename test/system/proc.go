@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tidalscale/tidal/test/cluster"
 )
 
 // FreeAddr returns a loopback address whose port was free a moment ago.
@@ -203,13 +204,9 @@ func (p *Proc) Conn() (*grpc.ClientConn, error) {
 
 // LogTail returns the last n lines of the process's log.
 func (p *Proc) LogTail(n int) string {
-	b, err := os.ReadFile(p.logPath)
+	tail, err := cluster.FileTail(p.logPath, n)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return tail
 }

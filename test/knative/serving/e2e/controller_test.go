@@ -174,15 +174,11 @@ func (k *knProcess) waitLeader(ctx context.Context, t *testing.T, c *cluster.Clu
 }
 
 func (k *knProcess) logTail(n int) string {
-	b, err := os.ReadFile(k.logPath)
+	tail, err := cluster.FileTail(k.logPath, n)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return tail
 }
 
 // String names the process for failure messages.
