@@ -92,12 +92,13 @@ func TestKnativeRun(t *testing.T) {
 	}
 	defer obs.Close()
 	ctx, cancel := context.WithTimeout(sig, *runFor)
-	defer cancel()
+	// The table's follower and the wake-up requests end with ctx, which
+	// ends here first even when t fails inside the loop.
+	var wg, wake sync.WaitGroup
+	defer func() { cancel(); wake.Wait(); wg.Wait() }()
 	begin := time.Now()
 	var mu sync.Mutex
 	current := -1
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	wg.Go(func() {
 		rows := 0
 		obs.Follow(ctx, []system.Target{target}, 2*time.Second, 1200*time.Millisecond, func(_ int, smp system.Sample) {
@@ -110,8 +111,6 @@ func TestKnativeRun(t *testing.T) {
 			system.WriteRow(out, begin, s.rev, smp)
 		}, func(err error) { fmt.Fprintf(out, "  (sample: %v)\n", err) })
 	})
-	var wake sync.WaitGroup
-	defer wake.Wait()
 	for ctx.Err() == nil {
 		if p := knPhaseAt(time.Since(begin)); p != current {
 			current = p
