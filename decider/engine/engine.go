@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidalscale/tidal/decider/keepalive"
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/strategy/lag"
@@ -75,6 +76,9 @@ type Engine struct {
 	// announce lists the targets whose next decision is reported even
 	// when unchanged (target.announce).
 	announce []*target
+	// keepAlive lists the KPA targets with the predictive keep-alive
+	// policy, which every KPA tick decides for after Knative's rules.
+	keepAlive []*target
 }
 
 // tkey is a target's identity (targetkey) as a map key; unlike Target.Key
@@ -123,6 +127,21 @@ type target struct {
 	lagIn    lag.Input
 	lagAt    time.Time
 	lagEvery time.Duration
+	// ka is the predictive keep-alive policy's memory of a KPA target that
+	// uses it, nil otherwise; kaDec its latest decision and kaSent what of
+	// it was last reported.
+	ka     *keepalive.State
+	kaDec  keepalive.Decision
+	kaSent reported
+}
+
+// reported is what a keep-alive target's last reported decision said: a
+// decision is reported when any of it changes.
+type reported struct {
+	desired    int32
+	predicted  bool
+	ebcNegativ bool
+	valid      bool
 }
 
 // New returns an empty engine.
@@ -182,13 +201,17 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 		s := rev.DeciderSpec()
 		_, t.maxScale = rev.ScaleBounds()
 		if t.inSet {
-			return e.kpa.Update(t.kkey, s, now)
+			if err := e.kpa.Update(t.kkey, s, now); err != nil {
+				return err
+			}
+		} else {
+			if err := e.kpa.Create(t.kkey, s, now, max(t.ready, 0)); err != nil {
+				return err
+			}
+			t.kref, _ = e.kpa.Ref(t.kkey)
+			e.kpaTargets[t.kkey] = t
 		}
-		if err := e.kpa.Create(t.kkey, s, now, max(t.ready, 0)); err != nil {
-			return err
-		}
-		t.kref, _ = e.kpa.Ref(t.kkey)
-		e.kpaTargets[t.kkey] = t
+		e.keepAliveLocked(t, rev.Predictive(), now)
 	case Lag:
 		cfg, err := lagconfig.FromAnnotations(t.spec.Annotations)
 		if err != nil {
@@ -206,6 +229,45 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 	return nil
 }
 
+// keepAliveLocked starts, keeps or ends a KPA target's keep-alive policy.
+// A new policy starts from the memory the spec carries; a running one takes
+// it only when it saw a request later (another decider held the target
+// meanwhile): the echo of the memory this engine had written is older.
+func (e *Engine) keepAliveLocked(t *target, predictive bool, now time.Time) {
+	if !predictive {
+		if t.ka != nil {
+			t.ka = nil
+			e.keepAlive = slices.DeleteFunc(e.keepAlive, func(o *target) bool { return o == t })
+		}
+		return
+	}
+	stored, err := keepalive.Decode(t.spec.KeepAliveState)
+	if err != nil {
+		// A state that does not decode is someone else's writing: start
+		// afresh rather than refuse the target.
+		e.cfg.OnDrop("bad_keep_alive_state")
+	}
+	switch {
+	case t.ka == nil:
+		t.ka = &stored
+		e.keepAlive = append(e.keepAlive, t)
+		t.kaSent = reported{}
+	case t.ka.Newer(&stored):
+		*t.ka = stored
+	default:
+		return
+	}
+	kd, st, _ := e.kpa.Get(t.kkey)
+	t.kaDec = t.ka.Decide(later(kd.At, now), st.DesiredScale)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 func (e *Engine) kpaSpec(spec Spec) (kpa.Spec, error) {
 	rev, err := kpaconfig.NewRevision(e.cfg.KPA, e.cfg.Deployment, spec.Annotations, int64(spec.ContainerConcurrency), spec.Reachable)
 	if err != nil {
@@ -220,6 +282,7 @@ func (e *Engine) removeFromSetLocked(t *target) {
 		e.kpa.Delete(t.kkey)
 		t.kref = kpa.Ref{}
 		delete(e.kpaTargets, t.kkey)
+		e.keepAliveLocked(t, false, time.Time{})
 	case Lag:
 		e.lag.Remove(t.key)
 		delete(e.lagTargets, t.key)
@@ -271,7 +334,14 @@ func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err err
 		return false, nil
 	}
 	if t.strategy == KPA && s.Activator && t.inSet {
-		return e.recordKPALocked(t, &s, now)
+		poke, err := e.recordKPALocked(t, &s, now)
+		// Knative pokes when its own desired scale is 0; a target the
+		// keep-alive policy holds at zero must be poked too, whatever
+		// Knative's number.
+		if t.ka != nil && err == nil && t.kaSent.valid && t.kaSent.desired == 0 && s.Stat.AverageConcurrentRequests != 0 {
+			poke = true
+		}
+		return poke, err
 	}
 	t.pending = append(t.pending, s)
 	return false, nil
@@ -288,8 +358,12 @@ func (e *Engine) recordKPALocked(t *target, s *Sample, now time.Time) (bool, err
 	poke, reason, err := e.kpa.RecordRef(t.kref, s.At, now, s.Stat, src, s.ReadyPods, s.ReadyOnly)
 	if err != nil {
 		e.cfg.OnDrop(reason.String())
+		return poke, err
 	}
-	return poke, err
+	if t.ka != nil && !s.ReadyOnly && (s.Stat.AverageConcurrentRequests > 0 || s.Stat.RequestCount > 0) {
+		t.ka.Observe(s.At)
+	}
+	return poke, nil
 }
 
 // SetReady records a target's ready pod count as of now, for counts that
@@ -324,7 +398,27 @@ func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {
 	if err != nil {
 		return Decision{}, false, err
 	}
+	if t.ka != nil {
+		informed = e.decideKeepAliveLocked(t, now)
+	}
 	return e.kpaDecisionLocked(t), informed, nil
+}
+
+// decideKeepAliveLocked applies the keep-alive policy to Knative's latest
+// status at now and reports whether the decision must be reported: its
+// number, its prediction or the sign of the excess burst capacity changed.
+func (e *Engine) decideKeepAliveLocked(t *target, now time.Time) bool {
+	_, st, _ := e.kpa.Get(t.kkey)
+	t.kaDec = t.ka.Decide(now, st.DesiredScale)
+	if t.kaDec.Desired < 0 {
+		return false
+	}
+	r := reported{desired: t.kaDec.Desired, predicted: t.kaDec.Predicted, ebcNegativ: st.ExcessBurstCapacity < 0, valid: true}
+	if r == t.kaSent {
+		return false
+	}
+	t.kaSent = r
+	return true
 }
 
 // flushLocked records a target's pending samples stamped at or before at,
@@ -429,7 +523,15 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		}
 		e.changed = e.kpa.Tick(next, e.changed[:0])
 		for _, c := range e.changed {
-			if t, ok := e.kpaTargets[c.Key]; ok {
+			if t, ok := e.kpaTargets[c.Key]; ok && t.ka == nil {
+				t.announce = false
+				out = append(out, e.kpaDecisionLocked(t))
+			}
+		}
+		// Keep-alive targets are decided every tick, whether Knative's
+		// number changed or not: time alone moves them to the pre-warm.
+		for _, t := range e.keepAlive {
+			if e.decideKeepAliveLocked(t, next) {
 				t.announce = false
 				out = append(out, e.kpaDecisionLocked(t))
 			}
@@ -664,10 +766,39 @@ func (e *Engine) kpaDecisionLocked(t *target) Decision {
 		Advisory:            t.spec.Advisory,
 		KPA:                 &kd,
 	}
-	if !kd.At.IsZero() {
-		d.Sequence = uint64(kd.At.UnixMilli())
+	if t.ka != nil {
+		kad := t.kaDec
+		d.KeepAlive = &kad
+		d.KeepAliveState = t.ka.Encode()
+		d.Desired = kad.Desired
+		d.At = later(d.At, kad.At)
+		switch kad.Phase {
+		case keepalive.PhaseUnknown, keepalive.PhaseBusy:
+		case keepalive.PhaseFallback:
+			d.Reason += "; " + kad.Reason()
+		default:
+			d.Reason = kad.Reason()
+		}
+	}
+	if !d.At.IsZero() {
+		d.Sequence = uint64(d.At.UnixMilli())
 	}
 	return d
+}
+
+// NextKeepAlive is when a target's keep-alive decision changes with time
+// alone (the end of a busy period, a pre-warm, the end of a warm window);
+// false when nothing is due or the target has no keep-alive policy. A
+// replay that skips idle time must not skip past it.
+func (e *Engine) NextKeepAlive(ref Target) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.targets[keyOf(ref)]
+	if !ok || t.ka == nil {
+		return time.Time{}, false
+	}
+	next := t.kaDec.Next()
+	return next, !next.IsZero()
 }
 
 func (e *Engine) lagDecisionLocked(t *target) Decision {

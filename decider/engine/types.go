@@ -3,6 +3,7 @@ package engine
 import (
 	"time"
 
+	"github.com/tidalscale/tidal/decider/keepalive"
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/targetkey"
@@ -56,6 +57,11 @@ type Spec struct {
 	// their decisions say so (Decision.Advisory) and are not sent to the
 	// actuator. A KEDA inline Kafka trigger is one.
 	Advisory bool
+	// KeepAliveState is the predictive keep-alive policy's memory as the
+	// target's PodAutoscaler status keeps it (keepalive.State.Encode), ""
+	// when it keeps none. A KPA target with the predictive keep-alive
+	// starts from it when the engine holds no newer memory of its own.
+	KeepAliveState string
 }
 
 // Sample is one measurement of a target.
@@ -111,7 +117,17 @@ type Decision struct {
 	// KPA or Lag holds the strategy's full decision, for Explain.
 	KPA *kpa.Decision
 	Lag *lag.Decision
+	// KeepAlive is the predictive keep-alive policy's decision, for a KPA
+	// target that uses it (else nil): Desired is its number, KPA's is
+	// Knative's. KeepAliveState is the policy's memory, encoded, for the
+	// actuator to keep in the PodAutoscaler's status.
+	KeepAlive      *keepalive.Decision
+	KeepAliveState string
 }
+
+// PredictedIdle reports whether a desired scale of 0 is the keep-alive
+// policy's prediction, so the last pod goes without the fixed grace.
+func (d *Decision) PredictedIdle() bool { return d.KeepAlive != nil && d.KeepAlive.Predicted }
 
 // Bounded is the desired scale within max-scale: what the actuator is asked
 // for. The actuator refuses a value above max-scale.

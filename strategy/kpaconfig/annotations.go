@@ -32,6 +32,10 @@ const (
 
 	// AnnotationProgressDeadline is serving's, not autoscaling's.
 	AnnotationProgressDeadline = "serving.knative.dev/progress-deadline"
+
+	// AnnotationKeepAlive is tidal's: "predictive" or "fixed" (KeyKeepAlive
+	// sets the default).
+	AnnotationKeepAlive = "autoscaling.tidal.dev/keep-alive"
 )
 
 // legacy maps each kebab-case key to its legacy camelCase alias; the
@@ -97,6 +101,7 @@ type Annotations struct {
 	ScaleToZeroPodRetention     *time.Duration
 	Aggregation                 *kpaspec.Algorithm
 	ProgressDeadline            *time.Duration
+	KeepAlive                   *KeepAlive
 }
 
 // lookup returns the value of key, or of its legacy alias.
@@ -114,8 +119,8 @@ func lookup(ann map[string]string, key string) (string, string, bool) {
 
 // ParseAnnotations parses and validates a revision's annotations against cfg
 // (which supplies max-scale-limit and allow-zero-initial-scale). Keys outside
-// autoscaling.knative.dev/ are ignored, except serving's progress-deadline;
-// an unknown autoscaling.knative.dev/ key is refused.
+// autoscaling.knative.dev/ are ignored, except serving's progress-deadline
+// and tidal's keep-alive; an unknown autoscaling.knative.dev/ key is refused.
 func ParseAnnotations(ann map[string]string, cfg Config) (Annotations, error) {
 	var a Annotations
 	var unknown []string
@@ -256,6 +261,13 @@ func ParseAnnotations(ann map[string]string, cfg Config) (Annotations, error) {
 			return a, keyErr(key, v, "want %s or %s", AlgorithmLinear, AlgorithmWeightedExponential)
 		}
 		a.Aggregation = &algo
+	}
+	if v, ok := ann[AnnotationKeepAlive]; ok {
+		k, err := parseKeepAlive(AnnotationKeepAlive, v)
+		if err != nil {
+			return a, err
+		}
+		a.KeepAlive = &k
 	}
 	return a, nil
 }

@@ -31,6 +31,10 @@ const (
 	KeyMaxScaleLimit                        = "max-scale-limit"
 	KeyPodAutoscalerClass                   = "pod-autoscaler-class"
 
+	// KeyKeepAlive is tidal's own key (Knative has none): the cluster's
+	// default for AnnotationKeepAlive, KeepAliveFixed unless set.
+	KeyKeepAlive = "keep-alive"
+
 	// KeyProgressDeadline is config-deployment's key.
 	KeyProgressDeadline = "progress-deadline"
 )
@@ -59,6 +63,44 @@ const (
 	ClassKPA = "kpa.autoscaling.knative.dev"
 	ClassHPA = "hpa.autoscaling.knative.dev"
 )
+
+// KeepAlive is how a KPA target that may scale to zero keeps its last pod
+// once idle.
+type KeepAlive uint8
+
+const (
+	// KeepAliveFixed is Knative's: the stable window, then the fixed
+	// scale-to-zero grace and pod retention.
+	KeepAliveFixed KeepAlive = iota
+	// KeepAlivePredictive learns the target's idle times and, when they are
+	// predictable, scales to zero soon after a busy period and pre-warms a
+	// pod before the next request is due (decider/keepalive); otherwise it
+	// is KeepAliveFixed.
+	KeepAlivePredictive
+)
+
+// Keep-alive values, of KeyKeepAlive and AnnotationKeepAlive.
+const (
+	KeepAliveFixedValue      = "fixed"
+	KeepAlivePredictiveValue = "predictive"
+)
+
+func (k KeepAlive) String() string {
+	if k == KeepAlivePredictive {
+		return KeepAlivePredictiveValue
+	}
+	return KeepAliveFixedValue
+}
+
+func parseKeepAlive(key, v string) (KeepAlive, error) {
+	switch strings.TrimSpace(v) {
+	case KeepAliveFixedValue:
+		return KeepAliveFixed, nil
+	case KeepAlivePredictiveValue:
+		return KeepAlivePredictive, nil
+	}
+	return 0, keyErr(key, v, "want %s or %s", KeepAliveFixedValue, KeepAlivePredictiveValue)
+}
 
 // Config is a parsed and validated config-autoscaler ConfigMap.
 type Config struct {
@@ -105,6 +147,8 @@ type Config struct {
 	MaxScaleLimit int32
 	// PodAutoscalerClass is the default class.
 	PodAutoscalerClass string
+	// KeepAlive is the default of targets without AnnotationKeepAlive.
+	KeepAlive KeepAlive
 }
 
 // Default returns Knative's defaults (config/core/configmaps/autoscaler.yaml
@@ -132,6 +176,7 @@ func Default() Config {
 		MaxScale:                           0, // unbounded
 		MaxScaleLimit:                      0, // none
 		PodAutoscalerClass:                 ClassKPA,
+		KeepAlive:                          KeepAliveFixed,
 	}
 }
 
@@ -289,6 +334,13 @@ func ParseConfig(data map[string]string) (Config, error) {
 	}
 	if v, ok := data[KeyPodAutoscalerClass]; ok {
 		c.PodAutoscalerClass = strings.TrimSpace(v)
+	}
+	if v, ok := data[KeyKeepAlive]; ok {
+		k, err := parseKeepAlive(KeyKeepAlive, v)
+		if err != nil {
+			return Config{}, err
+		}
+		c.KeepAlive = k
 	}
 	// Percentages above 1 are read as percent, values in (0, 1] as fractions
 	// (a legacy form Knative keeps).

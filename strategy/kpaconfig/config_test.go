@@ -91,6 +91,7 @@ func TestParseConfigRefusesBadValues(t *testing.T) {
 		{key: KeyMaxScaleLimit, value: "-1"},
 		{key: KeyAllowZeroInitialScale, value: "maybe"},
 		{key: KeyPodAutoscalerClass, value: " "},
+		{key: KeyKeepAlive, value: "always"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
@@ -189,6 +190,8 @@ func TestParseAnnotationsRefusesBadValues(t *testing.T) {
 		{key: AnnotationScaleToZeroPodRetentionPeriod, value: "2h"},
 		{key: AnnotationMetricAggregationAlgorithm, value: "exponential"},
 		{key: AnnotationProgressDeadline, value: "0s"},
+		{key: AnnotationKeepAlive, value: "Predictive"},
+		{key: AnnotationKeepAlive, value: ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
@@ -207,6 +210,41 @@ func TestParseAnnotationsRefusesBadValues(t *testing.T) {
 			}
 			if ke.Key != tt.key || ke.Value != tt.value {
 				t.Errorf("error names %s %q, want %s %q (%v)", ke.Key, ke.Value, tt.key, tt.value, err)
+			}
+		})
+	}
+}
+
+func TestKeepAlive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		cfg, ann   map[string]string
+		keepAlive  KeepAlive
+		predictive bool
+	}{
+		{name: "default", keepAlive: KeepAliveFixed},
+		{name: "annotation", ann: map[string]string{AnnotationKeepAlive: "predictive"}, keepAlive: KeepAlivePredictive, predictive: true},
+		{name: "cluster default", cfg: map[string]string{KeyKeepAlive: "predictive"}, keepAlive: KeepAlivePredictive, predictive: true},
+		{name: "annotation over the default", cfg: map[string]string{KeyKeepAlive: "predictive"}, ann: map[string]string{AnnotationKeepAlive: "fixed"}, keepAlive: KeepAliveFixed},
+		{name: "min-scale keeps precedence", ann: map[string]string{AnnotationKeepAlive: "predictive", AnnotationMinScale: "1"}, keepAlive: KeepAlivePredictive},
+		{name: "no scale to zero", cfg: map[string]string{KeyEnableScaleToZero: "false"}, ann: map[string]string{AnnotationKeepAlive: "predictive"}, keepAlive: KeepAlivePredictive},
+		{name: "cluster min-scale", cfg: map[string]string{KeyMinScale: "2", KeyKeepAlive: "predictive"}, keepAlive: KeepAlivePredictive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev, err := NewRevision(cfg, DefaultDeployment(), tc.ann, 0, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rev.KeepAlive(); got != tc.keepAlive {
+				t.Errorf("KeepAlive() = %s, want %s", got, tc.keepAlive)
+			}
+			if got := rev.Predictive(); got != tc.predictive {
+				t.Errorf("Predictive() = %v, want %v", got, tc.predictive)
 			}
 		})
 	}

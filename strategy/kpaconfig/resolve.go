@@ -171,6 +171,23 @@ func (r *Revision) ScaleToZeroPodRetention() time.Duration {
 	return r.Config.ScaleToZeroPodRetentionPeriod
 }
 
+// KeepAlive returns the keep-alive annotation, else the config's keep-alive.
+func (r *Revision) KeepAlive() KeepAlive {
+	if k := r.Annotations.KeepAlive; k != nil {
+		return *k
+	}
+	return r.Config.KeepAlive
+}
+
+// Predictive reports whether the target keeps its pods by the predictive
+// keep-alive policy: it asks for it and may scale to zero (scale to zero
+// enabled, min-scale 0). min-scale and scale to zero disabled keep their
+// precedence: the policy has nothing to decide then.
+func (r *Revision) Predictive() bool {
+	lo, _ := r.ScaleBounds()
+	return r.KeepAlive() == KeepAlivePredictive && r.Config.EnableScaleToZero && lo == 0
+}
+
 // ActivationTimeout is the progress deadline (annotation or config-deployment)
 // plus 30 s.
 func (r *Revision) ActivationTimeout() time.Duration {
