@@ -232,7 +232,9 @@ func scaleToZero(r *Result, in *Input, desired int32, probe Prober) (int32, bool
 		return kpaspec.ScaleUnknown, false
 	case ConditionTrue:
 		sw := rev.StableWindow()
-		if in.ActiveAge >= sw {
+		// A predicted idle needs no stable window of activity first: the
+		// PodAutoscaler goes Inactive (the activator into the path) now.
+		if in.ActiveAge >= sw || in.Decider.PredictedIdle {
 			if in.SKS.Mode == SKSProxy {
 				r.Requeue = append(r.Requeue, ActiveProxyRequeue)
 			}
@@ -250,6 +252,11 @@ func scaleToZero(r *Result, in *Input, desired int32, probe Prober) (int32, bool
 		if !inPath {
 			r.AsyncProbe = true
 			return desired, false
+		}
+		if in.Decider.PredictedIdle {
+			// The activator is in the path; the keep-alive policy, not a
+			// fixed grace or retention, says when the last pod goes.
+			return desired, true
 		}
 		inactiveFor := in.ActiveAge
 		retention := time.Duration(0)

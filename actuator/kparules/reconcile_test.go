@@ -113,6 +113,70 @@ func TestScaleToZeroTimeline(t *testing.T) {
 	}
 }
 
+// TestPredictedIdle walks the same revision to zero when the decider's 0
+// is the keep-alive policy's prediction: no stable window, grace or
+// retention, but the activator still in the path first.
+func TestPredictedIdle(t *testing.T) {
+	t.Parallel()
+	probe := func() bool { return true }
+	for _, tc := range []struct {
+		name      string
+		ann       map[string]string
+		cfg       map[string]string
+		active    Condition
+		age       time.Duration
+		probe     Prober
+		want      int32
+		patch     *int32
+		inactive  bool // the status turns Inactive
+		asyncProb bool
+	}{
+		{name: "active 10 s: Inactive at once", active: Condition{Status: ConditionTrue}, age: 10 * time.Second, probe: probe, want: 0, inactive: true},
+		{name: "inactive: zero without grace", active: Condition{Status: ConditionFalse, Reason: ReasonNoTraffic}, age: time.Second, probe: probe, want: 0, patch: i32(0)},
+		{name: "inactive, retention set: zero without it", ann: map[string]string{kpaconfig.AnnotationScaleToZeroPodRetentionPeriod: "10m"},
+			active: Condition{Status: ConditionFalse, Reason: ReasonNoTraffic}, age: time.Second, probe: probe, want: 0, patch: i32(0)},
+		{name: "inactive, activator not in the path yet", active: Condition{Status: ConditionFalse, Reason: ReasonNoTraffic}, age: time.Second,
+			probe: func() bool { return false }, want: 0, asyncProb: true},
+		{name: "min-scale keeps precedence", ann: map[string]string{kpaconfig.AnnotationMinScale: "1"}, active: Condition{Status: ConditionTrue}, age: 10 * time.Second, probe: probe, want: 1},
+		{name: "scale to zero disabled", cfg: map[string]string{kpaconfig.KeyEnableScaleToZero: "false"}, active: Condition{Status: ConditionTrue}, age: 10 * time.Second, probe: probe, want: 1},
+		{name: "initial scale before initialised", ann: map[string]string{kpaconfig.AnnotationInitialScale: "3"}, active: Condition{Status: ConditionTrue}, age: 10 * time.Second, probe: probe, want: 3, patch: i32(3)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := map[string]string{kpaconfig.AnnotationTargetBurstCapacity: "0"}
+			for k, v := range tc.ann {
+				ann[k] = v
+			}
+			in := Input{
+				Revision:               revision(t, tc.cfg, ann),
+				Reachability:           Reachable,
+				Active:                 tc.active,
+				ActiveAge:              tc.age,
+				ScaleTargetInitialized: tc.ann[kpaconfig.AnnotationInitialScale] == "",
+				ServiceNameSet:         true,
+				SKS:                    &SKS{Mode: SKSProxy, PrivateServiceNameSet: true},
+				Replicas:               i32(1),
+				ReadyPods:              1,
+				Decider:                kpaspec.Status{DesiredScale: 0, PredictedIdle: true},
+			}
+			r := Reconcile(in, tc.probe)
+			if r.Want != tc.want || (r.Patch == nil) != (tc.patch == nil) || (r.Patch != nil && *r.Patch != *tc.patch) {
+				t.Errorf("want %d patch %v, got want %d patch %v (%+v)", tc.want, tc.patch, r.Want, r.Patch, r)
+			}
+			if got := r.Active.Status == ConditionFalse && in.Active.Status == ConditionTrue; got != tc.inactive {
+				t.Errorf("turned inactive: %v, want %v", got, tc.inactive)
+			}
+			if r.AsyncProbe != tc.asyncProb {
+				t.Errorf("async probe %v, want %v", r.AsyncProbe, tc.asyncProb)
+			}
+			// Without the prediction the same input keeps Knative's waits.
+			in.Decider.PredictedIdle = false
+			if fixed := Reconcile(in, tc.probe); tc.patch != nil && *tc.patch == 0 && fixed.Patch != nil {
+				t.Errorf("without the prediction the pod went at once too: %+v", fixed)
+			}
+		})
+	}
+}
+
 func TestActivationTimeout(t *testing.T) {
 	t.Parallel()
 	rev := revision(t, nil, map[string]string{kpaconfig.AnnotationProgressDeadline: "20s"})

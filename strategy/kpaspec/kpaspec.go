@@ -55,6 +55,12 @@ type Status struct {
 	// ExcessBurstCapacity is the spare capacity after serving the panic
 	// demand; negative means the activator should stay in the path.
 	ExcessBurstCapacity int32
+	// PredictedIdle marks a DesiredScale of 0 that is the predictive
+	// keep-alive policy's (decider/keepalive): no request is expected
+	// before its pre-warm, so the reconciler lets the last pod go without
+	// the fixed scale-to-zero grace, pod retention and stable window of
+	// activity. Knative's decider never sets it.
+	PredictedIdle bool
 }
 
 // Metric is the quantity a target scales on.
