@@ -56,6 +56,10 @@ type Configuration struct {
 	InitialReplicas *int32 `json:"initialReplicas,omitempty"`
 	// Pods describes how the pods start and serve.
 	Pods Pods `json:"pods,omitempty"`
+
+	// group and label place a swept configuration on its sweep's line
+	// (Sweep); empty for the configurations of a file.
+	group, label string
 }
 
 // Pods is the pod model's parameters.
@@ -129,6 +133,7 @@ var knownAutoscalerKeys = map[string]bool{
 	kpaconfig.KeyMaxScale:                             true,
 	kpaconfig.KeyMaxScaleLimit:                        true,
 	kpaconfig.KeyPodAutoscalerClass:                   true,
+	kpaconfig.KeyKeepAlive:                            true,
 }
 
 // ParseFile reads a configuration file (YAML or JSON) and checks every
@@ -210,8 +215,8 @@ func (c *Configuration) Check() error {
 	switch c.Strategy {
 	case StrategyKPA:
 		for _, k := range sortedKeys(c.Annotations) {
-			if !strings.HasPrefix(k, kpaconfig.Prefix) {
-				return fmt.Errorf("field annotations: key %s: a kpa configuration takes %s* keys", keyName(k), kpaconfig.Prefix)
+			if !strings.HasPrefix(k, kpaconfig.Prefix) && k != kpaconfig.AnnotationKeepAlive {
+				return fmt.Errorf("field annotations: key %s: a kpa configuration takes %s* keys and %s", keyName(k), kpaconfig.Prefix, kpaconfig.AnnotationKeepAlive)
 			}
 		}
 		if _, err := kpaconfig.NewRevision(kcfg, kpaconfig.DefaultDeployment(), c.Annotations, int64(c.ContainerConcurrency), true); err != nil {

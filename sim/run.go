@@ -63,8 +63,16 @@ type Result struct {
 	Wait podmodel.Histogram
 	// ColdStarts counts the times ready pods went from 0 to more.
 	ColdStarts int
-	// PodSeconds integrates ready pods over time.
-	PodSeconds float64
+	// ColdStartRequests counts the requests that found no warm pod when
+	// they arrived (KPA).
+	ColdStartRequests int64
+	// PodSeconds integrates ready pods over time; IdlePodSeconds the ready
+	// pods with no request in them (KPA): the paper's wasted memory time.
+	PodSeconds     float64
+	IdlePodSeconds float64
+	// ColdStartRates holds each target's share of requests that found no
+	// warm pod, for targets that had requests (KPA).
+	ColdStartRates Rates
 	// ScaleEvents counts changes of the Deployment's replicas.
 	ScaleEvents int
 	// AtZero is the time with the Deployment at 0 replicas.
@@ -82,7 +90,10 @@ func (r *Result) Merge(o *Result) {
 	r.Queued += o.Queued
 	r.Wait.Merge(&o.Wait)
 	r.ColdStarts += o.ColdStarts
+	r.ColdStartRequests += o.ColdStartRequests
 	r.PodSeconds += o.PodSeconds
+	r.IdlePodSeconds += o.IdlePodSeconds
+	r.ColdStartRates.Merge(&o.ColdStartRates)
 	r.ScaleEvents += o.ScaleEvents
 	r.AtZero += o.AtZero
 }
@@ -269,7 +280,8 @@ func (r *runner) run() {
 // keeps (stable window, scale-down delay, two ticks), so every second and
 // tick until the next arrival would do nothing: no scrape, no activator
 // stat, and a decider tick over empty windows that repeats 0. The replay
-// then jumps to the next arrival's second and tick, where the engine
+// then jumps to the next arrival's second and tick (or the keep-alive
+// policy's pre-warm, when sooner), where the engine
 // decides one tick over the same empty windows (it skips missed ticks as a
 // live decider does after a pause). TestSkipIdleChangesNothing holds the
 // replay with and without the jump to the same result.
@@ -283,10 +295,15 @@ func (r *runner) quiet(t time.Time) (time.Time, bool) {
 	if t.Sub(r.lastSample) <= r.rev.StableWindow()+r.rev.ScaleDownDelay()+2*kpa.TickInterval {
 		return time.Time{}, false
 	}
-	if at, ok := r.model.NextArrival(); ok && at.Before(r.end) {
-		return at, true
+	wake := r.end
+	if at, ok := r.model.NextArrival(); ok && at.Before(wake) {
+		wake = at
 	}
-	return r.end, true
+	// The keep-alive policy pre-warms by the clock, not on an arrival.
+	if at, ok := r.eng.NextKeepAlive(r.tgt); ok && at.Before(wake) {
+		wake = at
+	}
+	return wake, true
 }
 
 // gridAtOrAfter is the first time start + k·every at or after t.
@@ -451,7 +468,7 @@ func (r *runner) decide(d engine.Decision, t time.Time) {
 	if !d.Valid() {
 		return
 	}
-	r.dec = kpaspec.Status{DesiredScale: d.Bounded(), ExcessBurstCapacity: d.ExcessBurstCapacity}
+	r.dec = kpaspec.Status{DesiredScale: d.Bounded(), ExcessBurstCapacity: d.ExcessBurstCapacity, PredictedIdle: d.PredictedIdle()}
 	r.desired = d.Desired
 	r.reconcile(t)
 }
@@ -594,6 +611,10 @@ func (r *runner) finish() {
 		r.model.Advance(r.end)
 		rep := r.model.Report()
 		r.res.Arrived, r.res.Served, r.res.Queued = rep.Arrived, rep.Served, int64(rep.Queued+rep.InService)
+		r.res.ColdStartRequests, r.res.IdlePodSeconds = rep.ColdArrivals, rep.IdlePodSeconds
+		if rep.Arrived > 0 {
+			r.res.ColdStartRates.Add(float64(rep.ColdArrivals) / float64(rep.Arrived))
+		}
 		w, _ := r.model.Waits()
 		r.res.Wait = *w
 		return
