@@ -1,11 +1,15 @@
 // Command tidal-sim replays a load trace through tidal's own decider and
 // reconciler in virtual time and compares configurations side by side:
-// requests served, waits, cold starts, pod-seconds, scale events and time at
-// zero (package sim).
+// requests served, waits, cold starts (and the requests that found no warm
+// pod, per function), pod-seconds (and idle pod-seconds), scale events and
+// time at zero (package sim).
 //
 //	tidal-sim -config configs.yaml -rates trace.csv -plot out.png
-//	tidal-sim -config configs.yaml -azure invocations_per_function_md.anon.d01.csv -limit 1000
+//	tidal-sim -config configs.yaml -azure d01.csv,d02.csv,d03.csv -group app
+//	tidal-sim -config configs.yaml -azure2021 AzureFunctionsInvocationTraceForTwoWeeksJan2021.txt
+//	tidal-sim -config configs.yaml -azure d01.csv -keep-alive-sweep 0,1m,10m,60m -pareto front.png -format json
 //	tidal-sim -config configs.yaml -history window.json
+//	tidal-sim generate -functions 500 -days 3 -out trace/
 package main
 
 import (
@@ -14,6 +18,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"strings"
+	"time"
 
 	"github.com/tidalscale/tidal/sim"
 	"github.com/tidalscale/tidal/sim/trace"
@@ -23,20 +30,30 @@ import (
 const maxConfigBytes = 1 << 20
 
 type flags struct {
-	config, rates, azure, history, plot, function string
-	seed                                          uint64
-	limit                                         int
+	config, rates, azure, azure2021, history, plot, function string
+	group, format, sweep, pareto                             string
+	seed                                                     uint64
+	limit, parallel                                          int
+
+	keepAlives []time.Duration
+	byApp      bool
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "Configurations to compare, a YAML or JSON file (package sim's File); required.")
 	fs.StringVar(&f.rates, "rates", "", "Trace: a CSV of per-second rates (requests/s for kpa, records produced/s for lag).")
-	fs.StringVar(&f.azure, "azure", "", "Trace: an Azure Functions 2019 invocations_per_function_md.anon.dNN.csv file; every function is replayed and the results summed.")
+	fs.StringVar(&f.azure, "azure", "", "Trace: Azure Functions 2019 invocations_per_function_md.anon.dNN.csv files, comma-separated, one a day in order: each function's days are replayed one after another, and the results summed over the functions.")
+	fs.StringVar(&f.azure2021, "azure2021", "", "Trace: an Azure Functions 2021 per-invocation file (app,func,end_timestamp,duration; an invocation starts at end_timestamp - duration); every function is replayed over the file's whole span and the results summed.")
+	fs.StringVar(&f.group, "group", "function", "With -azure or -azure2021: replay each function, or each application (its functions' invocations together, as one target): function or app.")
 	fs.StringVar(&f.history, "history", "", "Trace: GetWindow responses of one target from a running tidal's collector, JSON as grpcurl prints them, one after another.")
-	fs.StringVar(&f.function, "function", "", "With -azure: only functions whose HashFunction starts with this; empty means all.")
-	fs.IntVar(&f.limit, "limit", 0, "With -azure: replay at most this many functions; 0 means all.")
+	fs.StringVar(&f.function, "function", "", "With -azure or -azure2021 by function: only functions whose hash starts with this; empty means all.")
+	fs.IntVar(&f.limit, "limit", 0, "With -azure or -azure2021: replay at most this many functions (applications); 0 means all.")
+	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "With -azure or -azure2021: replay this many functions at once; the results do not depend on it.")
 	fs.Uint64Var(&f.seed, "seed", 1, "Seed of every random choice (arrival times within a minute or second, the scraper's sample, service times).")
-	fs.StringVar(&f.plot, "plot", "", "Write a PNG of each configuration's load and replicas here; needs a single trace (or -azure with one function); empty means none.")
+	fs.StringVar(&f.plot, "plot", "", "Write a PNG of each configuration's load and replicas here; needs a single trace (or one function); empty means none.")
+	fs.StringVar(&f.format, "format", "table", "Output: table, or json (per configuration: name, requests, coldStartRequests, podSeconds, idlePodSeconds, coldStartRateP50/P75/P90 and more).")
+	fs.StringVar(&f.sweep, "keep-alive-sweep", "", "Replay every configuration once per fixed keep-alive in this comma-separated list of durations (0,1m,10m,60m): its config-autoscaler scale-to-zero-pod-retention-period, how long Knative keeps the last pod once the target turned inactive.")
+	fs.StringVar(&f.pareto, "pareto", "", "Write a PNG of each configuration's idle pod-hours against its 75th-percentile function's cold-start rate here, a sweep's points joined; empty means none.")
 }
 
 func (f *flags) validate() error {
@@ -44,24 +61,64 @@ func (f *flags) validate() error {
 		return errors.New("-config: required")
 	}
 	n := 0
-	for _, s := range []string{f.rates, f.azure, f.history} {
+	for _, s := range []string{f.rates, f.azure, f.azure2021, f.history} {
 		if s != "" {
 			n++
 		}
 	}
 	if n != 1 {
-		return errors.New("want exactly one of -rates, -azure, -history")
+		return errors.New("want exactly one of -rates, -azure, -azure2021, -history")
 	}
+	many := f.azure != "" || f.azure2021 != ""
 	if f.limit < 0 {
 		return fmt.Errorf("-limit %d: want >= 0 (0 means all)", f.limit)
 	}
-	if (f.function != "" || f.limit != 0) && f.azure == "" {
-		return errors.New("-function and -limit: only with -azure")
+	if (f.function != "" || f.limit != 0) && !many {
+		return errors.New("-function and -limit: only with -azure or -azure2021")
+	}
+	if f.parallel < 0 || f.parallel > 256 {
+		return fmt.Errorf("-parallel %d: want 1 to 256", f.parallel)
+	}
+	switch f.group {
+	case "", "function":
+	case "app":
+		if !many {
+			return errors.New("-group app: only with -azure or -azure2021")
+		}
+		if f.function != "" {
+			return errors.New("-function: selects functions, not with -group app")
+		}
+		f.byApp = true
+	default:
+		return fmt.Errorf("-group %q: want function or app", f.group)
+	}
+	if f.format != "" && f.format != "table" && f.format != "json" {
+		return fmt.Errorf("-format %q: want table or json", f.format)
+	}
+	if f.sweep != "" {
+		for _, v := range strings.Split(f.sweep, ",") {
+			v = strings.TrimSpace(v)
+			if v == "0" {
+				v = "0s"
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("-keep-alive-sweep: %q: want a duration of at least 0, such as 10m", v)
+			}
+			f.keepAlives = append(f.keepAlives, d)
+		}
 	}
 	return nil
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "generate" {
+		if err := generate(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "tidal-sim:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	var f flags
 	fs := flag.NewFlagSet("tidal-sim", flag.ContinueOnError)
 	f.register(fs)
@@ -83,12 +140,38 @@ func run(f *flags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(f.keepAlives) > 0 {
+		if cfgs, err = sim.Sweep(cfgs, f.keepAlives); err != nil {
+			return err
+		}
+	}
 	opts := sim.Options{Seed: f.seed, Timeline: f.plot != ""}
+	sel := sim.AzureOptions{Function: f.function, Limit: f.limit, Parallel: f.parallel}
+	group := trace.ByFunction
+	if f.byApp {
+		group = trace.ByApp
+	}
 	var results []*sim.Result
 	switch {
 	case f.azure != "":
-		results, err = withFile(f.azure, func(r io.Reader) ([]*sim.Result, error) {
-			return sim.CompareAzure(r, f.azure, cfgs, opts, sim.AzureOptions{Function: f.function, Limit: f.limit})
+		src, closeFn, err := trace.OpenAzure(strings.Split(f.azure, ","), group)
+		if err != nil {
+			return err
+		}
+		results, err = sim.CompareSource(src, cfgs, opts, sel)
+		if cerr := closeFn(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case f.azure2021 != "":
+		results, err = withFile(f.azure2021, func(r io.Reader) ([]*sim.Result, error) {
+			src, err := trace.ReadAzure2021(r, f.azure2021, group)
+			if err != nil {
+				return nil, err
+			}
+			return sim.CompareSource(src, cfgs, opts, sel)
 		})
 	case f.rates != "":
 		results, err = withFile(f.rates, func(r io.Reader) ([]*sim.Result, error) {
@@ -110,14 +193,30 @@ func run(f *flags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := sim.WriteTable(out, results); err != nil {
+	if f.format == "json" {
+		err = sim.WriteJSON(out, results)
+	} else {
+		err = sim.WriteTable(out, results)
+	}
+	if err != nil {
 		return err
+	}
+	// With JSON on stdout, where the pictures went goes to stderr.
+	note := out
+	if f.format == "json" {
+		note = os.Stderr
 	}
 	if f.plot != "" {
 		if err := sim.Plot(f.plot, results); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "plot: %s\n", f.plot)
+		fmt.Fprintf(note, "plot: %s\n", f.plot)
+	}
+	if f.pareto != "" {
+		if err := sim.PlotPareto(f.pareto, "cold starts against idle pods", cfgs, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(note, "pareto: %s\n", f.pareto)
 	}
 	return nil
 }

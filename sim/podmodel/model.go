@@ -86,8 +86,14 @@ type Model struct {
 	pending []time.Duration
 
 	arrived, served int64
-	waits           []time.Duration
-	latencies       []time.Duration
+	// cold counts arrivals that found no warm pod.
+	cold int64
+	// idle integrates, in seconds, the pods with nothing in them (in
+	// service or queued) up to the last change of any; each such pod's
+	// idleSince says since when.
+	idle      float64
+	waits     []time.Duration
+	latencies []time.Duration
 	// waitHist and latencyHist replace waits and latencies with BoundedStats.
 	waitHist, latencyHist *Histogram
 	rng                   *rand.Rand // nil unless Poisson or ExponentialService
@@ -123,8 +129,11 @@ type simPod struct {
 
 	// Reporting period state: a time-weighted integral of the requests in
 	// the pod (in service + queued), as the queue-proxy measures them.
-	lastChange   time.Duration
-	integral     float64 // request·seconds
+	lastChange time.Duration
+	integral   float64 // request·seconds
+	// idleSince is when the pod last became empty (nothing in service or
+	// queued), while it is.
+	idleSince    time.Duration
 	periodArrive int
 	nextReport   time.Duration
 	last         queuestat.Stat
@@ -172,6 +181,7 @@ func (m *Model) AddPod(name string, now time.Time) {
 		addedAt:    m.now,
 		warmAt:     m.now + m.cfg.ColdStart,
 		lastChange: m.now,
+		idleSince:  m.now,
 		nextReport: m.now + m.cfg.ReportingPeriod,
 		last:       queuestat.Stat{PodName: name},
 	}
@@ -189,6 +199,9 @@ func (m *Model) RemovePod(name string, now time.Time) {
 	p, ok := m.pods[name]
 	if !ok {
 		return
+	}
+	if p.outstanding() == 0 {
+		m.idle += (m.now - p.idleSince).Seconds()
 	}
 	// Requests in service drain: they complete as if the pod finished them.
 	for _, r := range p.finishes {
@@ -269,7 +282,9 @@ func (m *Model) step(t time.Duration) {
 	m.dispatchPending()
 	for range n {
 		m.arrived++
-		m.dispatch(t)
+		if !m.dispatch(t) {
+			m.cold++
+		}
 	}
 	for _, p := range m.pods {
 		if p.nextReport <= t {
@@ -318,7 +333,9 @@ func (m *Model) advanceEvents(now time.Duration) {
 func (m *Model) arriveUntil(t time.Duration) {
 	for m.hasNext && m.nextAt <= t {
 		m.arrived++
-		m.dispatch(m.nextAt)
+		if !m.dispatch(m.nextAt) {
+			m.cold++
+		}
 		m.popArrival()
 	}
 }
@@ -349,12 +366,13 @@ func (m *Model) completeUntil(p *simPod, t time.Duration) {
 }
 
 // dispatch sends a request that arrived at the given time to the least
-// loaded warm pod, or leaves it pending if there is none.
-func (m *Model) dispatch(arrival time.Duration) {
+// loaded warm pod, or leaves it pending if there is none; it reports
+// whether it found one.
+func (m *Model) dispatch(arrival time.Duration) bool {
 	p := m.pick()
 	if p == nil {
 		m.pending = append(m.pending, arrival)
-		return
+		return false
 	}
 	p.periodArrive++
 	if m.cfg.ContainerConcurrency == 0 || len(p.finishes) < m.cfg.ContainerConcurrency {
@@ -363,6 +381,7 @@ func (m *Model) dispatch(arrival time.Duration) {
 		p.queue = append(p.queue, arrival)
 	}
 	m.change(p, m.now, +1)
+	return true
 }
 
 func (m *Model) dispatchPending() {
@@ -464,9 +483,16 @@ func (h *inService) pop() request {
 // It must be called after the lists changed, with the count before it
 // derived from them.
 func (m *Model) change(p *simPod, t time.Duration, delta int) {
-	before := p.outstanding() - delta
+	after := p.outstanding()
+	before := after - delta
 	p.integral += float64(before) * (t - p.lastChange).Seconds()
 	p.lastChange = t
+	switch {
+	case before == 0 && after > 0:
+		m.idle += (t - p.idleSince).Seconds()
+	case before > 0 && after == 0:
+		p.idleSince = t
+	}
 }
 
 // report closes p's reporting period at p.nextReport.
@@ -495,6 +521,13 @@ type Report struct {
 	InService, Queued int
 	// Pods is the number of ready pods, WarmPods those past their cold start.
 	Pods, WarmPods int
+	// ColdArrivals counts the requests that found no warm pod when they
+	// arrived: a cold start, or a wait for one.
+	ColdArrivals int64
+	// IdlePodSeconds integrates the ready pods with nothing in them (no
+	// request in service or queued in the pod): what keeping pods warm
+	// cost while they did no work, the paper's wasted memory time.
+	IdlePodSeconds float64
 	// Wait summarises the time from arrival to the start of service of
 	// every request that started.
 	Wait WaitStats
@@ -529,12 +562,15 @@ func (m *Model) Waits() (wait, latency *Histogram) { return m.waitHist, m.latenc
 
 // Report summarises the run so far.
 func (m *Model) Report() Report {
-	r := Report{Arrived: m.arrived, Served: m.served, Queued: len(m.pending), Pods: len(m.pods)}
+	r := Report{Arrived: m.arrived, Served: m.served, Queued: len(m.pending), Pods: len(m.pods), ColdArrivals: m.cold, IdlePodSeconds: m.idle}
 	for _, p := range m.pods {
 		r.InService += len(p.finishes)
 		r.Queued += len(p.queue)
 		if p.warmAt <= m.now {
 			r.WarmPods++
+		}
+		if p.outstanding() == 0 {
+			r.IdlePodSeconds += (m.now - p.idleSince).Seconds()
 		}
 	}
 	if m.waitHist != nil {

@@ -248,3 +248,41 @@ func TestModelLatencyAndExponentialService(t *testing.T) {
 		t.Errorf("AverageConcurrentRequests = %v", s.AverageConcurrentRequests)
 	}
 }
+
+// times is an Arrivals profile of given arrival times.
+type times struct{ at []time.Duration }
+
+func (a *times) Rate(time.Duration) float64 { return 0 }
+
+func (a *times) Pop() (time.Duration, bool) {
+	if len(a.at) == 0 {
+		return 0, false
+	}
+	at := a.at[0]
+	a.at = a.at[1:]
+	return at, true
+}
+
+func TestModelColdArrivalsAndIdlePodSeconds(t *testing.T) {
+	// One request at 1 s finds no pod; a pod added at 2 s is warm at 4 s
+	// and serves it until 5 s; one at 7 s finds it warm, served until 8 s.
+	// The pod holds nothing from 2 to 4, 5 to 7 and 8 to 10 s.
+	m := newTestModel(t, ModelConfig{ServiceTime: time.Second, ColdStart: 2 * time.Second},
+		&times{at: []time.Duration{time.Second, 7 * time.Second}})
+	m.Advance(t0.Add(2 * time.Second))
+	m.AddPod("p", t0.Add(2*time.Second))
+	m.Advance(t0.Add(10 * time.Second))
+	r := m.Report()
+	if r.Arrived != 2 || r.ColdArrivals != 1 {
+		t.Errorf("Arrived, ColdArrivals = %d, %d, want 2, 1", r.Arrived, r.ColdArrivals)
+	}
+	if !near(r.IdlePodSeconds, 6, 1e-9) {
+		t.Errorf("IdlePodSeconds = %v, want 6", r.IdlePodSeconds)
+	}
+	// Removing the idle pod at 10 s keeps its 6 s; nothing more accrues.
+	m.RemovePod("p", t0.Add(10*time.Second))
+	m.Advance(t0.Add(20 * time.Second))
+	if r := m.Report(); !near(r.IdlePodSeconds, 6, 1e-9) {
+		t.Errorf("IdlePodSeconds after removal = %v, want 6", r.IdlePodSeconds)
+	}
+}

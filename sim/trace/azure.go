@@ -83,6 +83,14 @@ func (a *AzureReader) Next() (*Function, error) {
 		return nil, fmt.Errorf("azure %s: %w", a.name, err)
 	}
 	line, _ := a.cr.FieldPos(0)
+	return a.parse(rec, line)
+}
+
+// offset is the byte offset, in the file, where the next row starts.
+func (a *AzureReader) offset() int64 { return a.cr.InputOffset() }
+
+// parse checks one row into a.fn.
+func (a *AzureReader) parse(rec []string, line int) (*Function, error) {
 	f := &a.fn
 	f.Line = line
 	f.Owner, f.App, f.Function, f.Trigger = strings.Clone(rec[0]), strings.Clone(rec[1]), strings.Clone(rec[2]), strings.Clone(rec[3])

@@ -1,0 +1,103 @@
+// Package pareto draws tidal-sim's cost against cold starts: one point per
+// configuration (idle pod-seconds across, the cold-start rate of the
+// 75th-percentile function up), the points of one sweep joined and
+// labelled, into a PNG, as in Shahrad et al.'s Pareto figures.
+package pareto
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Point is one configuration's result.
+type Point struct {
+	// X is the cost (idle pod-hours, say), Y the cold starts (a percentage).
+	X, Y float64
+	// Label is written beside the point ("10m"); empty for none.
+	Label string
+}
+
+// Series is the points of one sweep (or a single configuration), joined
+// in the given order.
+type Series struct {
+	Name   string
+	Points []Point
+}
+
+var palette = []color.Color{
+	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+}
+
+// Write draws the series with the given title and axis labels into a PNG
+// at path.
+func Write(path, title, xLabel, yLabel string, series []Series) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = xLabel
+	p.Y.Label.Text = yLabel
+	p.X.Min, p.Y.Min = 0, 0
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	n := 0
+	for i, s := range series {
+		if len(s.Points) == 0 {
+			continue
+		}
+		n++
+		xys := make(plotter.XYs, len(s.Points))
+		labels := plotter.XYLabels{XYs: make(plotter.XYs, len(s.Points)), Labels: make([]string, len(s.Points))}
+		for j, pt := range s.Points {
+			xys[j] = plotter.XY{X: pt.X, Y: pt.Y}
+			labels.XYs[j] = xys[j]
+			labels.Labels[j] = pt.Label
+		}
+		c := palette[i%len(palette)]
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return fmt.Errorf("pareto %s: %w", s.Name, err)
+		}
+		line.Color, line.Width = c, vg.Points(1.5)
+		points.Color, points.Shape, points.Radius = c, draw.CircleGlyph{}, vg.Points(3)
+		p.Add(line, points)
+		p.Legend.Add(s.Name, line, points)
+		lab, err := plotter.NewLabels(labels)
+		if err != nil {
+			return fmt.Errorf("pareto %s: %w", s.Name, err)
+		}
+		for k := range lab.TextStyle {
+			lab.TextStyle[k].Color = c
+			lab.TextStyle[k].Font.Size = vg.Points(8)
+		}
+		lab.Offset = vg.Point{X: vg.Points(4), Y: vg.Points(2)}
+		p.Add(lab)
+	}
+	if n == 0 {
+		return fmt.Errorf("pareto: no points")
+	}
+	img := vgimg.New(20*vg.Centimeter, 14*vg.Centimeter)
+	p.Draw(draw.New(img))
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("pareto: %w", err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("pareto %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("pareto %s: %w", path, err)
+	}
+	return nil
+}
