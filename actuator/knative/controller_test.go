@@ -96,6 +96,7 @@ type harness struct {
 	clock *clocktesting.FakePassiveClock
 	kn    *knclient.Client
 	ctrl  *Controller
+	kind  *kind
 	act   *activator
 }
 
@@ -123,7 +124,7 @@ func newHarness(t *testing.T, classes ...string) *harness {
 	clk := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	cfg := Config{Classes: classes, Autoscaler: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), Workers: 2,
 		TargetRetry: time.Second, ProbeTransport: act.transport()}
-	ctrl, err := newController(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), clk, kn, kubeInf, scaler, recorder)
+	ctrl, k, err := newController(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), clk, kn, kubeInf, scaler, recorder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func newHarness(t *testing.T, classes ...string) *harness {
 	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
 		t.Fatal("caches did not sync")
 	}
-	h := &harness{t: t, c: c, ns: ns, clock: clk, kn: kn, ctrl: ctrl, act: act}
+	h := &harness{t: t, c: c, ns: ns, clock: clk, kn: kn, ctrl: ctrl, kind: k, act: act}
 	return h
 }
 
@@ -240,17 +241,19 @@ func (h *harness) scale(name string, seq uint64, desired int32, ebc int32) scale
 }
 
 // reconcile runs one reconcile now, as a requeue would.
-func (h *harness) reconcile(name string) outcome {
+func (h *harness) reconcile(name string) podautoscaler.Outcome {
 	h.t.Helper()
-	n := cache.ObjectName{Namespace: h.ns, Name: name}
-	unlock := h.ctrl.lock(n)
-	defer unlock()
-	out, _, err := h.ctrl.reconcileLatest(context.Background(), n, nil, false)
+	out, err := h.ctrl.Sync(context.Background(), cache.ObjectName{Namespace: h.ns, Name: name})
 	if err != nil {
 		h.t.Fatalf("reconcile %s: %v", name, err)
 	}
 	return out
 }
+
+// selectors and writes are what the controller keeps per PodAutoscaler
+// beyond its informer's copy.
+func (h *harness) selectors() int { n, _ := h.ctrl.Kept(); return n }
+func (h *harness) writes() int    { _, n := h.ctrl.Kept(); return n }
 
 func (h *harness) replicas(name string) int32 {
 	h.t.Helper()
@@ -497,16 +500,16 @@ func TestBounds(t *testing.T) {
 	// has deleted their namespaces, and one of them counted here made this
 	// test fail now and then ("pod selectors kept ... 1").
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return len(h.ctrl.paInformer.GetStore().ListKeys()) == 0 && h.ctrl.selectors.Len() == 0, nil
+		return len(h.kind.paInformer.GetStore().ListKeys()) == 0 && h.selectors() == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("earlier tests' PodAutoscalers still cached: %v", h.ctrl.paInformer.GetStore().ListKeys()[:min(5, len(h.ctrl.paInformer.GetStore().ListKeys()))])
+		t.Fatalf("earlier tests' PodAutoscalers still cached: %v", h.kind.paInformer.GetStore().ListKeys()[:min(5, len(h.kind.paInformer.GetStore().ListKeys()))])
 	}
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	create("hpa", knautoscaling.ClassHPA, others)
-	h.eventually("hpa-class PodAutoscalers cached", func() bool { return len(h.ctrl.paInformer.GetStore().ListKeys()) == others })
+	h.eventually("hpa-class PodAutoscalers cached", func() bool { return len(h.kind.paInformer.GetStore().ListKeys()) == others })
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
@@ -515,7 +518,7 @@ func TestBounds(t *testing.T) {
 	if perPA > 16<<10 {
 		t.Errorf("heap per cached PodAutoscaler of another class = %d bytes, want under 16 KiB", perPA)
 	}
-	if n := h.ctrl.selectors.Len(); n != 0 {
+	if n := h.selectors(); n != 0 {
 		t.Errorf("pod selectors kept for PodAutoscalers of another class: %d", n)
 	}
 	list, err := h.kn.ServerlessServices(h.ns).List(context.Background(), metav1.ListOptions{})
@@ -527,12 +530,12 @@ func TestBounds(t *testing.T) {
 	}
 
 	create("kpa", "", mine)
-	h.eventually("the KPA-class PodAutoscalers reconciled", func() bool { return h.ctrl.selectors.Len() == mine })
+	h.eventually("the KPA-class PodAutoscalers reconciled", func() bool { return h.selectors() == mine })
 	if err := h.kn.PodAutoscalers(h.ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("nothing kept for deleted PodAutoscalers", func() bool {
-		return h.ctrl.selectors.Len() == 0 && h.ctrl.written.Len() == 0 && len(h.ctrl.paInformer.GetStore().ListKeys()) == 0
+		return h.selectors() == 0 && h.writes() == 0 && len(h.kind.paInformer.GetStore().ListKeys()) == 0
 	})
 }
 
@@ -551,7 +554,7 @@ func TestRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("foreign SKS cached", func() bool {
-		s, _ := knclient.Get[*knnetworking.ServerlessService](h.ctrl.sksInformer.GetStore(), h.ns, "taken")
+		s, _ := knclient.Get[*knnetworking.ServerlessService](h.kind.sksInformer.GetStore(), h.ns, "taken")
 		return s != nil
 	})
 	h.revision("taken", "", 1)
@@ -580,7 +583,7 @@ func TestRefusals(t *testing.T) {
 		return c != nil && c.Reason == reasonInvalidSpec && strings.Contains(c.Message, "min-scale")
 	})
 	if _, err := h.ctrl.Scale(context.Background(), podautoscaler.Request{Decision: scale.Decision{
-		Target: scale.Target{Namespace: h.ns, Name: "bad", APIVersion: "apps/v1", Kind: "Deployment"}, Desired: 3, Sequence: uint64(time.Now().UnixMilli())}}); !errors.Is(err, ErrInvalidPodAutoscaler) {
+		Target: scale.Target{Namespace: h.ns, Name: "bad", APIVersion: "apps/v1", Kind: "Deployment"}, Desired: 3, Sequence: uint64(time.Now().UnixMilli())}}); !errors.Is(err, podautoscaler.ErrInvalidPodAutoscaler) {
 		t.Errorf("Scale of an invalid PodAutoscaler's target: %v, want ErrInvalidPodAutoscaler", err)
 	}
 	if got := h.replicas("bad"); got != 1 {

@@ -6,28 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/kparules"
+	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/actuator/scaleop"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/duck"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
-	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
-	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
 // AnnotationDecision, in a PodAutoscaler's status.annotations, records the
@@ -42,7 +37,7 @@ const maxReason = 256
 // Event reasons.
 const (
 	EventScaled         = "Scaled"
-	EventStaleDecision  = scaleop.EventStaleDecision // the Warning scaleop records
+	EventStaleDecision  = podautoscaler.EventStaleDecision
 	EventInvalidSpec    = "InvalidSpec"
 	EventTargetNotFound = "TargetNotFound"
 	EventNotOwned       = "NotOwned"
@@ -59,85 +54,9 @@ const (
 	messageNoPrivateService = "No Private Service Name"
 )
 
-// ErrInvalidPodAutoscaler is returned for a PodAutoscaler whose annotations
-// do not parse.
-var ErrInvalidPodAutoscaler = errors.New("invalid knative podautoscaler")
-
 // ErrNotOwned is returned when the ServerlessService of a PodAutoscaler's
 // name exists and another object controls it.
 var ErrNotOwned = errors.New("serverlessservice not owned by the podautoscaler")
-
-// outcome is what one reconcile did.
-type outcome struct {
-	Before, After int32
-	Patched       bool
-	Requeue       time.Duration
-	// Refused says why the target could not be reconciled, already
-	// reported in status and Events.
-	Refused error
-}
-
-// conflictRetries bounds the re-reads after write conflicts in one call.
-const conflictRetries = 5
-
-// ownWriteRequeue is how soon a reconcile that changed what the rules read
-// from status runs again (see tidal's PodAutoscaler controller: Knative's
-// reconciler counts on the pass its own status write triggers).
-const ownWriteRequeue = time.Millisecond
-
-// sync reconciles the PodAutoscaler name from the cache.
-func (c *Controller) sync(ctx context.Context, name cache.ObjectName) (time.Duration, error) {
-	unlock := c.lock(name)
-	defer unlock()
-	pa, err := c.current(name)
-	if err != nil {
-		return 0, err
-	}
-	if pa == nil || !c.mine(pa) {
-		// Gone, or of another class now: its ServerlessService stays with
-		// it (owned by it, for the class's reconciler or the garbage
-		// collector).
-		c.selectors.Delete(name)
-		return 0, nil
-	}
-	if _, mine := c.Owns(name); !mine {
-		c.selectors.Delete(name)
-		return 0, nil
-	}
-	if pa.DeletionTimestamp != nil {
-		return 0, nil
-	}
-	out, _, err := c.reconcileLatest(ctx, name, nil, false)
-	return out.Requeue, err
-}
-
-// reconcileLatest reconciles name from the newest copy this process knows,
-// reading it again after a conflict; apply prepares each attempt (see
-// tidal's PodAutoscaler controller). The caller holds name's lock.
-func (c *Controller) reconcileLatest(ctx context.Context, name cache.ObjectName,
-	apply func(pa *knautoscaling.PodAutoscaler) (decision *autoscalingv1alpha1.PodAutoscalerDecision, done bool), dryRun bool,
-) (outcome, *knautoscaling.PodAutoscaler, error) {
-	for attempt := 0; ; attempt++ {
-		pa, err := c.current(name)
-		if err != nil || pa == nil {
-			return outcome{}, nil, err
-		}
-		var dec *autoscalingv1alpha1.PodAutoscalerDecision
-		if apply != nil {
-			var done bool
-			if dec, done = apply(pa); done {
-				return outcome{}, pa, nil
-			}
-		}
-		out, err := c.reconcile(ctx, pa.DeepCopy(), dec, dryRun)
-		if !apierrors.IsConflict(err) || attempt == conflictRetries {
-			return out, pa, err
-		}
-		if err := c.refresh(ctx, name); err != nil {
-			return out, pa, err
-		}
-	}
-}
 
 // lastDecision reads the decision recorded in pa's status; nil when none
 // (or when what is there does not parse: the next decision replaces it).
@@ -173,13 +92,13 @@ func recordDecision(st *knautoscaling.PodAutoscalerStatus, d *autoscalingv1alpha
 // revision resolves pa's KPA settings from its annotations and
 // config-autoscaler. The tidal class is read as the KPA class it stands in
 // for (Knative's annotation validation knows only its own classes).
-func (c *Controller) revision(pa *knautoscaling.PodAutoscaler) (kpaconfig.Revision, error) {
+func (k *kind) Revision(pa *knautoscaling.PodAutoscaler) (kpaconfig.Revision, error) {
 	ann := pa.Annotations
 	if pa.Class() != knautoscaling.ClassKPA {
 		ann = maps.Clone(ann)
 		ann[knautoscaling.AnnotationClass] = knautoscaling.ClassKPA
 	}
-	return kpaconfig.NewRevision(c.cfg.Autoscaler, c.cfg.Deployment, ann, pa.Spec.ContainerConcurrency,
+	return kpaconfig.NewRevision(k.cfg.Autoscaler, k.cfg.Deployment, ann, pa.Spec.ContainerConcurrency,
 		pa.Spec.Reachability != knautoscaling.ReachabilityUnreachable)
 }
 
@@ -189,164 +108,90 @@ func podSelector(pa *knautoscaling.PodAutoscaler) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{knautoscaling.LabelRevision: pa.Revision()})
 }
 
-// reconcile converges pa's ServerlessService, status and target, as
-// Knative's KPA reconciler does (kpa.go ReconcileKind), with the rules of
-// actuator/kparules. Status is written once, first, at the resourceVersion
-// pa was read at, carrying the decision the target is about to follow; then
-// the target and the ServerlessService. dryRun computes and writes nothing.
-func (c *Controller) reconcile(ctx context.Context, pa *knautoscaling.PodAutoscaler, decision *autoscalingv1alpha1.PodAutoscalerDecision, dryRun bool) (outcome, error) {
-	now := c.clock.Now()
-	name := cache.MetaObjectToName(pa)
-	var out outcome
-	st := pa.Status.DeepCopy()
-	st.ObservedGeneration = pa.Generation
-	if decision != nil && !dryRun {
-		recordDecision(st, decision)
-	}
-	if decision == nil {
-		decision = lastDecision(pa)
-	}
+type pass = podautoscaler.Pass[*knautoscaling.PodAutoscaler, *knnetworking.ServerlessService]
 
-	rev, err := c.revision(pa)
-	if err != nil {
-		err = fmt.Errorf("%w: %w", ErrInvalidPodAutoscaler, err)
-		return c.refuse(ctx, pa, st, out, err, reasonInvalidSpec, EventInvalidSpec, dryRun, now)
+// Observe reads the ServerlessService, the Revision's pods and, once the
+// ServerlessService has its private Service, the target's scale, as
+// Knative's KPA reconciler does (kpa.go ReconcileKind).
+func (k *kind) Observe(ctx context.Context, p *pass) error {
+	pa, st := p.PA, &p.Next.Status
+	st.ObservedGeneration = pa.Generation
+	if p.Record != nil {
+		recordDecision(st, p.Record)
 	}
-	sks, err := knclient.Get[*knnetworking.ServerlessService](c.sksInformer.GetStore(), pa.Namespace, pa.Name)
+	rev, err := k.Revision(pa)
 	if err != nil {
-		return out, err
+		return refuse(p, reasonInvalidSpec, EventInvalidSpec, fmt.Errorf("%w: %w", podautoscaler.ErrInvalidPodAutoscaler, err), false)
+	}
+	sks, err := knclient.Get[*knnetworking.ServerlessService](k.sksInformer.GetStore(), pa.Namespace, pa.Name)
+	if err != nil {
+		return err
 	}
 	if sks != nil && !metav1.IsControlledBy(sks, pa) {
 		err := fmt.Errorf("%w: there is an existing ServerlessService %q that we do not own", ErrNotOwned, sks.Name)
-		return c.refuse(ctx, pa, st, out, err, reasonNotOwned, EventNotOwned, dryRun, now)
+		return refuse(p, reasonNotOwned, EventNotOwned, err, false)
 	}
-	sel := podSelector(pa)
-	ready, err := pods.CountReady(c.podIndexer, pa.Namespace, sel)
-	if err != nil {
-		return out, err
-	}
-	if !dryRun {
-		c.selectors.Set(name, pa.Namespace, sel)
-	}
-
-	in := kparules.Input{
+	p.Companion = sks
+	p.Selector = podSelector(pa)
+	p.Input = kparules.Input{
 		Revision:               rev,
-		Reachability:           reachability(pa.Spec.Reachability),
-		ScaleTargetInitialized: st.IsTrue(knautoscaling.ConditionScaleTargetInitialized),
+		Reachability:           kparules.ReachabilityOf(string(pa.Spec.Reachability)),
+		ScaleTargetInitialized: pa.Status.IsTrue(knautoscaling.ConditionScaleTargetInitialized),
 		ServiceNameSet:         pa.Status.ServiceName != "",
 		PriorDesiredScale:      pa.Status.DesiredScale,
-		ReadyPods:              ready,
-		Decider:                kpaspec.Status{DesiredScale: kpaspec.ScaleUnknown},
+		Decider:                p.Input.Decider,
 	}
-	in.Active, in.ActiveAge = activeCondition(pa, now)
-	if decision != nil {
-		in.Decider.DesiredScale = decision.DesiredScale
-		if decision.ExcessBurstCapacity != nil {
-			in.Decider.ExcessBurstCapacity = *decision.ExcessBurstCapacity
-		}
-	}
-	target := targetOf(pa)
-	var sc scale.Scale
+	p.Input.Active, p.Input.ActiveAge = activeCondition(pa, p.Now)
 	if sks != nil && sks.Status.PrivateServiceName != "" {
-		in.SKS = observeSKS(sks, now)
-		sc, err = c.scaler.GetScale(ctx, target)
+		p.Input.SKS = observeSKS(sks, p.Now)
+		p.Scale, err = k.scaler.GetScale(ctx, p.Target)
 		switch {
 		case errors.Is(err, scale.ErrNotFound), errors.Is(err, scale.ErrNoScaleSubresource):
-			out.Requeue = c.cfg.TargetRetry
-			return c.refuse(ctx, pa, st, out, err, "", EventTargetNotFound, dryRun, now)
+			return refuse(p, "", EventTargetNotFound, err, true)
 		case err != nil:
-			return out, err
+			return err
 		}
-		in.Replicas = &sc.Replicas
-		out.Before, out.After = sc.Replicas, sc.Replicas
+		p.Input.Replicas = &p.Scale.Replicas
 	}
-
-	probed := false
-	res := kparules.Reconcile(in, func() bool {
-		probed = true
-		return c.probe.inPath(ctx, pa, st.ServiceName)
-	})
-	if len(res.Requeue) > 0 {
-		out.Requeue = slices.Min(res.Requeue)
-	}
-	if res.AsyncProbe {
-		// Knative starts a background probe every second; the next
-		// reconcile probes again instead.
-		out.Requeue = minRequeue(out.Requeue, probeRetry)
-	}
-	if dryRun {
-		if res.Patch != nil {
-			out.After = *res.Patch
-		}
-		return out, nil
-	}
-
-	// Status.
-	c.setStatus(st, pa, sks, &res, now)
-	if res.ActiveChanged || !equalScale(pa.Status.DesiredScale, st.DesiredScale) {
-		out.Requeue = ownWriteRequeue
-	}
-	if err := c.writeStatus(ctx, pa, st, res.Patch != nil); err != nil {
-		return out, err
-	}
-
-	// Target.
-	if res.Patch != nil {
-		if err := c.scaler.SetReplicas(ctx, target, *res.Patch); err != nil {
-			return out, fmt.Errorf("scale %s: %w", target, err)
-		}
-		out.After, out.Patched = *res.Patch, true
-		msg := fmt.Sprintf("%d → %d", sc.Replicas, *res.Patch)
-		if decision != nil {
-			msg += fmt.Sprintf(" (decision %d: %d", decision.Sequence, decision.DesiredScale)
-			if decision.Reason != "" {
-				msg += ", " + decision.Reason
-			}
-			msg += ")"
-		}
-		if probed && *res.Patch == 0 {
-			msg += "; the activator answered the probe"
-		}
-		c.recorder.Event(ref(pa), corev1.EventTypeNormal, EventScaled, msg)
-		c.log.Info("scaled knative revision", zap.String("podautoscaler", name.String()),
-			zap.Int32("from", sc.Replicas), zap.Int32("to", *res.Patch))
-	}
-
-	// ServerlessService.
-	return out, c.reconcileSKS(ctx, pa, sks, res.SKSMode, res.NumActivators)
-}
-
-func minRequeue(a, b time.Duration) time.Duration {
-	if a <= 0 || b < a {
-		return b
-	}
-	return a
+	p.Probe = func() bool { return k.probe.inPath(ctx, pa, pa.Status.ServiceName) }
+	return nil
 }
 
 // refuse reports a PodAutoscaler that cannot be reconciled until something
 // changes: reason, when set, marks Active False with it (Knative's
-// MarkResourceNotOwned and the like); the Event is a Warning, emitted when
-// the message is new.
-func (c *Controller) refuse(ctx context.Context, pa *knautoscaling.PodAutoscaler, st *knautoscaling.PodAutoscalerStatus, out outcome,
-	err error, reason, eventReason string, dryRun bool, now time.Time,
-) (outcome, error) {
-	out.Refused = err
-	if dryRun {
-		return out, nil
-	}
+// MarkResourceNotOwned and the like); the Warning is reported when its
+// message is new, or always when nothing in status says it.
+func refuse(p *pass, reason, event string, err error, retry bool) error {
 	msg := err.Error()
-	prev := pa.Status.Get(knautoscaling.ConditionReady)
-	if reason != "" {
-		st.Set(duck.Condition{Type: knautoscaling.ConditionActive, Status: corev1.ConditionFalse, Reason: reason, Message: msg}, now)
-		st.DeriveReady(now, knautoscaling.ConditionActive, knautoscaling.ConditionScaleTargetInitialized, knautoscaling.ConditionSKSReady)
+	prev := p.PA.Status.Get(knautoscaling.ConditionReady)
+	if st := &p.Next.Status; reason != "" {
+		st.Set(duck.Condition{Type: knautoscaling.ConditionActive, Status: corev1.ConditionFalse, Reason: reason, Message: msg}, p.Now)
+		st.DeriveReady(p.Now, knautoscaling.ConditionActive, knautoscaling.ConditionScaleTargetInitialized, knautoscaling.ConditionSKSReady)
 	}
-	if werr := c.writeStatus(ctx, pa, st, false); werr != nil {
-		return out, werr
+	return &podautoscaler.Refusal{Err: err, Event: event, Retry: retry, Report: prev == nil || prev.Message != msg || reason == ""}
+}
+
+// Message is the Scaled Event's: the change, the decision it follows, and
+// the probe's answer before the last pod went.
+func (k *kind) Message(p *pass, to int32) string {
+	msg := fmt.Sprintf("%d → %d", p.Scale.Replicas, to)
+	if d := p.Decision; d != nil {
+		msg += fmt.Sprintf(" (decision %d: %d", d.Sequence, d.DesiredScale)
+		if d.Reason != "" {
+			msg += ", " + d.Reason
+		}
+		msg += ")"
 	}
-	if prev == nil || prev.Message != msg || reason == "" {
-		c.recorder.Event(ref(pa), corev1.EventTypeWarning, eventReason, msg)
+	if p.Probed && to == 0 {
+		msg += "; the activator answered the probe"
 	}
-	return out, nil
+	return msg
+}
+
+// Converge creates the ServerlessService or brings it to the rules' mode
+// and activator count.
+func (k *kind) Converge(ctx context.Context, p *pass) error {
+	return k.reconcileSKS(ctx, p.PA, p.Companion, p.Result.SKSMode, p.Result.NumActivators)
 }
 
 // observeSKS is what the rules read of the ServerlessService.
@@ -361,11 +206,10 @@ func observeSKS(sks *knnetworking.ServerlessService, now time.Time) *kparules.SK
 	return o
 }
 
-// setStatus fills st as Knative's KPA reconciler does (kpa.go
+// SetStatus fills the status as Knative's KPA reconciler does (kpa.go
 // ReconcileKind and computeStatus).
-func (c *Controller) setStatus(st *knautoscaling.PodAutoscalerStatus, pa *knautoscaling.PodAutoscaler, sks *knnetworking.ServerlessService,
-	res *kparules.Result, now time.Time,
-) {
+func (k *kind) SetStatus(p *pass) *int32 {
+	st, pa, sks, res, now := &p.Next.Status, p.PA, p.Companion, &p.Result, p.Now
 	as := res.ActualScale
 	st.ActualScale = &as
 	if res.DesiredScale >= 0 || pa.Status.DesiredScale == nil || *pa.Status.DesiredScale < 0 {
@@ -403,6 +247,7 @@ func (c *Controller) setStatus(st *knautoscaling.PodAutoscalerStatus, pa *knauto
 		old.LastTransitionTime = at
 	}
 	st.DeriveReady(now, knautoscaling.ConditionActive, knautoscaling.ConditionScaleTargetInitialized, knautoscaling.ConditionSKSReady)
+	return st.DesiredScale
 }
 
 // activeCondition reads the Active condition and its age; a new
@@ -414,46 +259,6 @@ func activeCondition(pa *knautoscaling.PodAutoscaler, now time.Time) (kparules.C
 	}
 	return kparules.Condition{Status: kparules.ConditionStatus(cond.Status), Reason: cond.Reason, Message: cond.Message},
 		now.Sub(cond.LastTransitionTime.Time)
-}
-
-func reachability(r knautoscaling.Reachability) kparules.Reachability {
-	switch r {
-	case knautoscaling.ReachabilityReachable:
-		return kparules.Reachable
-	case knautoscaling.ReachabilityUnreachable:
-		return kparules.Unreachable
-	}
-	return kparules.ReachabilityUnknown
-}
-
-func equalScale(a, b *int32) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
-// writeStatus writes st if it differs from pa's status (or always, with
-// force), at the resourceVersion pa was read at, through the status
-// subresource, and remembers the write.
-func (c *Controller) writeStatus(ctx context.Context, pa *knautoscaling.PodAutoscaler, st *knautoscaling.PodAutoscalerStatus, force bool) error {
-	if !force && equality.Semantic.DeepEqual(&pa.Status, st) {
-		return nil
-	}
-	if pa.ResourceVersion == "" {
-		return fmt.Errorf("update status of knative podautoscaler %s/%s: no resourceVersion to write at", pa.Namespace, pa.Name)
-	}
-	upd := pa.DeepCopy()
-	upd.Status = *st
-	wctx, cancel := scale.Finishing(ctx) // the scale it records may be done already
-	defer cancel()
-	updated, err := c.client.PodAutoscalers(pa.Namespace).UpdateStatus(wctx, upd, metav1.UpdateOptions{FieldManager: scale.FieldManager})
-	if err != nil {
-		return fmt.Errorf("update status of knative podautoscaler %s/%s: %w", pa.Namespace, pa.Name, err)
-	}
-	c.written.Put(cache.MetaObjectToName(updated), updated.ResourceVersion, updated)
-	*pa = *updated
-	return nil
 }
 
 // desiredSKS is the ServerlessService of pa as Knative's MakeSKS builds it
@@ -482,11 +287,11 @@ func desiredSKS(pa *knautoscaling.PodAutoscaler, mode kparules.SKSMode, numActiv
 
 // reconcileSKS creates pa's ServerlessService or brings its spec to mode
 // and numActivators.
-func (c *Controller) reconcileSKS(ctx context.Context, pa *knautoscaling.PodAutoscaler, have *knnetworking.ServerlessService,
+func (k *kind) reconcileSKS(ctx context.Context, pa *knautoscaling.PodAutoscaler, have *knnetworking.ServerlessService,
 	mode kparules.SKSMode, numActivators int32,
 ) error {
 	want := desiredSKS(pa, mode, numActivators)
-	client := c.client.ServerlessServices(pa.Namespace)
+	client := k.client.ServerlessServices(pa.Namespace)
 	if have == nil {
 		_, err := client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager})
 		if apierrors.IsAlreadyExists(err) {
@@ -495,7 +300,7 @@ func (c *Controller) reconcileSKS(ctx context.Context, pa *knautoscaling.PodAuto
 		if err != nil {
 			return fmt.Errorf("create serverlessservice %s/%s: %w", pa.Namespace, pa.Name, err)
 		}
-		c.recorder.Eventf(ref(pa), corev1.EventTypeNormal, EventCreated, "created ServerlessService %q in %s mode", want.Name, mode)
+		k.recorder.Eventf(ref(pa), corev1.EventTypeNormal, EventCreated, "created ServerlessService %q in %s mode", want.Name, mode)
 		return nil
 	}
 	if equality.Semantic.DeepEqual(have.Spec, want.Spec) {

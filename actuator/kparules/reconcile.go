@@ -46,6 +46,15 @@ const (
 	ReachabilityUnknown Reachability = ""
 )
 
+// ReachabilityOf reads a PodAutoscaler's spec.reachability, of either
+// kind: anything but the two known values is unknown.
+func ReachabilityOf(s string) Reachability {
+	if r := Reachability(s); r == Reachable || r == Unreachable {
+		return r
+	}
+	return ReachabilityUnknown
+}
+
 // SKSMode is the ServerlessService's mode.
 type SKSMode string
 

@@ -28,6 +28,7 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
+	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -170,7 +171,7 @@ func (h *harness) scale(target string, seq uint64, desired int32, reason string)
 
 // reconcile runs one reconcile of the PodAutoscaler now, from the API's
 // copy, as a requeue would.
-func (h *harness) reconcile(name string) outcome {
+func (h *harness) reconcile(name string) Outcome {
 	h.t.Helper()
 	unlock := h.ctrl.lock(cache.ObjectName{Namespace: h.ns, Name: name})
 	defer unlock()
@@ -218,7 +219,7 @@ func (h *harness) replicas(name string) int32 {
 func (h *harness) readyPods(name string, n int) {
 	h.t.Helper()
 	h.eventually("ready pods", func() bool {
-		got, _ := h.ctrl.readyPods(h.ns, mustSelector("app="+name))
+		got, _ := pods.CountReady(h.ctrl.podIndexer, h.ns, mustSelector("app="+name))
 		return int(got) == n
 	})
 }

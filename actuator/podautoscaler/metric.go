@@ -58,17 +58,16 @@ func desiredMetric(pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revisio
 	return m, nil
 }
 
-// reconcileMetric creates pa's Metric or brings it to the desired spec.
-func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler, rev *kpaconfig.Revision,
-	spec *kparules.MetricSpec, target scale.Target, selector string,
-) error {
-	want, err := desiredMetric(pa, rev, spec, target, selector)
+// Converge creates pa's Metric or brings it to the desired spec.
+func (k *tidalKind) Converge(ctx context.Context, p *tidalPass) error {
+	pa := p.PA
+	want, err := desiredMetric(pa, &p.Input.Revision, p.Result.Metric, p.Target, p.Scale.Selector)
 	if err != nil {
 		return err
 	}
-	client := c.tidal.AutoscalingV1alpha1().Metrics(pa.Namespace)
-	have, err := c.metrics.Metrics(pa.Namespace).Get(pa.Name)
-	if apierrors.IsNotFound(err) {
+	client := k.tidal.AutoscalingV1alpha1().Metrics(pa.Namespace)
+	have := p.Companion
+	if have == nil {
 		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create metric %s/%s: the cache is behind: %w", pa.Namespace, pa.Name, err)
@@ -77,9 +76,6 @@ func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha
 			return fmt.Errorf("create metric %s/%s: %w", pa.Namespace, pa.Name, err)
 		}
 		return nil
-	}
-	if err != nil {
-		return err
 	}
 	if !metav1.IsControlledBy(have, pa) {
 		return fmt.Errorf("metric %s/%s exists and is not controlled by the podautoscaler", pa.Namespace, pa.Name)
@@ -99,8 +95,8 @@ func (c *Controller) reconcileMetric(ctx context.Context, pa *autoscalingv1alpha
 // deleteOrphanMetric deletes the Metric of a deleted PodAutoscaler without
 // waiting for the garbage collector, which may take its discovery period to
 // act on a newly installed kind.
-func (c *Controller) deleteOrphanMetric(ctx context.Context, pa cache.ObjectName) error {
-	m, err := c.metrics.Metrics(pa.Namespace).Get(pa.Name)
+func (k *tidalKind) deleteOrphanMetric(ctx context.Context, pa cache.ObjectName) error {
+	m, err := k.metrics.Metrics(pa.Namespace).Get(pa.Name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -112,7 +108,7 @@ func (c *Controller) deleteOrphanMetric(ctx context.Context, pa cache.ObjectName
 		return nil
 	}
 	uid := m.UID
-	err = c.tidal.AutoscalingV1alpha1().Metrics(pa.Namespace).Delete(ctx, pa.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err = k.tidal.AutoscalingV1alpha1().Metrics(pa.Namespace).Delete(ctx, pa.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete metric %s: %w", pa, err)
 	}

@@ -75,7 +75,7 @@ func TestLastSequence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		pa := &autoscalingv1alpha1.PodAutoscaler{Status: autoscalingv1alpha1.PodAutoscalerStatus{LastDecision: tt.dec}}
-		if got := lastSequence(pa); got != tt.want {
+		if got := sequence(pa.Status.LastDecision); got != tt.want {
 			t.Errorf("%s: lastSequence = %d, want %d", tt.name, got, tt.want)
 		}
 	}
@@ -176,7 +176,8 @@ func TestTargetIndex(t *testing.T) {
 		Spec: autoscalingv1alpha1.PodAutoscalerSpec{ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{
 			APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db"}},
 	}
-	keys, err := targetIndex(pa)
+	c := &Controller{kind: &tidalKind{}, spec: Spec[*autoscalingv1alpha1.PodAutoscaler, *autoscalingv1alpha1.Metric]{Handles: func(*autoscalingv1alpha1.PodAutoscaler) bool { return true }}}
+	keys, err := c.targetIndex(pa)
 	if err != nil || len(keys) != 1 || keys[0] != "ns/StatefulSet.apps/db" {
 		t.Errorf("targetIndex = %v, %v", keys, err)
 	}
@@ -196,9 +197,13 @@ func TestTargetIndex(t *testing.T) {
 // so the worker's reconcile ends before the Scale call holds the lock.
 func TestLockHoldsAcrossDeletion(t *testing.T) {
 	empty := func() cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) }
+	k := &tidalKind{
+		pas:     autoscalinglisters.NewPodAutoscalerLister(empty()),
+		metrics: autoscalinglisters.NewMetricLister(empty()),
+	}
 	c := &Controller{
-		pas:       autoscalinglisters.NewPodAutoscalerLister(empty()),
-		metrics:   autoscalinglisters.NewMetricLister(empty()),
+		kind:      k,
+		spec:      Spec[*autoscalingv1alpha1.PodAutoscaler, *autoscalingv1alpha1.Metric]{Handles: func(*autoscalingv1alpha1.PodAutoscaler) bool { return true }, Gone: k.deleteOrphanMetric},
 		seed:      maphash.MakeSeed(),
 		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
 		selectors: pods.NewSelectors[cache.ObjectName](),

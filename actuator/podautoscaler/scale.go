@@ -10,16 +10,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/actuator/scaleop"
-	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 )
 
-// ErrOutOfRange is returned for a desired scale the PodAutoscaler's bounds
-// refuse outright (above its max-scale).
-var ErrOutOfRange = scaleop.ErrOutOfRange
-
-// ErrNotSynced is returned before the controller's caches have synced.
+// ErrNotSynced is returned before the reconciler's caches have synced.
 var ErrNotSynced = errors.New("podautoscaler caches not synced yet")
+
+// ErrInvalidPodAutoscaler is returned for a PodAutoscaler whose annotations
+// do not parse; the error says which and why.
+var ErrInvalidPodAutoscaler = errors.New("invalid podautoscaler")
 
 // NotOwnerError is returned by Scale for a PodAutoscaler another actuator
 // replica reconciles; the caller sends the decision there.
@@ -44,95 +42,109 @@ type Request struct {
 	ExcessBurstCapacity *int32
 }
 
-// podAutoscalerFor returns the PodAutoscaler scaling t, or nil.
-func (c *Controller) podAutoscalerFor(t scale.Target) (*autoscalingv1alpha1.PodAutoscaler, error) {
+// podAutoscalerFor returns the PodAutoscaler this reconciler serves that
+// scales t; the zero P when there is none.
+func (r *Reconciler[P, C]) podAutoscalerFor(t scale.Target) (P, error) {
+	var none P
 	key, err := targetKey(t)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	objs, err := c.paInformer.GetIndexer().ByIndex(indexTarget, key)
+	objs, err := r.spec.Informer.GetIndexer().ByIndex(indexTarget, key)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	return scaleop.Only[*autoscalingv1alpha1.PodAutoscaler](objs, t, "podautoscalers")
+	return only[P](objs, t, r.spec.Name+"s")
+}
+
+// Handles reports whether a PodAutoscaler this reconciler serves scales t.
+// Before the caches have synced it returns ErrNotSynced, so that no
+// decision takes another path meanwhile.
+func (r *Reconciler[P, C]) Handles(t scale.Target) (bool, error) {
+	if !r.HasSynced() {
+		return false, ErrNotSynced
+	}
+	pa, err := r.podAutoscalerFor(t)
+	var none P
+	return pa != none, err
 }
 
 // Scale applies a decider's decision. When a PodAutoscaler names the
-// target, the decision is recorded in its status.lastDecision (refused if
-// older than the one recorded) and the target goes through the §6 rules;
-// otherwise it is applied as is, with staleness tracked by this process
-// only.
-func (c *Controller) Scale(ctx context.Context, req Request) (scale.Result, error) {
-	if !c.HasSynced() {
+// target, the decision is recorded in its status (refused if older than the
+// one recorded) and the target goes through the rules; otherwise the
+// Fallback applies it as is, with staleness tracked by this process only.
+func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result, error) {
+	if !r.HasSynced() {
 		// Without the PodAutoscalers cached, a target's rules are unknown.
 		return scale.Result{}, ErrNotSynced
 	}
-	pa, err := c.podAutoscalerFor(req.Target)
+	pa, err := r.podAutoscalerFor(req.Target)
 	if err != nil {
 		return scale.Result{}, err
 	}
-	if pa == nil {
-		if c.plain == nil {
-			return scale.Result{}, fmt.Errorf("target %s: no podautoscaler scales it", req.Target)
+	var none P
+	if pa == none {
+		if r.spec.Fallback != nil {
+			return r.spec.Fallback.Apply(ctx, req.Decision)
 		}
-		return c.plain.Apply(ctx, req.Decision)
-	}
-	rev, err := c.revision(pa)
-	if err != nil {
-		return scale.Result{}, fmt.Errorf("podautoscaler %s/%s: %w: %w", pa.Namespace, pa.Name, ErrInvalidPodAutoscaler, err)
+		return scale.Result{}, fmt.Errorf("target %s: no %s scales it: %w", req.Target, r.spec.Name, scale.ErrNotFound)
 	}
 	name := cache.MetaObjectToName(pa)
+	rev, err := r.kind.Revision(pa)
+	if err != nil {
+		return scale.Result{}, fmt.Errorf("%s %s: %w: %w", r.spec.Name, name, ErrInvalidPodAutoscaler, err)
+	}
 	_, hi := rev.ScaleBounds()
-	op, err := scaleop.Start(req.Decision, "podautoscaler", name, hi)
+	op, err := startOp(req.Decision, r.spec.Name, name, hi)
 	if err != nil {
 		return scale.Result{}, err
 	}
-	if owner, mine := c.owns(name); !mine {
+	if owner, mine := r.Owns(name); !mine {
 		return scale.Result{}, &NotOwnerError{PodAutoscaler: name, Owner: owner}
 	}
-	unlock := c.lock(name)
+	unlock := r.lock(name)
 	defer unlock()
 
-	op.Stamp(req.ExcessBurstCapacity, c.clock.Now())
+	op.stamp(req.ExcessBurstCapacity, r.clock.Now())
 	// Each attempt compares with the newest copy this process knows; the
 	// status write that records the decision is made at that copy's
 	// resourceVersion, so a newer decision recorded elsewhere meanwhile
 	// makes it conflict, and the next attempt, from a fresh read, finds
 	// this one stale.
-	out, cur, err := c.reconcileLatest(ctx, name, func(pa *autoscalingv1alpha1.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscalerDecision, bool) {
-		return op.Attempt(lastSequence(pa), pa.Status.LastDecision)
+	out, cur, err := r.reconcileLatest(ctx, name, func(pa P) (*Decision, bool) {
+		return op.attempt(r.kind.Decision(pa))
 	}, req.DryRun)
 	var on runtime.Object
-	if cur != nil {
-		on = cur
+	if cur != none {
+		on = r.ref(cur)
 	}
-	res, err := op.Finish(ctx, scaleop.Host{Scaler: c.scaler, Recorder: c.recorder, Requeue: func(d time.Duration) { c.AddAfter(name, d) }},
-		scaleop.Outcome{Before: out.Before, After: out.After, Patched: out.Patched, Requeue: out.Requeue, Refused: out.Refused}, err, on)
+	res, err := op.finish(ctx, host{scaler: r.scaler, recorder: r.recorder, requeue: func(d time.Duration) { r.AddAfter(name, d) }}, out, err, on)
 	if err != nil || res.Stale {
 		return res, err
 	}
 	// A dry run (the request's or the PodAutoscaler's) reports what the
 	// target would have; a paused target keeps what it has.
-	if out.Suppressed != nil && (req.DryRun || !annotationTrue(cur, AnnotationPaused)) {
-		res.Applied = *out.Suppressed
+	if out.Held != nil && (req.DryRun || !out.Paused) {
+		res.Applied = *out.Held
 	}
 	return res, nil
 }
 
 // Status is what is known about a target's scale.
-func (c *Controller) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
-	if !c.HasSynced() {
+func (r *Reconciler[P, C]) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
+	if !r.HasSynced() {
 		return scale.Status{}, ErrNotSynced
 	}
-	pa, err := c.podAutoscalerFor(t)
+	pa, err := r.podAutoscalerFor(t)
 	if err != nil {
 		return scale.Status{}, err
 	}
-	if pa == nil {
-		if c.plain == nil {
-			return scale.Status{}, fmt.Errorf("target %s: no podautoscaler scales it", t)
+	var none P
+	if pa == none {
+		if r.spec.Fallback != nil {
+			return r.spec.Fallback.Get(ctx, t)
 		}
-		return c.plain.Get(ctx, t)
+		return scale.Status{}, fmt.Errorf("target %s: no %s scales it: %w", t, r.spec.Name, scale.ErrNotFound)
 	}
-	return scaleop.Status(ctx, c.scaler, t, lastSequence(pa), pa.Status.LastDecision)
+	return targetStatus(ctx, r.scaler, t, r.kind.Decision(pa))
 }

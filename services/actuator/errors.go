@@ -23,7 +23,7 @@ func toStatus(err error) error {
 	case errors.Is(err, scale.ErrNotFound), apierrors.IsNotFound(err):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, scale.ErrNoScaleSubresource), errors.Is(err, podautoscaler.ErrInvalidPodAutoscaler),
-		errors.Is(err, knative.ErrInvalidPodAutoscaler), errors.Is(err, knative.ErrNotOwned):
+		errors.Is(err, knative.ErrNotOwned):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, podautoscaler.ErrOutOfRange), errors.Is(err, deployer.ErrOverCap), errors.As(err, &fe),
 		apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
@@ -36,8 +36,6 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, podautoscaler.ErrNotSynced), errors.Is(err, knative.ErrNotSynced):
-		return status.Error(codes.Unavailable, err.Error())
 	default:
 		return status.Error(codes.Unavailable, err.Error())
 	}

@@ -1,4 +1,4 @@
-package scaleop
+package podautoscaler
 
 import (
 	"context"
@@ -37,12 +37,12 @@ func TestStartChecksBounds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Start(tt.req, "podautoscaler", web, tt.maxScale)
+			_, err := startOp(tt.req, "podautoscaler", web, tt.maxScale)
 			switch {
 			case tt.want == "" && err != nil:
-				t.Errorf("Start = %v, want accepted", err)
+				t.Errorf("startOp = %v, want accepted", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrOutOfRange)):
-				t.Errorf("Start = %v, want ErrOutOfRange with %q", err, tt.want)
+				t.Errorf("startOp = %v, want ErrOutOfRange with %q", err, tt.want)
 			}
 		})
 	}
@@ -53,29 +53,28 @@ func TestAttemptComparesWithTheRecordedDecision(t *testing.T) {
 	tests := []struct {
 		name      string
 		req       scale.Decision
-		last      uint64
 		rec       *autoscalingv1alpha1.PodAutoscalerDecision
 		record    bool // a decision to record
 		done      bool
 		wantStale bool
 	}{
-		{"none recorded", scale.Decision{Desired: 2, Sequence: 1}, 0, nil, true, false, false},
-		{"newer", scale.Decision{Desired: 3, Sequence: 6}, 5, recorded, true, false, false},
-		{"older: stale", scale.Decision{Desired: 3, Sequence: 4}, 5, recorded, false, true, true},
-		{"the recorded one again: converge only", scale.Decision{Desired: 2, Sequence: 5}, 5, recorded, false, false, false},
-		{"the recorded one again in a dry run", scale.Decision{Desired: 2, Sequence: 5, DryRun: true}, 5, recorded, true, false, false},
-		{"same sequence, another scale", scale.Decision{Desired: 4, Sequence: 5}, 5, recorded, true, false, false},
+		{"none recorded", scale.Decision{Desired: 2, Sequence: 1}, nil, true, false, false},
+		{"newer", scale.Decision{Desired: 3, Sequence: 6}, recorded, true, false, false},
+		{"older: stale", scale.Decision{Desired: 3, Sequence: 4}, recorded, false, true, true},
+		{"the recorded one again: converge only", scale.Decision{Desired: 2, Sequence: 5}, recorded, false, false, false},
+		{"the recorded one again in a dry run", scale.Decision{Desired: 2, Sequence: 5, DryRun: true}, recorded, true, false, false},
+		{"same sequence, another scale", scale.Decision{Desired: 4, Sequence: 5}, recorded, true, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			op, err := Start(tt.req, "podautoscaler", web, 0)
+			op, err := startOp(tt.req, "podautoscaler", web, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ebc := int32(7)
 			now := time.Unix(1_800_000_000, 0)
-			op.Stamp(&ebc, now)
-			dec, done := op.Attempt(tt.last, tt.rec)
+			op.stamp(&ebc, now)
+			dec, done := op.attempt(tt.rec)
 			if (dec != nil) != tt.record || done != tt.done || op.stale != tt.wantStale {
 				t.Fatalf("Attempt = %v, %v (stale %v); want a decision %v, done %v, stale %v", dec, done, op.stale, tt.record, tt.done, tt.wantStale)
 			}
@@ -84,6 +83,14 @@ func TestAttemptComparesWithTheRecordedDecision(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordedAt is a recorded decision at sequence seq; nil for 0.
+func recordedAt(seq uint64) *autoscalingv1alpha1.PodAutoscalerDecision {
+	if seq == 0 {
+		return nil
+	}
+	return &autoscalingv1alpha1.PodAutoscalerDecision{Sequence: int64(seq)}
 }
 
 // scalerOf reads every target's scale as replicas.
@@ -124,27 +131,27 @@ func TestFinishMakesTheResult(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.req.Target = target
-			op, err := Start(tt.req, "podautoscaler", web, 0)
+			op, err := startOp(tt.req, "podautoscaler", web, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			op.Stamp(nil, time.Now())
-			op.Attempt(tt.last, nil)
+			op.stamp(nil, time.Now())
+			op.attempt(recordedAt(tt.last))
 			rec := record.NewFakeRecorder(4)
 			var requeued time.Duration
-			res, err := op.Finish(context.Background(), Host{Scaler: scalerOf(2), Recorder: rec, Requeue: func(d time.Duration) { requeued = d }}, tt.out, tt.err, tt.on)
+			res, err := op.finish(context.Background(), host{scaler: scalerOf(2), recorder: rec, requeue: func(d time.Duration) { requeued = d }}, tt.out, tt.err, tt.on)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Errorf("Finish = %v, want %q", err, tt.wantErr)
+					t.Errorf("finish = %v, want %q", err, tt.wantErr)
 				}
 			} else if err != nil || res != tt.want {
-				t.Errorf("Finish = %+v, %v; want %+v", res, err, tt.want)
+				t.Errorf("finish = %+v, %v; want %+v", res, err, tt.want)
 			}
 			if tt.name == "deleted" && !errors.Is(err, scale.ErrNotFound) {
-				t.Errorf("Finish on a deleted PodAutoscaler = %v, want scale.ErrNotFound", err)
+				t.Errorf("finish on a deleted PodAutoscaler = %v, want scale.ErrNotFound", err)
 			}
 			if tt.name == "refused" && !errors.Is(err, refused) {
-				t.Errorf("Finish = %v, want the refusal wrapped", err)
+				t.Errorf("finish = %v, want the refusal wrapped", err)
 			}
 			if requeued != tt.requeue {
 				t.Errorf("requeued after %v, want %v", requeued, tt.requeue)
@@ -184,15 +191,15 @@ func TestOnlyOneScalesATarget(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Only[*autoscalingv1alpha1.PodAutoscaler](tt.objs, target, "podautoscalers")
+			got, err := only[*autoscalingv1alpha1.PodAutoscaler](tt.objs, target, "podautoscalers")
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr || got != nil {
-					t.Errorf("Only = %v, %v; want the error %q", got, err, tt.wantErr)
+					t.Errorf("only = %v, %v; want the error %q", got, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || (got == nil) != (tt.want == "") || got != nil && got.Name != tt.want {
-				t.Errorf("Only = %v, %v; want %q", got, err, tt.want)
+				t.Errorf("only = %v, %v; want %q", got, err, tt.want)
 			}
 		})
 	}
@@ -203,17 +210,16 @@ func TestStatusReadsReplicasAndTheRecordedDecision(t *testing.T) {
 	rec := &autoscalingv1alpha1.PodAutoscalerDecision{Sequence: 9, DesiredScale: 3, Reason: "panic", Time: metav1.NewTime(at)}
 	for _, tt := range []struct {
 		name string
-		last uint64
 		rec  *autoscalingv1alpha1.PodAutoscalerDecision
 		want scale.Status
 	}{
-		{"none recorded", 0, nil, scale.Status{Replicas: 2}},
-		{"recorded", 9, rec, scale.Status{Replicas: 2, LastSequence: 9, LastReason: "panic", LastApplied: at}},
+		{"none recorded", nil, scale.Status{Replicas: 2}},
+		{"recorded", rec, scale.Status{Replicas: 2, LastSequence: 9, LastReason: "panic", LastApplied: at}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := Status(context.Background(), scalerOf(2), target, tt.last, tt.rec)
+			st, err := targetStatus(context.Background(), scalerOf(2), target, tt.rec)
 			if err != nil || st.Replicas != tt.want.Replicas || st.LastSequence != tt.want.LastSequence || st.LastReason != tt.want.LastReason || !st.LastApplied.Equal(tt.want.LastApplied) {
-				t.Errorf("Status = %+v, %v; want %+v", st, err, tt.want)
+				t.Errorf("targetStatus = %+v, %v; want %+v", st, err, tt.want)
 			}
 		})
 	}
