@@ -184,15 +184,20 @@ func TestActuatorOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := &commonv1.TargetRef{Namespace: ns, Name: "web"}
-	ebc := -20.0
-	var resp *actuatorv1.ScaleResponse
+	// Until the informer has the PodAutoscaler, its target is scaled as a
+	// plain target, without the rules: it has it once a decision above
+	// its max-scale is refused.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		resp, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 4, DecisionSequence: 1_700_000_000_000,
-			Reason: "panic: observed concurrency 30 over target 7", ExcessBurstCapacity: &ebc})
-		// Until the informer has the PodAutoscaler, max-scale is not known.
-		return err == nil && resp.GetAppliedReplicas() == 4, nil
+		_, err := client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 11, DecisionSequence: 1_699_999_998_000, DryRun: true})
+		return status.Code(err) == codes.InvalidArgument, nil
 	})
-	if err != nil || !resp.GetChanged() {
+	if err != nil {
+		t.Fatalf("the actuator never saw the PodAutoscaler: %v", err)
+	}
+	ebc := -20.0
+	resp, err := client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 4, DecisionSequence: 1_700_000_000_000,
+		Reason: "panic: observed concurrency 30 over target 7", ExcessBurstCapacity: &ebc})
+	if err != nil || !resp.GetChanged() || resp.GetAppliedReplicas() != 4 {
 		t.Fatalf("Scale = %v, %v; want 4, changed", resp, err)
 	}
 	if got := replicas("web"); got != 4 {
