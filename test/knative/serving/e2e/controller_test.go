@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/netns"
 	"github.com/tidalscale/tidal/test/system"
 )
 
@@ -33,7 +34,7 @@ type knProcess struct {
 // environment its Deployment (config/core/deployments/controller.yaml)
 // gives it, under the admin kubeconfig (Knative's RBAC is not under test),
 // and stops it when t ends. It runs in a network namespace of its own
-// (privateNet) reaching only the API server: it needs nothing else, and its
+// (test/netns) reaching only the API server: it needs nothing else, and its
 // health probes' fixed :8080 would take the port Knative's autoscaler needs.
 // Its metrics are off (config-observability).
 func startController(t *testing.T, bin string, c *cluster.Cluster) *knProcess {
@@ -42,13 +43,15 @@ func startController(t *testing.T, bin string, c *cluster.Cluster) *knProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	netns := privateNet(t, api.Host)
-	nsenter, err := exec.LookPath("nsenter")
+	ns, err := netns.New(api.Host)
 	if err != nil {
-		t.Fatalf("Knative's controller runs in a network namespace of its own, entered with util-linux's nsenter: %v", err)
+		t.Fatal(err)
 	}
-	cmd := exec.Command(nsenter, "--net=/proc/self/fd/3", "--", bin, "--kubeconfig", c.Kubeconfig)
-	cmd.ExtraFiles = []*os.File{netns}
+	t.Cleanup(ns.Close)
+	cmd, err := ns.Command(bin, "--kubeconfig", c.Kubeconfig)
+	if err != nil {
+		t.Fatalf("Knative's controller runs in a network namespace of its own: %v", err)
+	}
 	return startKnative(t, "controller", cmd, "POD_NAME=controller-e2e")
 }
 
