@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -66,6 +67,9 @@ type Options struct {
 	// ComponentTimeout bounds how long each component may take to come up.
 	// Zero means 60 s.
 	ComponentTimeout time.Duration
+	// HPASyncPeriod is how often kube-controller-manager's HPA controller
+	// syncs every HorizontalPodAutoscaler; zero means Kubernetes' 15 s.
+	HPASyncPeriod time.Duration
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver,
@@ -92,6 +96,7 @@ type Cluster struct {
 	// while Start is still starting components.
 	mu      sync.Mutex
 	procs   []*process
+	atStop  []func()
 	stopped bool
 }
 
@@ -243,6 +248,16 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--service-account-key-file="+keys.saPub,
 		"--service-account-signing-key-file="+keys.saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
+		// API aggregation (an APIService such as KEDA's external metrics):
+		// the front proxy's identity, and the Service's endpoint dialled
+		// directly, as no kube-proxy routes its cluster IP.
+		"--proxy-client-cert-file="+keys.proxyCert, "--proxy-client-key-file="+keys.proxyKey,
+		"--requestheader-client-ca-file="+keys.frontProxyCA,
+		"--requestheader-allowed-names="+frontProxyName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--enable-aggregator-routing=true",
 		"--profiling=false",
 		"--v=1",
 	)
@@ -273,17 +288,22 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c.Client = client
 
 	// The rest only needs the API server, so it starts together.
-	cm, err := c.start(dir, "kube-controller-manager", bins.Kube, "kube-controller-manager",
-		"--kubeconfig="+c.Kubeconfig,
+	cmArgs := []string{
+		"kube-controller-manager",
+		"--kubeconfig=" + c.Kubeconfig,
 		"--leader-elect=false",
 		"--controllers=*",
-		"--service-account-private-key-file="+keys.saKey,
-		"--root-ca-file="+keys.caCert,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(cmPort),
+		"--service-account-private-key-file=" + keys.saKey,
+		"--root-ca-file=" + keys.caCert,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(cmPort),
 		"--kube-api-qps=200", "--kube-api-burst=400",
 		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
 		"--v=1",
-	)
+	}
+	if opts.HPASyncPeriod > 0 {
+		cmArgs = append(cmArgs, "--horizontal-pod-autoscaler-sync-period="+opts.HPASyncPeriod.String())
+	}
+	cm, err := c.start(dir, "kube-controller-manager", bins.Kube, cmArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -355,6 +375,12 @@ func (c *Cluster) Stop() {
 			wg.Go(func() { p.stop(3 * time.Second) })
 		}
 		wg.Wait()
+		c.mu.Lock()
+		atStop := c.atStop
+		c.mu.Unlock()
+		for i := len(atStop) - 1; i >= 0; i-- {
+			atStop[i]()
+		}
 		for i := len(procs) - 1; i >= 0; i-- {
 			if p := procs[i]; p.name == "etcd" || p.name == "kube-apiserver" {
 				p.stop(3 * time.Second)
@@ -368,6 +394,37 @@ func (c *Cluster) Stop() {
 		delete(live.clusters, c)
 		live.Unlock()
 	})
+}
+
+// Run starts cmd as a component of the cluster, as the control plane's
+// own run: in its own process group, with SIGKILL as its parent-death
+// signal, its output in the cluster directory's name.log (its working
+// directory when cmd sets none), and stopped by Stop with the other
+// components, before the API server and etcd. Its Process stops it sooner.
+func (c *Cluster) Run(name string, cmd *exec.Cmd) (*Process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil, fmt.Errorf("start %s: cluster stopped", name)
+	}
+	if cmd.Dir == "" {
+		cmd.Dir = c.Dir
+	}
+	p, err := startCmd(c.Dir, name, cmd)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return &Process{p: p}, nil
+}
+
+// AtStop runs f when the cluster stops, after every component but the API
+// server and etcd has: it releases what those components used (a network
+// namespace).
+func (c *Cluster) AtStop(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.atStop = append(c.atStop, f)
 }
 
 func (c *Cluster) start(dir, name, bin string, args ...string) (*process, error) {

@@ -26,7 +26,15 @@ type pki struct {
 	tokens                          string // path of the token file
 	caPEM                           []byte
 	adminToken                      string
+	// The front proxy's CA (a CA of its own, as aggregated API servers
+	// require) and the client certificate the API server presents when it
+	// proxies to one (an APIService's server, KEDA's metrics server).
+	frontProxyCA, proxyCert, proxyKey string // paths
 }
+
+// frontProxyName is the front proxy client certificate's common name, the
+// one name --requestheader-allowed-names allows.
+const frontProxyName = "front-proxy-client"
 
 // newPKI writes fresh keys into dir. Nothing is reused between clusters, so a
 // leaked kubeconfig is worthless once its cluster has stopped.
@@ -38,6 +46,10 @@ func newPKI(dir string) (*pki, error) {
 		saKey:       filepath.Join(dir, "sa.key"),
 		saPub:       filepath.Join(dir, "sa.pub"),
 		tokens:      filepath.Join(dir, "tokens.csv"),
+
+		frontProxyCA: filepath.Join(dir, "front-proxy-ca.crt"),
+		proxyCert:    filepath.Join(dir, "front-proxy-client.crt"),
+		proxyKey:     filepath.Join(dir, "front-proxy-client.key"),
 	}
 
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -97,6 +109,11 @@ func newPKI(dir string) (*pki, error) {
 		return nil, fmt.Errorf("pki: service-account key: %w", err)
 	}
 
+	fpCAPEM, proxyCertPEM, proxyKeyPEM, err := frontProxy(now)
+	if err != nil {
+		return nil, err
+	}
+
 	token := make([]byte, 24)
 	if _, err := rand.Read(token); err != nil {
 		return nil, fmt.Errorf("pki: token: %w", err)
@@ -114,6 +131,9 @@ func newPKI(dir string) (*pki, error) {
 		{p.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER})},
 		// token,user,uid,"group1,group2"
 		{p.tokens, []byte(p.adminToken + ",admin,admin,system:masters\n")},
+		{p.frontProxyCA, fpCAPEM},
+		{p.proxyCert, proxyCertPEM},
+		{p.proxyKey, proxyKeyPEM},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
@@ -121,4 +141,52 @@ func newPKI(dir string) (*pki, error) {
 		}
 	}
 	return p, nil
+}
+
+// frontProxy makes the front proxy's CA and its client certificate, in PEM.
+func frontProxy(now time.Time) (caPEM, certPEM, keyPEM []byte, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pki: front proxy CA key: %w", err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "tidal-test-front-proxy-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(7 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pki: front proxy CA: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pki: front proxy CA: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pki: front proxy client key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: frontProxyName},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pki: front proxy client certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pki: front proxy client key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }

@@ -30,13 +30,18 @@ type process struct {
 // signal, so it dies with the test binary even if that is killed without a
 // chance to clean up.
 func startProcess(dir, name, bin string, args ...string) (*process, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	return startCmd(dir, name, cmd)
+}
+
+// startCmd starts cmd as startProcess does, its output in dir/name.log.
+func startCmd(dir, name string, cmd *exec.Cmd) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -146,3 +151,17 @@ func cmdlineMentions(pid int, s string) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && bytes.Contains(b, []byte(s))
 }
+
+// Process is a component a test runs as part of the cluster (Cluster.Run):
+// a peer's controller or extension API server.
+type Process struct{ p *process }
+
+// Stop sends SIGTERM to the process group, and SIGKILL after grace.
+func (p *Process) Stop(grace time.Duration) { p.p.stop(grace) }
+
+// Err is nil while the process runs, and once it has exited says how, with
+// the end of its log.
+func (p *Process) Err() error { return p.p.running() }
+
+// LogTail returns the last n lines of the process's log, headed by its path.
+func (p *Process) LogTail(n int) string { return p.p.logTail(n) }

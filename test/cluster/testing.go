@@ -22,6 +22,7 @@ import (
 // call and stopped by Main.
 var shared struct {
 	once sync.Once
+	opts Options // MainWith's
 	c    *Cluster
 	err  error
 }
@@ -48,6 +49,13 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// MainWith is Main for a test binary whose shared cluster is started with
+// opts (test/keda's: a shorter HPA sync).
+func MainWith(m *testing.M, opts Options) {
+	shared.opts = opts
+	Main(m)
+}
+
 // Shared returns the test binary's cluster, starting it on first use (and
 // building the control plane first if the cache lacks it, which takes many
 // minutes: run such tests with `go test -timeout 60m`). The package's
@@ -69,7 +77,7 @@ func Shared(t testing.TB) *Cluster {
 				defer cancel()
 			}
 		}
-		shared.c, shared.err = Start(ctx, Options{})
+		shared.c, shared.err = Start(ctx, shared.opts)
 	})
 	if shared.err != nil {
 		t.Fatalf("test cluster: %v", shared.err)
