@@ -2,6 +2,7 @@ package lag
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,33 +223,45 @@ func TestFetchCostsRequestsPerBrokerNotPerTarget(t *testing.T) {
 	}
 }
 
+// TestFetchSASL reads lag through every SASL mechanism kfake offers, with
+// the right password and a wrong one.
 func TestFetchSASL(t *testing.T) {
-	c := kfake.MustCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "admin", "s3cret"))
-	defer c.Close()
-	rec := newRecorder()
-	f, _ := newFetcher(t, rec)
-	f.cfg.Timeout = time.Second
-	good := lagTarget("good", c, "input", "fn")
-	good.Cluster.Auth = Auth{SASL: "scram_sha256", User: "admin", Password: "s3cret"}
-	bad := lagTarget("bad", c, "input", "fn")
-	bad.Cluster.Auth = Auth{SASL: "scram_sha256", User: "admin", Password: "wrong"}
-	// Seed through an authenticated admin client.
-	cl, err := kgo.NewClient(append(mustOpts(t, good.Cluster), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 2, 1, nil, "input"); err != nil {
-		t.Fatal(err)
-	}
-	f.Set(good)
-	f.Set(bad)
-	f.FetchNow(context.Background())
-	if s, e := rec.last("ns/good"); s == nil || e != "" || s.GetPartitionCount() != 2 {
-		t.Errorf("with credentials: sample %v error %q; want 2 partitions", s, e)
-	}
-	if s, e := rec.last("ns/bad"); s != nil || e == "" {
-		t.Errorf("wrong password: sample %v error %q; want an error state", s, e)
+	for _, m := range []struct{ kfake, keda string }{
+		{"PLAIN", SASLPlain}, {"SCRAM-SHA-256", SASLSCRAM256}, {"SCRAM-SHA-512", SASLSCRAM512},
+	} {
+		t.Run(m.kfake, func(t *testing.T) {
+			c := kfake.MustCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(m.kfake, "admin", "s3cret"))
+			defer c.Close()
+			rec := newRecorder()
+			f, _ := newFetcher(t, rec)
+			f.cfg.Timeout = time.Second
+			good := lagTarget("good", c, "input", "fn")
+			good.Cluster.Auth = Auth{SASL: m.keda, User: "admin", Password: "s3cret"}
+			bad := lagTarget("bad", c, "input", "fn")
+			bad.Cluster.Auth = Auth{SASL: m.keda, User: "admin", Password: "wrong"}
+			// Seed through an authenticated admin client.
+			cl, err := kgo.NewClient(append(mustOpts(t, good.Cluster), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 2, 1, nil, "input"); err != nil {
+				t.Fatal(err)
+			}
+			f.Set(good)
+			f.Set(bad)
+			f.FetchNow(context.Background())
+			if s, e := rec.last("ns/good"); s == nil || e != "" || s.GetPartitionCount() != 2 {
+				t.Errorf("with credentials: sample %v error %q; want 2 partitions", s, e)
+			}
+			s, e := rec.last("ns/bad")
+			if s != nil || e == "" {
+				t.Errorf("wrong password: sample %v error %q; want an error state", s, e)
+			}
+			if strings.Contains(e, "wrong") || strings.Contains(e, "s3cret") {
+				t.Errorf("the error state quotes a password: %q", e)
+			}
+		})
 	}
 }
 
@@ -261,6 +274,7 @@ func mustOpts(t testing.TB, c Cluster) []kgo.Opt {
 }
 
 func TestAuthFromSecret(t *testing.T) {
+	_, caPEM := selfSigned(t)
 	tests := []struct {
 		name    string
 		data    map[string]string
@@ -268,12 +282,33 @@ func TestAuthFromSecret(t *testing.T) {
 		wantErr string
 	}{
 		{name: "none", data: map[string]string{}, want: Auth{}},
-		{name: "scram", data: map[string]string{"sasl": "scram_sha512", "username": "u", "password": "p", "tls": "enable"}, want: Auth{TLS: true, SASL: "scram_sha512", User: "u", Password: "p"}},
-		{name: "bad tls", data: map[string]string{"tls": "yes"}, wantErr: `tls "yes"`},
-		{name: "bad sasl", data: map[string]string{"sasl": "kerberos"}, wantErr: `sasl "kerberos"`},
+		{name: "scram", data: map[string]string{"sasl": "scram_sha512", "username": "u", "password": "p", "tls": "enable"}, want: Auth{TLS: true, SASL: SASLSCRAM512, User: "u", Password: "p"}},
+		{name: "plain and a CA", data: map[string]string{"sasl": "plaintext", "username": "u", "password": "p", "tls": "enable", "ca": string(caPEM)},
+			want: Auth{TLS: true, CA: caPEM, SASL: SASLPlain, User: "u", Password: "p"}},
+		{name: "oauthbearer", data: map[string]string{"sasl": "oauthbearer", "username": "client", "password": "secret",
+			"oauthTokenEndpointUri": "https://idp.example/token", "scopes": "kafka, read", "oauthExtensions": "logicalCluster=lkc-1,identityPoolId=pool-2"},
+			want: Auth{SASL: SASLOAuthBearer, User: "client", Password: "secret", TokenProvider: TokenBearer, TokenURL: "https://idp.example/token",
+				Scopes: []string{"kafka", "read"}, Extensions: map[string]string{"logicalCluster": "lkc-1", "identityPoolId": "pool-2"}}},
+		{name: "aws msk iam", data: map[string]string{"sasl": "oauthbearer", "saslTokenProvider": "aws_msk_iam", "awsRegion": "eu-west-1",
+			"awsAccessKeyID": "AKID", "awsSecretAccessKey": "shh", "awsSessionToken": "tok"},
+			want: Auth{SASL: SASLOAuthBearer, TokenProvider: TokenAWSMSKIAM, AWSRegion: "eu-west-1", AWSKeyID: "AKID", AWSSecretKey: "shh", AWSToken: "tok"}},
+		{name: "version", data: map[string]string{"version": "2.8.0"}, want: Auth{MaxVersion: "2.8.0"}},
+		{name: "bad tls", data: map[string]string{"tls": "yes"}, wantErr: "key tls: enable or disable"},
+		{name: "bad sasl", data: map[string]string{"sasl": "kerberos"}, wantErr: "key sasl: plaintext, scram_sha256"},
+		{name: "gssapi", data: map[string]string{"sasl": "gssapi"}, wantErr: "Kerberos (gssapi) is not supported"},
 		{name: "sasl without password", data: map[string]string{"sasl": "plaintext", "username": "u"}, wantErr: "username and password"},
 		{name: "cert without key", data: map[string]string{"tls": "enable", "cert": "x"}, wantErr: "cert and key"},
-		{name: "ca without tls", data: map[string]string{"ca": "x"}, wantErr: "without tls"},
+		{name: "ca without tls", data: map[string]string{"ca": "x"}, wantErr: "only with tls: enable"},
+		{name: "a CA that is no PEM", data: map[string]string{"tls": "enable", "ca": "x"}, wantErr: "key ca: PEM"},
+		{name: "an encrypted key", data: map[string]string{"tls": "enable", "keyPassword": "pw"}, wantErr: "key keyPassword"},
+		{name: "oauthbearer without endpoint", data: map[string]string{"sasl": "oauthbearer", "username": "c", "password": "s"}, wantErr: "key oauthTokenEndpointUri"},
+		{name: "oauthbearer over http", data: map[string]string{"sasl": "oauthbearer", "username": "c", "password": "pw-SECRET", "oauthTokenEndpointUri": "http://idp/token"}, wantErr: "https URL"},
+		{name: "oauthbearer without a client", data: map[string]string{"sasl": "oauthbearer", "oauthTokenEndpointUri": "https://idp/token"}, wantErr: "client's id"},
+		{name: "bad extensions", data: map[string]string{"sasl": "oauthbearer", "username": "c", "password": "s", "oauthTokenEndpointUri": "https://idp/token", "oauthExtensions": "novalue"}, wantErr: "key oauthExtensions"},
+		{name: "aws without region", data: map[string]string{"sasl": "oauthbearer", "saslTokenProvider": "aws_msk_iam", "awsAccessKeyID": "a", "awsSecretAccessKey": "aws-SECRET"}, wantErr: "key awsRegion"},
+		{name: "aws without keys", data: map[string]string{"sasl": "oauthbearer", "saslTokenProvider": "aws_msk_iam", "awsRegion": "eu-west-1"}, wantErr: "key awsSecretAccessKey"},
+		{name: "bad token provider", data: map[string]string{"sasl": "oauthbearer", "saslTokenProvider": "gcp"}, wantErr: "bearer or aws_msk_iam"},
+		{name: "bad version", data: map[string]string{"version": "latest"}, wantErr: "key version"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -286,9 +321,14 @@ func TestAuthFromSecret(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("AuthFromSecret = %+v, %v; want error containing %q", got, err, tt.wantErr)
 				}
+				for _, k := range SecretAuthKeys {
+					if v := tt.data[k]; len(v) > 3 && strings.Contains(err.Error(), v) {
+						t.Errorf("error %q quotes %s", err, k)
+					}
+				}
 				return
 			}
-			if err != nil || got.TLS != tt.want.TLS || got.SASL != tt.want.SASL || got.User != tt.want.User || got.Password != tt.want.Password {
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("AuthFromSecret = %+v, %v; want %+v", got, err, tt.want)
 			}
 		})

@@ -9,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/aws"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -22,46 +25,177 @@ import (
 )
 
 // Auth is how to reach a Kafka cluster: TLS and SASL, as KEDA's Kafka
-// scaler takes them from a Secret.
+// scaler takes them (ParseAuth).
 type Auth struct {
 	// TLS enables TLS; CA, Cert and Key are PEM (Cert and Key for mutual TLS).
 	TLS            bool
 	CA, Cert, Key  []byte
 	ServerName     string
-	SASL           string // "", "plaintext", "scram_sha256" or "scram_sha512"
+	SASL           string // "", SASLPlain, SASLSCRAM256, SASLSCRAM512 or SASLOAuthBearer
 	User, Password string
+	// TokenProvider is OAUTHBEARER's: TokenBearer (an OAuth 2 client
+	// credentials token from TokenURL for client User with secret
+	// Password, for Scopes, sent with Extensions) or TokenAWSMSKIAM (AWS
+	// MSK IAM, signed with the AWS keys for AWSRegion).
+	TokenProvider string
+	TokenURL      string
+	Scopes        []string
+	Extensions    map[string]string
+	AWSRegion     string
+	AWSKeyID      string
+	AWSSecretKey  string
+	AWSToken      string
+	// MaxVersion caps the Kafka protocol at a release (KEDA's version key,
+	// "2.8.0"); empty means whatever the brokers offer.
+	MaxVersion string
 }
 
-// AuthFromSecret reads KEDA's Kafka auth keys from a Secret's data: tls
-// ("enable"), ca, cert, key, sasl ("plaintext", "scram_sha256",
-// "scram_sha512" or "none"), username, password. An unknown value names
-// the key.
-func AuthFromSecret(data map[string][]byte) (Auth, error) {
+// KEDA's names of the SASL mechanisms and OAUTHBEARER token providers.
+const (
+	SASLPlain       = "plaintext"
+	SASLSCRAM256    = "scram_sha256"
+	SASLSCRAM512    = "scram_sha512"
+	SASLOAuthBearer = "oauthbearer"
+	TokenBearer     = "bearer"
+	TokenAWSMSKIAM  = "aws_msk_iam"
+)
+
+// AuthKeys are the keys ParseAuth reads: KEDA's Kafka trigger keys for a
+// secured cluster. SecretAuthKeys are those whose values are secrets:
+// never quoted in an error or a log.
+var (
+	AuthKeys = []string{"tls", "ca", "cert", "key", "keyPassword", "sasl", "username", "password",
+		"saslTokenProvider", "oauthTokenEndpointUri", "scopes", "oauthExtensions",
+		"awsRegion", "awsAccessKeyID", "awsSecretAccessKey", "awsSessionToken", "version"}
+	SecretAuthKeys = []string{"key", "keyPassword", "password", "awsSecretAccessKey", "awsSessionToken"}
+)
+
+// AuthError is ParseAuth's error: the key at fault and what it wants. It
+// quotes no value.
+type AuthError struct{ Key, Want string }
+
+func (e *AuthError) Error() string { return "key " + e.Key + ": " + e.Want }
+
+// ParseAuth reads KEDA's Kafka auth keys through get (a Secret's data, a
+// trigger's metadata): tls (enable, disable), ca, cert, key, sasl (none,
+// plaintext, scram_sha256, scram_sha512, oauthbearer), username, password,
+// for oauthbearer saslTokenProvider (bearer: oauthTokenEndpointUri, scopes,
+// oauthExtensions, the client's username and password; aws_msk_iam:
+// awsRegion, awsAccessKeyID, awsSecretAccessKey, awsSessionToken), and
+// version. An unusable value is an *AuthError naming the key.
+func ParseAuth(get func(key string) string) (Auth, error) {
 	var a Auth
-	switch v := strings.TrimSpace(string(data["tls"])); v {
+	// Secrets and PEM are taken as they are; names and settings trimmed.
+	value := get
+	raw := func(k string) []byte {
+		if v := value(k); v != "" {
+			return []byte(v)
+		}
+		return nil
+	}
+	get = func(k string) string { return strings.TrimSpace(value(k)) }
+	switch v := get("tls"); v {
 	case "", "disable":
 	case "enable":
 		a.TLS = true
 	default:
-		return a, fmt.Errorf("secret key tls %q: want enable or disable", v)
+		return a, &AuthError{"tls", "enable or disable"}
 	}
-	a.CA, a.Cert, a.Key = data["ca"], data["cert"], data["key"]
+	a.CA, a.Cert, a.Key = raw("ca"), raw("cert"), raw("key")
 	if (len(a.Cert) == 0) != (len(a.Key) == 0) {
-		return a, fmt.Errorf("secret keys cert and key: want both or neither")
+		return a, &AuthError{"cert", "cert and key together, or neither"}
 	}
 	if !a.TLS && len(a.CA)+len(a.Cert) > 0 {
-		return a, fmt.Errorf("secret keys ca/cert/key given without tls: enable")
+		return a, &AuthError{"ca", "ca, cert and key only with tls: enable"}
 	}
-	switch v := strings.TrimSpace(string(data["sasl"])); v {
+	if get("keyPassword") != "" {
+		return a, &AuthError{"keyPassword", "no keyPassword: an encrypted private key is not supported; give the key unencrypted (from a Secret)"}
+	}
+	if a.TLS {
+		// Refuse unusable PEM now, not at every connection.
+		if _, err := tlsConfig(a); err != nil {
+			return a, err
+		}
+	}
+	a.User, a.Password = get("username"), string(raw("password"))
+	switch v := get("sasl"); v {
 	case "", "none":
-	case "plaintext", "scram_sha256", "scram_sha512":
+	case SASLPlain, SASLSCRAM256, SASLSCRAM512:
 		a.SASL = v
-		a.User, a.Password = string(data["username"]), string(data["password"])
 		if a.User == "" || a.Password == "" {
-			return a, fmt.Errorf("secret key sasl %q: username and password are required", v)
+			return a, &AuthError{"password", "username and password with sasl " + v}
+		}
+	case SASLOAuthBearer:
+		a.SASL = v
+		if err := parseOAuth(&a, get, raw); err != nil {
+			return a, err
+		}
+	case "gssapi":
+		return a, &AuthError{"sasl", "plaintext, scram_sha256, scram_sha512, oauthbearer or none: Kerberos (gssapi) is not supported"}
+	default:
+		return a, &AuthError{"sasl", "plaintext, scram_sha256, scram_sha512, oauthbearer or none"}
+	}
+	if v := get("version"); v != "" {
+		if kversion.FromString(v) == nil {
+			return a, &AuthError{"version", "a Kafka release such as 2.8.0"}
+		}
+		a.MaxVersion = v
+	}
+	return a, nil
+}
+
+func parseOAuth(a *Auth, get func(string) string, raw func(string) []byte) error {
+	switch a.TokenProvider = get("saslTokenProvider"); a.TokenProvider {
+	case "":
+		a.TokenProvider = TokenBearer
+		fallthrough
+	case TokenBearer:
+		a.TokenURL = get("oauthTokenEndpointUri")
+		u, err := url.Parse(a.TokenURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return &AuthError{"oauthTokenEndpointUri", "the OAuth token endpoint, an https URL"}
+		}
+		if a.User == "" || a.Password == "" {
+			return &AuthError{"password", "the OAuth client's id (username) and secret (password) with sasl oauthbearer"}
+		}
+		for sc := range strings.SplitSeq(get("scopes"), ",") {
+			if sc = strings.TrimSpace(sc); sc != "" {
+				a.Scopes = append(a.Scopes, sc)
+			}
+		}
+		for kv := range strings.SplitSeq(get("oauthExtensions"), ",") {
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return &AuthError{"oauthExtensions", "key=value pairs separated by commas"}
+			}
+			if a.Extensions == nil {
+				a.Extensions = map[string]string{}
+			}
+			a.Extensions[k] = v
+		}
+	case TokenAWSMSKIAM:
+		a.AWSRegion, a.AWSKeyID, a.AWSSecretKey, a.AWSToken = get("awsRegion"), get("awsAccessKeyID"), string(raw("awsSecretAccessKey")), string(raw("awsSessionToken"))
+		if a.AWSRegion == "" {
+			return &AuthError{"awsRegion", "the brokers' AWS region with saslTokenProvider aws_msk_iam"}
+		}
+		if a.AWSKeyID == "" || a.AWSSecretKey == "" {
+			return &AuthError{"awsSecretAccessKey", "awsAccessKeyID and awsSecretAccessKey with saslTokenProvider aws_msk_iam"}
 		}
 	default:
-		return a, fmt.Errorf("secret key sasl %q: want none, plaintext, scram_sha256 or scram_sha512", v)
+		return &AuthError{"saslTokenProvider", "bearer or aws_msk_iam"}
+	}
+	return nil
+}
+
+// AuthFromSecret reads KEDA's Kafka auth keys from a Secret's data
+// (ParseAuth). An unusable value names the key.
+func AuthFromSecret(data map[string][]byte) (Auth, error) {
+	a, err := ParseAuth(func(k string) string { return string(data[k]) })
+	if err != nil {
+		return a, fmt.Errorf("secret %w", err)
 	}
 	return a, nil
 }
@@ -88,7 +222,8 @@ func (c Cluster) key() string {
 	b := slices.Clone(c.Brokers)
 	slices.Sort(b)
 	h := sha256.New()
-	fmt.Fprintf(h, "%q|%v|%q|%q|%q|%q|%q|%q|%q|%v", b, c.Auth.TLS, c.Auth.CA, c.Auth.Cert, c.Auth.Key, c.Auth.ServerName, c.Auth.SASL, c.Auth.User, c.Auth.Password, c.Allow != nil)
+	// %#v writes every field of Auth, a map's keys sorted.
+	fmt.Fprintf(h, "%q|%#v|%v", b, c.Auth, c.Allow != nil)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -100,20 +235,9 @@ func (c Cluster) options() ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
 	var tlsCfg *tls.Config
 	if c.Auth.TLS {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Auth.ServerName}
-		if len(c.Auth.CA) > 0 {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(c.Auth.CA) {
-				return nil, fmt.Errorf("tls ca: no PEM certificate")
-			}
-			cfg.RootCAs = pool
-		}
-		if len(c.Auth.Cert) > 0 {
-			cert, err := tls.X509KeyPair(c.Auth.Cert, c.Auth.Key)
-			if err != nil {
-				return nil, fmt.Errorf("tls cert/key: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
+		cfg, err := tlsConfig(c.Auth)
+		if err != nil {
+			return nil, err
 		}
 		tlsCfg = cfg
 	}
@@ -125,19 +249,58 @@ func (c Cluster) options() ([]kgo.Opt, error) {
 	case tlsCfg != nil:
 		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
 	}
-	var m sasl.Mechanism
-	switch c.Auth.SASL {
-	case "plaintext":
-		m = plain.Auth{User: c.Auth.User, Pass: c.Auth.Password}.AsMechanism()
-	case "scram_sha256":
-		m = scram.Auth{User: c.Auth.User, Pass: c.Auth.Password}.AsSha256Mechanism()
-	case "scram_sha512":
-		m = scram.Auth{User: c.Auth.User, Pass: c.Auth.Password}.AsSha512Mechanism()
-	}
-	if m != nil {
+	if m := c.mechanism(); m != nil {
 		opts = append(opts, kgo.SASL(m))
 	}
+	if c.Auth.MaxVersion != "" {
+		v := kversion.FromString(c.Auth.MaxVersion)
+		if v == nil {
+			return nil, &AuthError{"version", "a Kafka release such as 2.8.0"}
+		}
+		opts = append(opts, kgo.MaxVersions(v))
+	}
 	return opts, nil
+}
+
+// tlsConfig is a's TLS configuration: its CA (else the system's roots) and
+// client certificate.
+func tlsConfig(a Auth) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.ServerName}
+	if len(a.CA) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(a.CA) {
+			return nil, &AuthError{"ca", "PEM certificates"}
+		}
+		cfg.RootCAs = pool
+	}
+	if len(a.Cert) > 0 {
+		cert, err := tls.X509KeyPair(a.Cert, a.Key)
+		if err != nil {
+			// The error of a key that does not parse says nothing of it.
+			return nil, &AuthError{"cert", "a PEM certificate and the unencrypted PEM key (key) that goes with it"}
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// mechanism is the cluster's SASL mechanism, nil for none.
+func (c Cluster) mechanism() sasl.Mechanism {
+	a := c.Auth
+	switch a.SASL {
+	case SASLPlain:
+		return plain.Auth{User: a.User, Pass: a.Password}.AsMechanism()
+	case SASLSCRAM256:
+		return scram.Auth{User: a.User, Pass: a.Password}.AsSha256Mechanism()
+	case SASLSCRAM512:
+		return scram.Auth{User: a.User, Pass: a.Password}.AsSha512Mechanism()
+	case SASLOAuthBearer:
+		if a.TokenProvider == TokenAWSMSKIAM {
+			return aws.Auth{AccessKey: a.AWSKeyID, SecretKey: a.AWSSecretKey, SessionToken: a.AWSToken}.AsManagedStreamingIAMMechanism()
+		}
+		return oauthMechanism(a, c.Allow)
+	}
+	return nil
 }
 
 // allowDialer dials only the addresses allow accepts, over TLS when cfg is

@@ -19,7 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// selfSigned returns a certificate for 127.0.0.1 and its PEM.
+// selfSigned returns a certificate for 127.0.0.1, for a server or a client,
+// and its PEM.
 func selfSigned(t *testing.T) (tls.Certificate, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -30,7 +31,7 @@ func selfSigned(t *testing.T) (tls.Certificate, []byte) {
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -46,6 +47,17 @@ func selfSigned(t *testing.T) (tls.Certificate, []byte) {
 		t.Fatal(err)
 	}
 	return cert, certPEM
+}
+
+// pemPair is cert and its key in PEM.
+func pemPair(t *testing.T, cert tls.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
 
 func TestFetchTLS(t *testing.T) {
