@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -114,8 +115,10 @@ type Triggers struct {
 // trigger is one inline target.
 type trigger struct {
 	ref *commonv1.TargetRef
-	// seen is the last KEDA call naming it. Guarded by Triggers.mu.
+	// seen is the last KEDA call naming it; auth how its brokers are
+	// reached, as that call gave it. Guarded by Triggers.mu.
 	seen time.Time
+	auth lag.Auth
 
 	// mu serialises the target's polls, so KEDA's state moves one poll at
 	// a time; it guards scaler, last and polled.
@@ -189,6 +192,12 @@ func (t *Triggers) ensure(namespace, name string, k *Kafka) (*trigger, error) {
 	defer t.mu.Unlock()
 	if tr, ok := t.targets[key]; ok {
 		tr.seen = now
+		if !reflect.DeepEqual(tr.auth, k.Auth) {
+			// A rotated credential (a new Secret behind ...FromEnv):
+			// the same measurement, through a client with the new one.
+			tr.auth = k.Auth
+			t.reader.Set(t.lagTarget(tr.ref, k))
+		}
 		return tr, nil
 	}
 	if len(t.targets) >= t.cfg.MaxTargets {
@@ -214,19 +223,25 @@ func (t *Triggers) ensure(namespace, name string, k *Kafka) (*trigger, error) {
 		t.refused.Inc()
 		return nil, fmt.Errorf("%w: this collector holds --max-targets targets", ErrTooManyTargets)
 	}
-	t.reader.Set(lag.Target{
+	tr.auth = k.Auth
+	t.reader.Set(t.lagTarget(ref, k))
+	t.targets[key] = tr
+	t.log.Info("KEDA inline Kafka target created", logkey.Target(key), zap.String("mode", string(k.Mode)), zap.String("topic", k.Topic), zap.String("group", k.Group))
+	return tr, nil
+}
+
+// lagTarget is what the lag reader measures for trigger k.
+func (t *Triggers) lagTarget(ref *commonv1.TargetRef, k *Kafka) lag.Target {
+	return lag.Target{
 		Ref:      ref,
-		Cluster:  lag.Cluster{Brokers: k.Brokers, Allow: t.cfg.allowBroker},
+		Cluster:  lag.Cluster{Brokers: k.Brokers, Auth: k.Auth, Allow: t.cfg.allowBroker},
 		Topic:    k.Topic,
 		Group:    k.Group,
 		Interval: k.Config.TickInterval,
 		// keda mode reads at KEDA's polls only; the riff modes at their
 		// own interval, for the decider that answers them.
 		OnDemand: k.KEDAMode(),
-	})
-	t.targets[key] = tr
-	t.log.Info("KEDA inline Kafka target created", logkey.Target(key), zap.String("mode", string(k.Mode)), zap.String("topic", k.Topic), zap.String("group", k.Group))
-	return tr, nil
+	}
 }
 
 // pollLocked makes one poll: it reads the offsets now (the reader records

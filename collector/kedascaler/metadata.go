@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tidalscale/tidal/collector/lag"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
@@ -60,11 +61,12 @@ var kafkaKeys = []string{
 	"limitToPartitionsWithLag", "partitionLimitation", "ensureEvenDistributionOfPartitions",
 }
 
-// kafkaAuthKeys are KEDA's kafka trigger keys for a secured cluster. KEDA
-// forwards no TriggerAuthentication secret to an external scaler, so inline
-// Kafka reaches plaintext brokers only, and says so rather than connect
-// without the credentials the trigger asked for.
-var kafkaAuthKeys = []string{"sasl", "tls", "username", "password", "ca", "cert", "key", "keyPassword", "saslTokenProvider", "oauthTokenEndpointUri", "awsRegion"}
+// maxPEMBytes bounds a PEM value (ca, cert, key): a CA bundle or a chain
+// is longer than any other value.
+const maxPEMBytes = 64 << 10
+
+// pemKeys are the auth keys whose values are PEM.
+var pemKeys = []string{"ca", "cert", "key"}
 
 // fromEnv is the suffix KEDA keeps on a key whose value it read from the
 // scale target's environment (lagThresholdFromEnv).
@@ -129,7 +131,11 @@ type Kafka struct {
 	Brokers []string
 	Topic   string // empty: the one topic the group has committed offsets for
 	Group   string
-	Config  lagconfig.Config
+	// Auth is how the brokers are reached: TLS, SASL and the protocol
+	// version, from KEDA's kafka keys (the secrets through ...FromEnv).
+	// It is not part of Hash: a changed credential reaches the same target.
+	Auth   lag.Auth
+	Config lagconfig.Config
 	// Mode and Params are the lag mode and parameters as the trigger gave
 	// them (KEDA's keys by their names, lag.tidal.dev/NAME as NAME): what
 	// the decider's spec carries.
@@ -261,27 +267,53 @@ func normalize(md map[string]string) (map[string]string, error) {
 			}
 			name = base
 		}
-		if slices.Contains(kafkaAuthKeys, name) {
-			return nil, commonv1.Invalid(field(name), "(not shown)", "no Kafka authentication: KEDA forwards no TriggerAuthentication secret to an external scaler, so inline Kafka reads plaintext brokers only; measure a secured cluster through a Function or a PodAutoscaler lag source (its Secret) and follow it")
+		secret := slices.Contains(lag.SecretAuthKeys, name)
+		if secret && name == k {
+			// KEDA forwards a KEY+FromEnv key with the value it read from
+			// the scale target's environment (a Secret's, through the pod
+			// spec); a secret written in the ScaledObject is readable by
+			// all who can read that.
+			return nil, commonv1.Invalid(field(k), "(not shown)", "the secret from the workload's environment: "+k+fromEnv+
+				" naming an environment variable of the scale target (set from a Secret), never the secret itself")
 		}
 		if !known(name) {
 			return nil, commonv1.Invalid("scalerMetadata", commonv1.Printable(k),
 				fmt.Sprintf("a key tidal reads: %s, %s, %s; or KEDA's kafka trigger keys (%s, ...) with %s* options",
 					KeyPodAutoscaler, KeyFunction, KeyNamespace, KeyBootstrapServers, lagconfig.AnnotationPrefix))
 		}
-		if len(v) > MaxValueBytes {
-			return nil, commonv1.Invalid(field(k), v, fmt.Sprintf("at most %d bytes", MaxValueBytes))
+		shown := v
+		if slices.Contains(lag.AuthKeys, name) {
+			shown = "(not shown)" // the auth keys' values are never quoted
 		}
-		if !commonv1.IsText(v) {
-			return nil, commonv1.Invalid(field(k), commonv1.Printable(v), "text without control characters")
+		limit := MaxValueBytes
+		if slices.Contains(pemKeys, name) {
+			limit = maxPEMBytes
 		}
-		out[name] = strings.TrimSpace(v)
+		if len(v) > limit {
+			return nil, commonv1.Invalid(field(k), shown, fmt.Sprintf("at most %d bytes", limit))
+		}
+		if slices.Contains(pemKeys, name) {
+			// PEM is lines of text.
+			if !commonv1.IsText(strings.NewReplacer("\n", "", "\r", "").Replace(v)) {
+				return nil, commonv1.Invalid(field(k), shown, "PEM text")
+			}
+		} else if !commonv1.IsText(v) {
+			if shown == v {
+				shown = commonv1.Printable(v)
+			}
+			return nil, commonv1.Invalid(field(k), shown, "text without control characters")
+		}
+		if secret || slices.Contains(pemKeys, name) {
+			out[name] = v // as the Secret holds it
+		} else {
+			out[name] = strings.TrimSpace(v)
+		}
 	}
 	return out, nil
 }
 
 func known(k string) bool {
-	if slices.Contains(followKeys, k) || slices.Contains(kafkaKeys, k) {
+	if slices.Contains(followKeys, k) || slices.Contains(kafkaKeys, k) || slices.Contains(lag.AuthKeys, k) {
 		return true
 	}
 	name, ok := strings.CutPrefix(k, lagconfig.AnnotationPrefix)
@@ -361,6 +393,11 @@ func parseKafka(vals map[string]string) (Kafka, error) {
 	if k.Topic != "" && !isTopic(k.Topic) {
 		return k, commonv1.Invalid(field("topic"), k.Topic, fmt.Sprintf("a Kafka topic name: 1 to %d of a-z, A-Z, 0-9, '.', '_' and '-'", maxTopicBytes))
 	}
+	auth, err := parseKafkaAuth(vals, k.Brokers)
+	if err != nil {
+		return k, err
+	}
+	k.Auth = auth
 
 	// The rest are lagconfig parameters, under KEDA's names or as
 	// lag.tidal.dev/NAME; KEDA's semantics unless lag.tidal.dev/mode says
@@ -373,7 +410,7 @@ func parseKafka(vals map[string]string) (Kafka, error) {
 		case tidal && name == "mode":
 			mode = v
 			continue
-		case !tidal && (key == KeyBootstrapServers || key == "consumerGroup"):
+		case !tidal && (key == KeyBootstrapServers || key == "consumerGroup" || slices.Contains(lag.AuthKeys, key)):
 			continue
 		case tidal && slices.Contains(kafkaKeys, name):
 			if _, both := vals[name]; both {

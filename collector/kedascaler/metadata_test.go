@@ -2,11 +2,13 @@ package kedascaler
 
 import (
 	"errors"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/tidalscale/tidal/collector/lag"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
@@ -95,6 +97,22 @@ func TestParseKafka(t *testing.T) {
 				t.Errorf("lagThreshold %d, want 30", k.Config.LagThreshold)
 			}
 		}},
+		{"SASL with its secrets from the environment", base("sasl", "scram_sha512", "usernameFromEnv", "billing", "passwordFromEnv", " pw ", "tls", "enable", "version", "2.8.0"),
+			func(t *testing.T, k Kafka) {
+				want := lag.Auth{TLS: true, SASL: lag.SASLSCRAM512, User: "billing", Password: " pw ", MaxVersion: "2.8.0"}
+				if !reflect.DeepEqual(k.Auth, want) {
+					t.Errorf("auth %+v, want %+v (the secret as the environment holds it)", k.Auth, want)
+				}
+				if _, ok := k.Params["sasl"]; ok || len(k.Params) != 0 {
+					t.Errorf("params %v: the auth keys are not lag parameters", k.Params)
+				}
+			}},
+		{"AWS MSK IAM in the brokers' region", base("bootstrapServers", "b-1.shop.kafka.eu-west-1.amazonaws.com:9098", "sasl", "oauthbearer",
+			"saslTokenProvider", "aws_msk_iam", "awsRegion", "eu-west-1", "awsAccessKeyIDFromEnv", "AKID", "awsSecretAccessKeyFromEnv", "s"), func(t *testing.T, k Kafka) {
+			if k.Auth.TokenProvider != lag.TokenAWSMSKIAM || k.Auth.AWSRegion != "eu-west-1" || k.Auth.AWSKeyID != "AKID" || k.Auth.AWSSecretKey != "s" {
+				t.Errorf("auth %+v", k.Auth)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,8 +178,17 @@ func TestParseRefuses(t *testing.T) {
 		{"an unknown tidal option", "shop", kafka("lag.tidal.dev/lagThreshhold", "6"), []string{"lagThreshhold"}},
 		{"an unknown mode", "shop", kafka("lag.tidal.dev/mode", "fast"), []string{"mode", `"fast"`}},
 		{"a long bad value", "shop", kafka("lagThreshold", long), []string{"lagThreshold", "bytes"}},
-		{"Kafka SASL", "shop", kafka("sasl", "scram_sha512"), []string{"scalerMetadata.sasl", "plaintext brokers only"}},
-		{"a Kafka password is not quoted", "shop", kafka("password", "hunter2"), []string{"scalerMetadata.password", "not shown"}},
+		{"SASL without its secret", "shop", kafka("sasl", "scram_sha512", "username", "u"), []string{"scalerMetadata.password", "passwordFromEnv"}},
+		{"a Kafka password written in the ScaledObject", "shop", kafka("sasl", "plaintext", "username", "u", "password", "hunter2"), []string{"scalerMetadata.password", "not shown", "passwordFromEnv"}},
+		{"an unknown SASL mechanism", "shop", kafka("sasl", "hunter2"), []string{"scalerMetadata.sasl", "not shown", "scram_sha512"}},
+		{"Kerberos", "shop", kafka("sasl", "gssapi"), []string{"scalerMetadata.sasl", "gssapi"}},
+		{"a CA that is no PEM", "shop", kafka("tls", "enable", "caFromEnv", "hunter2"), []string{"scalerMetadata.ca", "PEM"}},
+		{"a key without its certificate", "shop", kafka("tls", "enable", "keyFromEnv", "hunter2"), []string{"scalerMetadata.cert", "not shown"}},
+		{"a long password", "shop", kafka("sasl", "plaintext", "username", "u", "passwordFromEnv", "hunter2"+long), []string{"scalerMetadata.passwordFromEnv", "not shown", "4096 bytes"}},
+		{"a bad version", "shop", kafka("version", "newest"), []string{"scalerMetadata.version"}},
+		{"AWS MSK IAM for a region not in the brokers' names", "shop", kafka("bootstrapServers", "b-1.shop.kafka.eu-west-1.amazonaws.com:9098",
+			"sasl", "oauthbearer", "saslTokenProvider", "aws_msk_iam", "awsRegion", "us-east-1", "awsAccessKeyID", "AKID", "awsSecretAccessKeyFromEnv", "hunter2"),
+			[]string{"scalerMetadata.awsRegion", "us-east-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

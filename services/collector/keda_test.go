@@ -37,34 +37,46 @@ func startDeciderProcess(t *testing.T) *system.Proc {
 // too.
 func startDeciderAndActuator(t *testing.T) (dec, act *system.Proc) {
 	t.Helper()
-	bin, logs := t.TempDir(), t.TempDir()
-	for _, svc := range []string{"decider", "actuator"} {
+	bin, logs := buildServices(t, "decider", "actuator"), t.TempDir()
+	act = startService(t, bin, logs, "actuator", "--scaler", "memory")
+	return startService(t, bin, logs, "decider", "--actuator-addr", act.GRPCAddr), act
+}
+
+// buildServices builds the services' binaries into a directory of the
+// test's and returns it.
+func buildServices(t *testing.T, svcs ...string) string {
+	t.Helper()
+	bin := t.TempDir()
+	for _, svc := range svcs {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "tidal-"+svc), "./services/"+svc)
 		cmd.Dir = filepath.Join("..", "..")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", svc, err, out)
 		}
 	}
-	start := func(svc string, args ...string) *system.Proc {
-		p, err := system.NewProc(svc, bin, svc, logs, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(context.Background(), 30*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := p.Stop(10 * time.Second); err != nil {
-				t.Error(err)
-			}
-			if t.Failed() {
-				t.Logf("--- %s log ---\n%s", svc, p.LogTail(40))
-			}
-		})
-		return p
+	return bin
+}
+
+// startService runs service svc from bin as a process, its log in logs,
+// until t ends.
+func startService(t *testing.T, bin, logs, svc string, args ...string) *system.Proc {
+	t.Helper()
+	p, err := system.NewProc(svc, bin, svc, logs, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	act = start("actuator", "--scaler", "memory")
-	return start("decider", "--actuator-addr", act.GRPCAddr), act
+	if err := p.Start(context.Background(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("--- %s log ---\n%s", svc, p.LogTail(40))
+		}
+	})
+	return p
 }
 
 func dialPlain(t *testing.T, addr string) *grpc.ClientConn {
