@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidalscale/tidal/strategy/lag"
 )
@@ -22,6 +24,11 @@ type Broker struct {
 	group  string
 	parts  int32
 	closed bool
+
+	// fetches counts OffsetFetch requests by group: each poll of a lag
+	// reader (tidal's collector, KEDA's kafka scaler) makes one.
+	mu      sync.Mutex
+	fetches map[string]int64
 }
 
 // NewBroker starts a broker with v's topic (Topic when v names none) of
@@ -31,12 +38,51 @@ func NewBroker(v *Vector, group string) (*Broker, error) {
 	if topic == "" {
 		topic = Topic
 	}
-	parts := v.Partitions()
+	return NewTopicBroker(topic, v.Partitions(), group)
+}
+
+// NewTopicBroker starts a broker with topic of parts partitions, for
+// group. Close stops it.
+func NewTopicBroker(topic string, parts int32, group string) (*Broker, error) {
 	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic))
 	if err != nil {
 		return nil, fmt.Errorf("kfake: %w", err)
 	}
-	return &Broker{kf: kf, topic: topic, group: group, parts: parts}, nil
+	b := &Broker{kf: kf, topic: topic, group: group, parts: parts, fetches: map[string]int64{}}
+	kf.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r, ok := req.(*kmsg.OffsetFetchRequest)
+		if !ok {
+			return nil, nil, false
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if r.Group != "" {
+			b.fetches[r.Group]++
+		}
+		for _, g := range r.Groups {
+			b.fetches[g.Group]++
+		}
+		return nil, nil, false // observed, not handled: the broker answers
+	})
+	return b, nil
+}
+
+// Fetches is how many OffsetFetch requests named group so far: one per
+// poll of a lag reader.
+func (b *Broker) Fetches(group string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fetches[group]
+}
+
+// Topic is the broker's topic.
+func (b *Broker) Topic() string { return b.topic }
+
+// SetGroup makes group's commits those of parts, as Set does for the
+// broker's own group, without changing the log: parts' ends must be the
+// broker's.
+func (b *Broker) SetGroup(ctx context.Context, group string, parts []lag.Partition) error {
+	return b.set(ctx, group, parts)
 }
 
 // Addrs are the broker's listen addresses (bootstrapServers).
@@ -71,6 +117,10 @@ func (b *Broker) client() (*admin, error) {
 // then reads them back as a lag reader will. A log never shrinks, so an end
 // below the broker's is a recreated topic.
 func (b *Broker) Set(ctx context.Context, parts []lag.Partition) error {
+	return b.set(ctx, b.group, parts)
+}
+
+func (b *Broker) set(ctx context.Context, group string, parts []lag.Partition) error {
 	adm, err := b.client()
 	if err != nil {
 		return err
@@ -115,7 +165,7 @@ func (b *Broker) Set(ctx context.Context, parts []lag.Partition) error {
 		}
 	}
 	if len(commits) > 0 {
-		resp, err := adm.CommitOffsets(ctx, b.group, commits)
+		resp, err := adm.CommitOffsets(ctx, group, commits)
 		if err == nil {
 			err = resp.Error()
 		}
@@ -126,7 +176,7 @@ func (b *Broker) Set(ctx context.Context, parts []lag.Partition) error {
 	if len(uncommitted) > 0 {
 		ts := kadm.TopicsSet{}
 		ts.Add(b.topic, uncommitted...)
-		if _, err := adm.DeleteOffsets(ctx, b.group, ts); err != nil && !errors.Is(err, kadm.ErrEmpty) && !errors.Is(err, kerr.GroupIDNotFound) {
+		if _, err := adm.DeleteOffsets(ctx, group, ts); err != nil && !errors.Is(err, kadm.ErrEmpty) && !errors.Is(err, kerr.GroupIDNotFound) {
 			return fmt.Errorf("delete the commits of partitions %v: %w", uncommitted, err)
 		}
 	}
@@ -134,7 +184,7 @@ func (b *Broker) Set(ctx context.Context, parts []lag.Partition) error {
 	if ends, err = b.ends(ctx, adm); err != nil {
 		return err
 	}
-	fetched, err := adm.FetchOffsets(ctx, b.group)
+	fetched, err := adm.FetchOffsets(ctx, group)
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		fetched, err = kadm.OffsetResponses{}, nil // no commit at all
 	}
