@@ -233,11 +233,14 @@ func (t *Triggers) ensure(namespace, name string, k *Kafka) (*trigger, error) {
 // lagTarget is what the lag reader measures for trigger k.
 func (t *Triggers) lagTarget(ref *commonv1.TargetRef, k *Kafka) lag.Target {
 	return lag.Target{
-		Ref:      ref,
-		Cluster:  lag.Cluster{Brokers: k.Brokers, Auth: k.Auth, Allow: t.cfg.allowBroker},
-		Topic:    k.Topic,
-		Group:    k.Group,
-		Interval: k.Config.TickInterval,
+		Ref:     ref,
+		Cluster: lag.Cluster{Brokers: k.Brokers, Auth: k.Auth, Allow: t.cfg.allowBroker},
+		Topic:   k.Topic,
+		Group:   k.Group,
+		// Without a topic, keda mode sums every topic the group commits
+		// on, as KEDA does; the riff modes read one input topic.
+		AllTopics: k.Topic == "" && k.KEDAMode(),
+		Interval:  k.Config.TickInterval,
 		// keda mode reads at KEDA's polls only; the riff modes at their
 		// own interval, for the decider that answers them.
 		OnDemand: k.KEDAMode(),

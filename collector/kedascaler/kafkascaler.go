@@ -36,7 +36,7 @@ func (k *kafkaScaler) Poll(s *commonv1.MetricSample, at time.Time) (float64, boo
 	k.in.Partitions = k.in.Partitions[:0]
 	for _, p := range s.GetPartitionLags() {
 		k.in.Partitions = append(k.in.Partitions, lagstrategy.Partition{
-			ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil,
+			Topic: p.GetTopic(), ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil,
 		})
 	}
 	k.in.PartitionCount = s.GetPartitionCount()

@@ -38,8 +38,6 @@ const (
 	MaxBrokers = 64
 	// maxGroupBytes bounds consumerGroup (Kafka sets no limit of its own).
 	maxGroupBytes = 255
-	// maxTopicBytes is Kafka's own limit on a topic name.
-	maxTopicBytes = 249
 	// MaxMetricName bounds the metric names GetMetricSpec returns; KEDA
 	// prefixes them with "s<trigger index>-".
 	MaxMetricName = 128
@@ -390,8 +388,8 @@ func parseKafka(vals map[string]string) (Kafka, error) {
 		return k, commonv1.Invalid(field("consumerGroup"), k.Group, fmt.Sprintf("the consumer group to measure, 1 to %d bytes", maxGroupBytes))
 	}
 	k.Topic = vals["topic"]
-	if k.Topic != "" && !isTopic(k.Topic) {
-		return k, commonv1.Invalid(field("topic"), k.Topic, fmt.Sprintf("a Kafka topic name: 1 to %d of a-z, A-Z, 0-9, '.', '_' and '-'", maxTopicBytes))
+	if k.Topic != "" && !commonv1.IsTopic(k.Topic) {
+		return k, commonv1.Invalid(field("topic"), k.Topic, fmt.Sprintf("a Kafka topic name: 1 to %d of a-z, A-Z, 0-9, '.', '_' and '-'", commonv1.MaxTopicBytes))
 	}
 	auth, err := parseKafkaAuth(vals, k.Brokers)
 	if err != nil {
@@ -425,6 +423,19 @@ func parseKafka(vals map[string]string) (Kafka, error) {
 		// prefix of its value.
 		return k, fmt.Errorf("scalerMetadata: %w", err)
 	}
+	if k.Topic == "" && cfg.Mode == lagconfig.ModeKEDA {
+		// KEDA refuses these without a topic (and ignores
+		// partitionLimitation): each names the partitions of one topic.
+		for _, o := range []struct {
+			key string
+			set bool
+		}{{"limitToPartitionsWithLag", cfg.LimitToPartitionsWithLag}, {"ensureEvenDistributionOfPartitions", cfg.EnsureEvenDistributionOfPartitions},
+			{"partitionLimitation", len(cfg.PartitionLimitation) > 0}} {
+			if o.set {
+				return k, commonv1.Invalid(field(o.key), vals[o.key], "a topic beside it: without one the group's every topic is summed, and "+o.key+" names the partitions of one")
+			}
+		}
+	}
 	k.Config, k.Mode, k.Params = cfg, cfg.Mode, params
 	k.Hash = measurementHash(&k)
 	return k, nil
@@ -454,18 +465,4 @@ func isHostPort(a string) bool {
 	}
 	p, err := strconv.Atoi(port)
 	return err == nil && p >= 1 && p <= 65535
-}
-
-func isTopic(t string) bool {
-	if len(t) > maxTopicBytes || t == "." || t == ".." {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return false
-		}
-	}
-	return true
 }

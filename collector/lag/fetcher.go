@@ -62,9 +62,13 @@ type Target struct {
 	Ref     *commonv1.TargetRef
 	Cluster Cluster
 	// Topic is the input topic; empty means the one topic the group has
-	// committed offsets for.
+	// committed offsets for, or with AllTopics every one of them.
 	Topic string
-	Group string
+	// AllTopics, without Topic, reads every topic the group has committed
+	// offsets for, its partitions named by topic in one sample (KEDA's
+	// kafka scaler without a topic sums them all).
+	AllTopics bool
+	Group     string
 	// Interval is how often the lag is read (the strategy's tick).
 	Interval time.Duration
 	// OnDemand targets are read only when Poll asks (a KEDA trigger in keda
@@ -361,6 +365,7 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []Target) []measur
 	commits := c.adm.FetchManyOffsets(ctx, groups...)
 
 	topicOf := make([]string, len(ts))
+	allOf := make([][]string, len(ts)) // AllTopics targets' topics
 	errOf := make([]error, len(ts))
 	var topics []string
 	for i, t := range ts {
@@ -382,6 +387,12 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []Target) []measur
 			errOf[i] = fmt.Errorf("consumer group %q: %w", t.Group, gr.Err)
 		case t.Topic != "":
 			topicOf[i] = t.Topic
+		case t.AllTopics:
+			allOf[i] = gr.Fetched.Partitions().Topics()
+			if len(allOf[i]) == 0 {
+				errOf[i] = fmt.Errorf("consumer group %q has committed offsets for no topic and no topic is named", t.Group)
+			}
+			topics = append(topics, allOf[i]...)
 		default:
 			committed := gr.Fetched.Partitions().Topics()
 			if len(committed) != 1 {
@@ -411,7 +422,16 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []Target) []measur
 			out[i] = measured{reason: reason, err: err}
 			continue
 		}
-		s, reason, err := sample(ends, endsErr, commits[t.Group].Fetched, topicOf[i], now)
+		var (
+			s      *commonv1.MetricSample
+			reason string
+			err    error
+		)
+		if t.AllTopics && t.Topic == "" {
+			s, reason, err = sampleTopics(ends, endsErr, commits[t.Group].Fetched, allOf[i], now)
+		} else {
+			s, reason, err = sample(ends, endsErr, commits[t.Group].Fetched, topicOf[i], now)
+		}
 		out[i] = measured{sample: s, reason: reason, err: err}
 	}
 	return out
@@ -461,6 +481,31 @@ func sample(ends kadm.ListedOffsets, endsErr error, fetched kadm.OffsetResponses
 		PartitionLags:  lags,
 		PartitionCount: &n,
 	}, "", nil
+}
+
+// sampleTopics is sample for every topic of topics, in one sample whose
+// partitions name their topic.
+func sampleTopics(ends kadm.ListedOffsets, endsErr error, fetched kadm.OffsetResponses, topics []string, now time.Time) (*commonv1.MetricSample, string, error) {
+	var all *commonv1.MetricSample
+	for _, topic := range topics {
+		s, reason, err := sample(ends, endsErr, fetched, topic, now)
+		if err != nil {
+			return nil, reason, err
+		}
+		if all == nil {
+			n := int32(0)
+			all = &commonv1.MetricSample{Time: s.Time, Source: s.Source, PartitionCount: &n}
+		}
+		if len(all.PartitionLags)+len(s.PartitionLags) > commonv1.MaxPartitionLags {
+			return nil, ReasonTopic, fmt.Errorf("topics %v: more than %d partitions in all", topics, commonv1.MaxPartitionLags)
+		}
+		for _, pl := range s.PartitionLags {
+			pl.Topic = topic
+			all.PartitionLags = append(all.PartitionLags, pl)
+		}
+		*all.PartitionCount += s.GetPartitionCount()
+	}
+	return all, "", nil
 }
 
 func isBrokerErr(err error) bool {

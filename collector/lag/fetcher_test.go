@@ -355,3 +355,47 @@ func errCount(t testing.TB, reg *prometheus.Registry, reason string) float64 {
 	}
 	return 0
 }
+
+// TestFetchAllTopics: without a topic, a group's commits on two topics are
+// one sample of every partition of both, each naming its topic, with the
+// partition count of both; without AllTopics that is an error, and so is a
+// group with no commit at all.
+func TestFetchAllTopics(t *testing.T) {
+	c := kfake.MustCluster(kfake.NumBrokers(1))
+	defer c.Close()
+	seed(t, c, "orders", "billing", []int64{5, 3}, []int64{2, 3})
+	seed(t, c, "refunds", "billing", []int64{4}, []int64{1})
+	rec := newRecorder()
+	f, _ := newFetcher(t, rec)
+	all := lagTarget("all", c, "", "billing")
+	all.AllTopics = true
+	f.Set(all)
+	f.Set(lagTarget("one", c, "", "billing"))
+	none := lagTarget("none", c, "", "nobody")
+	none.AllTopics = true
+	f.Set(none)
+	f.FetchNow(context.Background())
+	s, e := rec.last("ns/all")
+	if s == nil || e != "" || s.GetPartitionCount() != 3 || len(s.GetPartitionLags()) != 3 {
+		t.Fatalf("all topics: sample %v, error %q; want 3 partitions of 2 topics", s, e)
+	}
+	var lag int64
+	for _, p := range s.GetPartitionLags() {
+		if p.GetTopic() != "orders" && p.GetTopic() != "refunds" {
+			t.Errorf("partition %v names no topic of the group's", p)
+		}
+		lag += p.GetEndOffset() - p.GetCommittedOffset()
+	}
+	if lag != 3+0+3 {
+		t.Errorf("total lag %d; want 6", lag)
+	}
+	if err := s.ValidateField("sample", time.Now()); err != nil {
+		t.Errorf("sample does not validate: %v", err)
+	}
+	if s, e := rec.last("ns/one"); s != nil || !strings.Contains(e, "2 topics") {
+		t.Errorf("one topic wanted: sample %v, error %q; want an error naming the 2 topics", s, e)
+	}
+	if s, e := rec.last("ns/none"); s != nil || e == "" {
+		t.Errorf("a group with no commit: sample %v, error %q; want an error", s, e)
+	}
+}

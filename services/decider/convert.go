@@ -56,7 +56,7 @@ func sampleOf(m *commonv1.MetricSample) engine.Sample {
 	}
 	for _, p := range m.GetPartitionLags() {
 		s.Partitions = append(s.Partitions, lag.Partition{
-			ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil,
+			Topic: p.GetTopic(), ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil,
 		})
 	}
 	return s
@@ -173,7 +173,7 @@ func explainOf(d engine.Decision) *deciderv1.ExplainResponse {
 		}
 		for _, p := range l.Partitions {
 			ps := &deciderv1.PartitionState{
-				Partition: p.ID, EndOffset: p.End, Lag: p.Lag, LagWithPersistent: p.LagWithPersistent, Rule: p.Rule.String(),
+				Partition: p.ID, EndOffset: p.End, Lag: p.Lag, LagWithPersistent: p.LagWithPersistent, Rule: p.Rule.String(), Topic: p.Topic,
 			}
 			if p.HasCommitted {
 				c := p.Committed

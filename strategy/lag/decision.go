@@ -69,6 +69,8 @@ func (r LagRule) String() string {
 
 // PartitionLag is one partition's contribution to a Decision.
 type PartitionLag struct {
+	// Topic is the partition's, when the input has several; else empty.
+	Topic        string
 	ID           int32
 	End          int64
 	Committed    int64

@@ -3,11 +3,17 @@ package lag
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Partition is one partition of the input topic as the collector sampled it.
 type Partition struct {
-	// ID is the partition id, in [0, PartitionCount).
+	// Topic is the partition's topic when the target reads several (a KEDA
+	// trigger without a topic, whose group commits on several: keda mode
+	// sums them, as KEDA does); empty for the one input topic. Either every
+	// partition of an Input has one or none has.
+	Topic string
+	// ID is the partition id, in [0, PartitionCount) for one topic.
 	ID int32
 	// End is the log-end offset (high-water mark): the offset the next
 	// message written will get.
@@ -23,8 +29,9 @@ type Input struct {
 	// Partitions holds one entry per partition, in any order. Set.Observe
 	// copies it, so the caller may reuse the slice.
 	Partitions []Partition
-	// PartitionCount is the topic's partition count from Kafka metadata;
-	// 0 means not reported, and len(Partitions) stands in for it.
+	// PartitionCount is the topic's partition count from Kafka metadata
+	// (of every topic, when the partitions name theirs); 0 means not
+	// reported, and len(Partitions) stands in for it.
 	PartitionCount int32
 	// FetchFailed says the offsets could not be read this tick. The fixed
 	// modes hold their previous decision ("no data"); faithful riff-queue
@@ -74,8 +81,14 @@ func checkInput(in *Input, seen []uint32, gen uint32) ([]uint32, error) {
 	if in.PartitionCount > 0 && len(in.Partitions) > int(in.PartitionCount) {
 		return seen, badInput("%d partitions reported, want <= partitionCount %d", len(in.Partitions), in.PartitionCount)
 	}
+	if in.Partitions[0].Topic != "" {
+		return seen, checkTopics(in)
+	}
 	for i := range in.Partitions {
 		p := &in.Partitions[i]
+		if p.Topic != "" {
+			return seen, badInput("partition %d of topic %q beside partitions of no topic: want a topic on every partition or on none", p.ID, prefix(p.Topic))
+		}
 		if p.ID < 0 || p.ID >= maxPartitionID || (in.PartitionCount > 0 && p.ID >= in.PartitionCount) {
 			return seen, badInput("partition id = %d, want in [0, %d)", p.ID, limitID(in.PartitionCount))
 		}
@@ -94,6 +107,42 @@ func checkInput(in *Input, seen []uint32, gen uint32) ([]uint32, error) {
 		seen[p.ID] = gen
 	}
 	return seen, nil
+}
+
+// checkTopics checks the partitions of several topics: each names its
+// topic, once per id.
+func checkTopics(in *Input) error {
+	type key struct {
+		topic string
+		id    int32
+	}
+	seen := make(map[key]bool, len(in.Partitions))
+	for i := range in.Partitions {
+		p := &in.Partitions[i]
+		switch {
+		case p.Topic == "":
+			return badInput("partition %d of no topic beside partitions of topics: want a topic on every partition or on none", p.ID)
+		case p.ID < 0 || p.ID >= maxPartitionID:
+			return badInput("topic %q partition id = %d, want in [0, %d)", prefix(p.Topic), p.ID, maxPartitionID)
+		case p.End < 0:
+			return badInput("topic %q partition %d: end offset = %d, want >= 0", prefix(p.Topic), p.ID, p.End)
+		case p.HasCommitted && p.Committed < -1:
+			return badInput("topic %q partition %d: committed offset = %d, want >= 0 or -1 (none)", prefix(p.Topic), p.ID, p.Committed)
+		case seen[key{p.Topic, p.ID}]:
+			return badInput("topic %q partition %d reported twice", prefix(p.Topic), p.ID)
+		}
+		seen[key{p.Topic, p.ID}] = true
+	}
+	return nil
+}
+
+// prefix bounds a topic name quoted in an error.
+func prefix(s string) string {
+	const n = 64
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
 }
 
 func limitID(count int32) int32 {

@@ -15,7 +15,7 @@ func (s *Scaler) kedaLags(d *Decision, in *Input) int64 {
 	for i := range in.Partitions {
 		p := &in.Partitions[i]
 		c, ok := p.committed()
-		pl := PartitionLag{ID: p.ID, End: p.End, Committed: c, HasCommitted: ok, Rule: LagPlain}
+		pl := PartitionLag{Topic: p.Topic, ID: p.ID, End: p.End, Committed: c, HasCommitted: ok, Rule: LagPlain}
 		if len(s.cfg.PartitionLimitation) > 0 && !slices.Contains(s.cfg.PartitionLimitation, p.ID) {
 			pl.Rule = LagNotSelected
 			s.lags = append(s.lags, pl)
@@ -66,14 +66,41 @@ func (s *Scaler) kedaPartitionLag(pl *PartitionLag) {
 	if !s.cfg.ExcludePersistentLag {
 		return
 	}
-	for int(pl.ID) >= len(s.prevCommitted) {
-		s.prevCommitted = append(s.prevCommitted, -1)
+	prevs := &s.prevCommitted
+	if pl.Topic != "" {
+		if s.prevByTopic == nil {
+			s.prevByTopic = map[string][]int64{}
+		}
+		t := s.prevByTopic[pl.Topic]
+		prevs = &t
+		defer func() { s.prevByTopic[pl.Topic] = t }()
 	}
-	if prev := s.prevCommitted[pl.ID]; prev >= 0 && prev == pl.Committed {
+	for int(pl.ID) >= len(*prevs) {
+		*prevs = append(*prevs, -1)
+	}
+	if prev := (*prevs)[pl.ID]; prev >= 0 && prev == pl.Committed {
 		pl.Lag, pl.Rule = 0, LagPersistent
 		return
 	}
-	s.prevCommitted[pl.ID] = pl.Committed
+	(*prevs)[pl.ID] = pl.Committed
+}
+
+// forgetTopics drops the previous commits of topics in is no longer reads,
+// so a group that moves between topics leaves nothing behind (KEDA keeps
+// them, never read again).
+func (s *Scaler) forgetTopics(in *Input) {
+	if len(s.prevByTopic) == 0 {
+		return
+	}
+	present := make(map[string]bool, len(s.prevByTopic))
+	for i := range in.Partitions {
+		present[in.Partitions[i].Topic] = true
+	}
+	for t := range s.prevByTopic {
+		if !present[t] {
+			delete(s.prevByTopic, t)
+		}
+	}
 }
 
 // keda is KEDA's Kafka scaler (metric and activity) followed by what KEDA's
@@ -85,6 +112,7 @@ func (s *Scaler) keda(d *Decision, in *Input, now time.Time) {
 		s.since = now
 	}
 	queried := s.kedaLags(d, in)
+	s.forgetTopics(in)
 	k := &d.KEDA
 	k.ActivationLagThreshold = s.cfg.ActivationLagThreshold
 	k.TotalLagBeforeCap = d.TotalLag

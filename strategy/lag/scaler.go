@@ -42,12 +42,14 @@ type Scaler struct {
 	// KEDA: previousOffsets keyed by partition id (-1: not stored), the last
 	// active tick, the first tick, and the HPA's recommendation window.
 	prevCommitted []int64
-	lastActive    time.Time
-	hasActive     bool
-	since         time.Time
-	recs          []recommendation
-	recHead       int
-	recLen        int
+	// prevByTopic is prevCommitted for an input of several topics.
+	prevByTopic map[string][]int64
+	lastActive  time.Time
+	hasActive   bool
+	since       time.Time
+	recs        []recommendation
+	recHead     int
+	recLen      int
 
 	// Scratch, reused every tick.
 	lags []PartitionLag
@@ -94,6 +96,7 @@ func (s *Scaler) Reconfigure(cfg Config) error {
 		}
 		s.prevEndByID = s.prevEndByID[:0]
 		s.prevCommitted = s.prevCommitted[:0]
+		s.prevByTopic = nil
 	}
 	s.setConfig(cfg)
 	return nil
@@ -153,6 +156,15 @@ func (s *Scaler) Decide(in *Input, now time.Time) Decision {
 		var err error
 		if s.seen, err = checkInput(in, s.seen, s.gen); err != nil {
 			return s.hold(d, StatusBadInput, err)
+		}
+	}
+	if !fetchFailed && in.Partitions[0].Topic != "" {
+		switch {
+		case s.cfg.Mode != ModeKEDA:
+			return s.hold(d, StatusBadInput, badInput("partitions of several topics: %s reads one input topic", s.cfg.Mode))
+		case len(s.cfg.PartitionLimitation) > 0:
+			// KEDA applies partitionLimitation only to the topic it names.
+			return s.hold(d, StatusBadInput, badInput("partitions of several topics with partitionLimitation, which names the partitions of one"))
 		}
 	}
 	switch {

@@ -151,3 +151,22 @@ func IsAPIVersion(v string) bool {
 	}
 	return IsLabel(v)
 }
+
+// MaxTopicBytes is Kafka's own limit on a topic name.
+const MaxTopicBytes = 249
+
+// IsTopic reports whether v is a valid Kafka topic name: 1 to MaxTopicBytes
+// of a-z, A-Z, 0-9, '.', '_' and '-', and neither "." nor "..".
+func IsTopic(v string) bool {
+	if v == "" || len(v) > MaxTopicBytes || v == "." || v == ".." {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

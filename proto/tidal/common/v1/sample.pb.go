@@ -97,8 +97,12 @@ type PartitionLag struct {
 	// Offset the consumer group last committed. Absent when the group never
 	// committed on this partition; the lag strategy then applies its reset policy.
 	CommittedOffset *int64 `protobuf:"varint,3,opt,name=committed_offset,json=committedOffset,proto3,oneof" json:"committed_offset,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The partition's topic when the target reads several (a KEDA trigger
+	// without a topic, on a group that commits on several: KEDA sums them);
+	// empty for a target of one input topic. At most 249 bytes (Kafka's limit).
+	Topic         string `protobuf:"bytes,4,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionLag) Reset() {
@@ -150,6 +154,13 @@ func (x *PartitionLag) GetCommittedOffset() int64 {
 		return *x.CommittedOffset
 	}
 	return 0
+}
+
+func (x *PartitionLag) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
 }
 
 // MetricSample is one second's measurement of one target.
@@ -282,12 +293,13 @@ var File_tidal_common_v1_sample_proto protoreflect.FileDescriptor
 
 const file_tidal_common_v1_sample_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctidal/common/v1/sample.proto\x12\x0ftidal.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n" +
+	"\x1ctidal/common/v1/sample.proto\x12\x0ftidal.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n" +
 	"\fPartitionLag\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1d\n" +
 	"\n" +
 	"end_offset\x18\x02 \x01(\x03R\tendOffset\x12.\n" +
-	"\x10committed_offset\x18\x03 \x01(\x03H\x00R\x0fcommittedOffset\x88\x01\x01B\x13\n" +
+	"\x10committed_offset\x18\x03 \x01(\x03H\x00R\x0fcommittedOffset\x88\x01\x01\x12\x14\n" +
+	"\x05topic\x18\x04 \x01(\tR\x05topicB\x13\n" +
 	"\x11_committed_offset\"\xfa\x03\n" +
 	"\fMetricSample\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x125\n" +

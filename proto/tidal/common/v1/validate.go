@@ -143,16 +143,27 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 	if n := len(s.GetPartitionLags()); n > MaxPartitionLags {
 		return Invalid(field+".partition_lags", fmt.Sprintf("%d entries", n), fmt.Sprintf("at most %d", MaxPartitionLags))
 	}
-	seen := make(map[int32]bool, len(s.GetPartitionLags()))
+	type key struct {
+		topic string
+		id    int32
+	}
+	seen := make(map[key]bool, len(s.GetPartitionLags()))
 	for i, p := range s.GetPartitionLags() {
 		pf := fmt.Sprintf("%s.partition_lags[%d]", field, i)
 		if p.GetPartition() < 0 {
 			return Invalid(pf+".partition", p.GetPartition(), "at least 0")
 		}
-		if seen[p.GetPartition()] {
-			return Invalid(pf+".partition", p.GetPartition(), "each partition at most once")
+		if (p.GetTopic() == "") != (s.GetPartitionLags()[0].GetTopic() == "") {
+			return Invalid(pf+".topic", p.GetTopic(), "set on every partition of a sample or on none")
 		}
-		seen[p.GetPartition()] = true
+		if t := p.GetTopic(); t != "" && !IsTopic(t) {
+			return Invalid(pf+".topic", t, "a Kafka topic name: 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-'")
+		}
+		k := key{p.GetTopic(), p.GetPartition()}
+		if seen[k] {
+			return Invalid(pf+".partition", p.GetPartition(), "each partition of a topic at most once")
+		}
+		seen[k] = true
 		if p.GetEndOffset() < 0 {
 			return Invalid(pf+".end_offset", p.GetEndOffset(), "at least 0")
 		}

@@ -1070,7 +1070,10 @@ type PartitionState struct {
 	LagWithPersistent int64 `protobuf:"varint,5,opt,name=lag_with_persistent,json=lagWithPersistent,proto3" json:"lag_with_persistent,omitempty"`
 	// The rule that gave the lag, e.g. "plain", "no-commit-latest",
 	// "committed-ahead", "persistent", "not-selected".
-	Rule          string `protobuf:"bytes,6,opt,name=rule,proto3" json:"rule,omitempty"`
+	Rule string `protobuf:"bytes,6,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The partition's topic when the target reads several (a KEDA trigger
+	// without a topic); empty for a target of one topic.
+	Topic         string `protobuf:"bytes,7,opt,name=topic,proto3" json:"topic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1143,6 +1146,13 @@ func (x *PartitionState) GetLagWithPersistent() int64 {
 func (x *PartitionState) GetRule() string {
 	if x != nil {
 		return x.Rule
+	}
+	return ""
+}
+
+func (x *PartitionState) GetTopic() string {
+	if x != nil {
+		return x.Topic
 	}
 	return ""
 }
@@ -1533,7 +1543,7 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\x15target_burst_capacity\x18\x12 \x01(\x01R\x13targetBurstCapacity\x12$\n" +
 	"\x0emax_panic_pods\x18\x13 \x01(\x05R\fmaxPanicPods\x12%\n" +
 	"\x0eover_threshold\x18\x14 \x01(\bR\roverThreshold\x12\x18\n" +
-	"\atrigger\x18\x15 \x01(\tR\atrigger\"\xe8\x01\n" +
+	"\atrigger\x18\x15 \x01(\tR\atrigger\"\xfe\x01\n" +
 	"\x0ePartitionState\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1d\n" +
 	"\n" +
@@ -1541,7 +1551,8 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\x10committed_offset\x18\x03 \x01(\x03H\x00R\x0fcommittedOffset\x88\x01\x01\x12\x10\n" +
 	"\x03lag\x18\x04 \x01(\x03R\x03lag\x12.\n" +
 	"\x13lag_with_persistent\x18\x05 \x01(\x03R\x11lagWithPersistent\x12\x12\n" +
-	"\x04rule\x18\x06 \x01(\tR\x04ruleB\x13\n" +
+	"\x04rule\x18\x06 \x01(\tR\x04rule\x12\x14\n" +
+	"\x05topic\x18\a \x01(\tR\x05topicB\x13\n" +
 	"\x11_committed_offset\"\xb0\x05\n" +
 	"\tLagInputs\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12@\n" +
