@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -431,5 +432,51 @@ func TestServiceAccountConfig(t *testing.T) {
 	}
 	if _, err := kubernetes.NewForConfigOrDie(fromFile).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("list pods with the written kubeconfig: %v", err)
+	}
+}
+
+// TestAggregationIdentity: the API server publishes its front proxy's CA
+// and name, which an aggregated API server (KEDA's metrics server) reads
+// to trust the requests the API server proxies to it.
+func TestAggregationIdentity(t *testing.T) {
+	c := cluster.Shared(t)
+	cm, err := c.Client.CoreV1().ConfigMaps("kube-system").Get(context.Background(), "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cm.Data["requestheader-client-ca-file"], "BEGIN CERTIFICATE") ||
+		cm.Data["requestheader-allowed-names"] != `["front-proxy-client"]` || cm.Data["requestheader-username-headers"] != `["X-Remote-User"]` {
+		t.Errorf("extension-apiserver-authentication: %v; want the front proxy's CA, name and headers", cm.Data)
+	}
+}
+
+// TestRunAndAtStop: a process run as a component of a cluster is stopped
+// with it, before its AtStop functions run.
+func TestRunAndAtStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Options{CRDDirs: []string{}, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	p, err := c.Run("sleeper", exec.Command("sleep", "600"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Err(); err != nil {
+		t.Fatalf("just started: %v", err)
+	}
+	var atStop error
+	c.AtStop(func() { atStop = p.Err() })
+	c.Stop()
+	if atStop == nil {
+		t.Error("AtStop ran while the component still ran")
+	}
+	if _, err := c.Run("late", exec.Command("sleep", "600")); err == nil {
+		t.Error("Run on a stopped cluster: want an error")
 	}
 }
