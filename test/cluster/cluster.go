@@ -576,21 +576,34 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// takePodNetSlot takes the first free pod-network slot, holding a file lock
-// on it until release is called or the process dies. The locks live in the
-// machine's temporary directory, not in the binary cache: loopback
-// addresses belong to the machine, and two checkouts or two cache
+// takePodNetSlot takes the first free pod-network slot (TakeSlot). The
+// locks live in the machine's temporary directory, not in the binary cache:
+// loopback addresses belong to the machine, and two checkouts or two cache
 // directories (XDG_CACHE_HOME) testing at once must not share a range.
 func takePodNetSlot(ctx context.Context) (slot int, release func(), err error) {
-	dir := filepath.Join(os.TempDir(), "tidal-podnet-slots")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	slot, release, err = TakeSlot(ctx, "tidal-podnet-slots", podNetSlots)
+	if err != nil {
 		return 0, nil, fmt.Errorf("pod network slot: %w", err)
 	}
+	return slot, release, nil
+}
+
+// TakeSlot takes the first free one of n slots of the set named set (a
+// directory of lock files under the machine's temporary directory), holding
+// a file lock on it until release is called or the process dies, and
+// waiting while every slot is taken: a resource of the machine's that
+// processes side by side must not share (a pod address range, a network
+// link's addresses).
+func TakeSlot(ctx context.Context, set string, n int) (slot int, release func(), err error) {
+	dir := filepath.Join(os.TempDir(), set)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, nil, err
+	}
 	for {
-		for i := range podNetSlots {
+		for i := range n {
 			f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 			if err != nil {
-				return 0, nil, fmt.Errorf("pod network slot: %w", err)
+				return 0, nil, err
 			}
 			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 			if err == nil {
@@ -598,12 +611,12 @@ func takePodNetSlot(ctx context.Context) (slot int, release func(), err error) {
 			}
 			_ = f.Close()
 			if !errors.Is(err, syscall.EWOULDBLOCK) {
-				return 0, nil, fmt.Errorf("pod network slot: %w", err)
+				return 0, nil, err
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("all %d pod network slots are taken by other clusters: %w", podNetSlots, ctx.Err())
+			return 0, nil, fmt.Errorf("all %d slots of %s are taken: %w", n, dir, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}

@@ -19,14 +19,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tidalscale/tidal/test/cluster"
 )
 
 // Namespace is a network namespace with its loopback up, held open by this
@@ -139,9 +138,9 @@ func (n *Namespace) Link(ctx context.Context) (host, inside netip.Addr, err erro
 	if n.slot != nil {
 		return netip.Addr{}, netip.Addr{}, errors.New("the namespace is linked already")
 	}
-	slot, release, err := takeSlot(ctx)
+	slot, release, err := cluster.TakeSlot(ctx, "tidal-netns-slots", slots)
 	if err != nil {
-		return netip.Addr{}, netip.Addr{}, err
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("link slot: %w", err)
 	}
 	n.slot = release
 	host, inside = netip.AddrFrom4([4]byte{198, 19, byte(slot), 1}), netip.AddrFrom4([4]byte{198, 19, byte(slot), 2})
@@ -218,37 +217,6 @@ func (n *Namespace) within(f func() error) error {
 // slots is how many linked namespaces can live side by side: one
 // 198.19.S.0/30 each.
 const slots = 64
-
-// takeSlot takes the first free link slot, holding a file lock on it until
-// release is called or the process dies. The locks live in the machine's
-// temporary directory: addresses and link names belong to the machine.
-func takeSlot(ctx context.Context) (slot int, release func(), err error) {
-	dir := filepath.Join(os.TempDir(), "tidal-netns-slots")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, nil, fmt.Errorf("link slot: %w", err)
-	}
-	for {
-		for i := range slots {
-			f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-			if err != nil {
-				return 0, nil, fmt.Errorf("link slot: %w", err)
-			}
-			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			if err == nil {
-				return i, func() { _ = f.Close() }, nil
-			}
-			_ = f.Close()
-			if !errors.Is(err, unix.EWOULDBLOCK) {
-				return 0, nil, fmt.Errorf("link slot: %w", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("all %d link slots are taken: %w", slots, ctx.Err())
-		case <-time.After(time.Second):
-		}
-	}
-}
 
 // run runs cmd and returns its output in the error when it fails.
 func run(cmd *exec.Cmd) error {
