@@ -1,8 +1,9 @@
 // Package serving builds Knative Serving's own binaries at the version
 // this module requires (knative.dev/serving v0.50.0), once, into a cache
 // outside the checkout, as test/cluster builds the control plane: the
-// controller, which tests run beside tidal, and the autoscaler, which takes
-// the PodAutoscalers back once tidal is uninstalled.
+// controller, which tests run beside tidal, the autoscaler, which takes the
+// PodAutoscalers back once tidal is uninstalled, and the activator, which
+// requests go through.
 package serving
 
 import (
@@ -30,11 +31,15 @@ type Binaries struct {
 	// Autoscaler is cmd/autoscaler: Knative's own KPA, the component
 	// tidal replaces.
 	Autoscaler string
+	// Activator is cmd/activator: Knative's request buffer in front of a
+	// revision at zero or short of capacity, which reports its stats to
+	// the autoscaler (tidal's collector in Knative mode).
+	Activator string
 }
 
 // commands are the Knative Serving main packages built, each into the
 // cache under its last path element.
-var commands = []string{"knative.dev/serving/cmd/controller", "knative.dev/serving/cmd/autoscaler"}
+var commands = []string{"knative.dev/serving/cmd/controller", "knative.dev/serving/cmd/autoscaler", "knative.dev/serving/cmd/activator"}
 
 // CacheDir returns where the binaries of this version live:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/tidal/knative-serving-<version>.
@@ -50,7 +55,7 @@ const cacheName = "knative-serving-" + Version
 func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binaries, error) {
 	dir, err := cluster.PeerBuild{
 		Cache:     cacheName,
-		What:      "Knative Serving " + Version + "'s controller and autoscaler",
+		What:      "Knative Serving " + Version + "'s controller, autoscaler and activator",
 		ModuleDir: filepath.Join(moduleDir, "serving", "module"),
 		Packages:  commands,
 		Flags:     []string{"-trimpath"},
@@ -59,7 +64,8 @@ func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binar
 	if err != nil {
 		return Binaries{}, err
 	}
-	return Binaries{Dir: dir, Controller: cluster.Binary(dir, commands[0]), Autoscaler: cluster.Binary(dir, commands[1])}, nil
+	return Binaries{Dir: dir, Controller: cluster.Binary(dir, commands[0]), Autoscaler: cluster.Binary(dir, commands[1]),
+		Activator: cluster.Binary(dir, commands[2])}, nil
 }
 
 // ModuleDir is test/knative as the go command sees it from the working

@@ -1,4 +1,4 @@
-// Command servingbuild builds Knative Serving's controller and autoscaler (v0.50.0) into
+// Command servingbuild builds Knative Serving's controller, autoscaler and activator (v0.50.0) into
 // the cache tests use, printing where: `cd test/knative && go run
 // ./cmd/servingbuild`.
 package main
@@ -22,6 +22,7 @@ func main() {
 		if bins, err = serving.EnsureBinaries(ctx, dir, os.Stderr); err == nil {
 			fmt.Println(bins.Controller)
 			fmt.Println(bins.Autoscaler)
+			fmt.Println(bins.Activator)
 			return
 		}
 	}

@@ -156,6 +156,7 @@ require (
 )
 
 tool (
+	knative.dev/serving/cmd/activator
 	knative.dev/serving/cmd/autoscaler
 	knative.dev/serving/cmd/controller
 )
