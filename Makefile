@@ -165,7 +165,7 @@ keda:
 knative:
 	@echo "== knative: the Kubernetes control plane (built once per version, then cached)"
 	$(GO) run ./test/cluster/cmd/testcluster build
-	@echo "== knative: Knative Serving's controller and autoscaler (built once per go.mod, then cached)"
+	@echo "== knative: Knative Serving's controller, autoscaler and activator (built once per go.mod, then cached)"
 	cd test/knative && $(GO) run ./cmd/servingbuild
 	@echo "== knative: the services, Knative's packages and the test binaries (cold: minutes on two cores)"
 	$(GO) build ./services/...

@@ -47,6 +47,9 @@ type Config struct {
 	// Autoscaler is config-autoscaler; Deployment is config-deployment.
 	Autoscaler kpaconfig.Config
 	Deployment kpaconfig.DeploymentConfig
+	// Live, when set, returns the two in effect now (Knative's ConfigMaps,
+	// followed by knativeconfig) in place of Autoscaler and Deployment.
+	Live func() (kpaconfig.Config, kpaconfig.DeploymentConfig)
 	// Workers is the number of reconcile workers.
 	Workers int
 	// Resync is the informers' resync period; 0 means none.

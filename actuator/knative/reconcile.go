@@ -98,7 +98,11 @@ func (k *kind) Revision(pa *knautoscaling.PodAutoscaler) (kpaconfig.Revision, er
 		ann = maps.Clone(ann)
 		ann[knautoscaling.AnnotationClass] = knautoscaling.ClassKPA
 	}
-	return kpaconfig.NewRevision(k.cfg.Autoscaler, k.cfg.Deployment, ann, pa.Spec.ContainerConcurrency,
+	as, dep := k.cfg.Autoscaler, k.cfg.Deployment
+	if k.cfg.Live != nil {
+		as, dep = k.cfg.Live()
+	}
+	return kpaconfig.NewRevision(as, dep, ann, pa.Spec.ContainerConcurrency,
 		pa.Spec.Reachability != knautoscaling.ReachabilityUnreachable)
 }
 

@@ -72,6 +72,9 @@ type Config struct {
 	// Autoscaler is config-autoscaler; Deployment is config-deployment.
 	Autoscaler kpaconfig.Config
 	Deployment kpaconfig.DeploymentConfig
+	// Live, when set, returns the two in effect now (Knative's ConfigMaps,
+	// followed by knativeconfig) in place of Autoscaler and Deployment.
+	Live func() (kpaconfig.Config, kpaconfig.DeploymentConfig)
 	// Workers is the number of reconcile workers.
 	Workers int
 	// TargetRetry is how long to wait before looking again for a missing
@@ -183,7 +186,11 @@ func (k *tidalKind) Decision(pa *autoscalingv1alpha1.PodAutoscaler) *Decision {
 
 // Revision resolves the PodAutoscaler's KPA settings.
 func (k *tidalKind) Revision(pa *autoscalingv1alpha1.PodAutoscaler) (kpaconfig.Revision, error) {
-	rev, err := kpaconfig.NewRevision(k.cfg.Autoscaler, k.cfg.Deployment, pa.Annotations, pa.Spec.ContainerConcurrency,
+	as, dep := k.cfg.Autoscaler, k.cfg.Deployment
+	if k.cfg.Live != nil {
+		as, dep = k.cfg.Live()
+	}
+	rev, err := kpaconfig.NewRevision(as, dep, pa.Annotations, pa.Spec.ContainerConcurrency,
 		pa.Spec.Reachability != autoscalingv1alpha1.ReachabilityUnreachable)
 	if err != nil {
 		return rev, err

@@ -341,7 +341,7 @@ func BenchmarkGet(b *testing.B) {
 		c := newClient(defaultConfig(b))
 		b.Cleanup(c.closeIdle)
 		xs := sync.Pool{New: func() any { return newExchange() }}
-		req := newRequest("/metrics", Format{})
+		req := newRequest("/metrics", Format{}, false)
 		run(b, func(addr string) {
 			x := xs.Get().(*exchange)
 			defer xs.Put(x)

@@ -48,7 +48,9 @@ type request struct {
 
 // newRequest builds the GET of path asking for f's content type. The path
 // goes out as it is given (a query included), with CR and LF made spaces.
-func newRequest(path string, f Format) request {
+// A request with closeConn asks the server to close the connection after
+// it: each one through a Service then reaches a pod the Service picks anew.
+func newRequest(path string, f Format, closeConn bool) request {
 	var u fasthttp.URI
 	u.DisablePathNormalizing = true
 	u.SetPath(path)
@@ -62,9 +64,13 @@ func newRequest(path string, f Format) request {
 	if f.Kind == FormatText {
 		accept = promtext.ContentType
 	}
+	tail := "\r\nUser-Agent: tidal-collector\r\nAccept: " + accept + "\r\n"
+	if closeConn {
+		tail += "Connection: close\r\n"
+	}
 	return request{
 		head: append(head, " HTTP/1.1\r\nHost: "...),
-		tail: []byte("\r\nUser-Agent: tidal-collector\r\nAccept: " + accept + "\r\n\r\n"),
+		tail: []byte(tail + "\r\n"),
 	}
 }
 

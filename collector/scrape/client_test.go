@@ -96,7 +96,7 @@ func TestSweepClosesStale(t *testing.T) {
 	cfg.IdleConnTimeout = time.Minute
 	c := newClient(cfg)
 	x := newExchange()
-	if err := c.do(x, addr, newRequest(queuestat.Path, Format{}), time.Now().Add(time.Second)); err != nil {
+	if err := c.do(x, addr, newRequest(queuestat.Path, Format{}, false), time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
@@ -125,7 +125,7 @@ func TestNewRequest(t *testing.T) {
 		{"/a\r\nX-Evil: 1", Format{}, "GET /a  X-Evil: 1 HTTP/1.1\r\nHost: 10.0.0.1:9090\r\nUser-Agent: tidal-collector\r\nAccept: " + queuestat.ContentType + "\r\n\r\n"},
 	}
 	for _, tt := range tests {
-		r := newRequest(tt.path, tt.f)
+		r := newRequest(tt.path, tt.f, false)
 		if got := string(r.head) + "10.0.0.1:9090" + string(r.tail); got != tt.want {
 			t.Errorf("newRequest(%q) = %q, want %q", tt.path, got, tt.want)
 		}

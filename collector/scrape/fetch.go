@@ -56,12 +56,21 @@ type Format struct {
 type PodStat struct {
 	Concurrency, ProxiedConcurrency float64
 	Requests, ProxiedRequests       float64
+	// Pod and Uptime (seconds) are what the queue-proxy says of itself: a
+	// scrape through a Service learns from them which pod answered and
+	// whether it is young.
+	Pod    string
+	Uptime float64
 }
 
 // fetchError is a failed pod read with its reason.
 type fetchError struct {
 	reason string
 	err    error
+	// mesh is set for an answer a service mesh's proxy gives a plain
+	// request it refuses (502 or 503, Knative's
+	// IsPotentialMeshErrorResponse).
+	mesh bool
 }
 
 func (e *fetchError) Error() string { return e.reason + ": " + e.err.Error() }
@@ -79,7 +88,9 @@ func fetch(c *client, x *exchange, addr string, req request, f Format, timeout t
 	}
 	resp := &x.resp
 	if sc := resp.StatusCode(); sc < 200 || sc > 299 {
-		return PodStat{}, 0, failf(ReasonStatus, "status %d", sc)
+		fe := failf(ReasonStatus, "status %d", sc)
+		fe.mesh = sc == 502 || sc == 503
+		return PodStat{}, 0, fe
 	}
 	return decodeBody(resp.Header.ContentType(), resp.Body(), f)
 }
@@ -100,7 +111,7 @@ func decodeBody(ct, body []byte, f Format) (PodStat, float64, error) {
 		if err != nil {
 			return PodStat{}, 0, &fetchError{reason: ReasonMalformed, err: err}
 		}
-		ps := PodStat{s.AverageConcurrentRequests, s.AverageProxiedConcurrentRequests, s.RequestCount, s.ProxiedRequestCount}
+		ps := PodStat{s.AverageConcurrentRequests, s.AverageProxiedConcurrentRequests, s.RequestCount, s.ProxiedRequestCount, s.PodName, s.ProcessUptime}
 		return ps, 0, ps.check()
 	}
 	if !promtext.IsContentType(string(ct)) {

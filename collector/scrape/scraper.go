@@ -75,6 +75,23 @@ type PodSource interface {
 	IsReady(name string) bool
 }
 
+// Mesh is how a target with a Service is scraped when a service mesh may
+// stand between the collector and its pods: Knative's config-network
+// mesh-compatibility-mode.
+type Mesh uint8
+
+const (
+	// MeshAuto scrapes the pods directly; once a scrape finds every pod
+	// refusing as a mesh's proxy does (502 or 503) and none failing
+	// otherwise, the next one goes through the Service, and from the first
+	// that succeeds there on every scrape does (Knative's auto).
+	MeshAuto Mesh = iota
+	// MeshDisabled always scrapes the pods directly.
+	MeshDisabled
+	// MeshEnabled always scrapes through the Service.
+	MeshEnabled
+)
+
 // Target is a request-driven target to scrape.
 type Target struct {
 	Ref *commonv1.TargetRef
@@ -84,7 +101,16 @@ type Target struct {
 	// StableWindow splits old pods from young ones.
 	StableWindow time.Duration
 	Pods         PodSource
+	// Service is host:port of a Service in front of the pods' metrics port
+	// (a Knative revision's private Service, port 9090), or empty: the pods
+	// are then always scraped directly, whatever Mesh says.
+	Service string
+	Mesh    Mesh
 }
+
+// serviceTries is how often one place of a sample is tried through the
+// Service before it counts as failed (Knative's scraperMaxRetries).
+const serviceTries = 10
 
 // Failure is one failed measurement.
 type Failure struct {
@@ -133,9 +159,30 @@ type target struct {
 	log  *zap.Logger
 	busy atomic.Bool
 	done func()
-	// req is the GET of cur, built for the spec reqFor.
+	// req is the GET of cur, built for the spec reqFor; svcReq the same
+	// through the Service, closing its connection.
 	req    request
+	svcReq request
 	reqFor *Target
+
+	// viaService is set once MeshAuto found the pods out of reach and the
+	// Service answering: every later scrape goes through it (Knative's
+	// podsAddressable false). tryService asks the next scrape to try the
+	// Service; service is set while the running one goes through it. The
+	// last two are only used between begin and the scrape's end, one
+	// scrape at a time.
+	viaService atomic.Bool
+	tryService bool
+	service    bool
+	// nonMesh is set when a pod of the running scrape failed other than as
+	// a mesh's proxy refuses.
+	nonMesh atomic.Bool
+	// svcMu guards seen (the pods read through the Service in the running
+	// scrape) and young (their stats from pods younger than the stable
+	// window, kept in case too few old ones answer).
+	svcMu sync.Mutex
+	seen  map[string]bool
+	young []PodStat
 
 	// Set up by start, read by the slot workers, finished by the last one.
 	start    time.Time
@@ -299,8 +346,17 @@ func (s *Scraper) begin(t *target) bool {
 	spec := t.spec.Load()
 	t.cur = *spec
 	if t.reqFor != spec {
-		t.req, t.reqFor = newRequest(spec.Path, spec.Format), spec
+		t.req, t.svcReq, t.reqFor = newRequest(spec.Path, spec.Format, false), newRequest(spec.Path, spec.Format, true), spec
 	}
+	switch {
+	case spec.Service == "" || spec.Mesh == MeshDisabled:
+		t.service = false
+	case spec.Mesh == MeshEnabled:
+		t.service = true
+	default:
+		t.service = t.viaService.Load() || t.tryService
+	}
+	t.nonMesh.Store(false)
 	t.start = s.now()
 	t.pods = t.cur.Pods.ReadyPods(t.pods[:0])
 	if len(t.pods) == 0 {
@@ -309,7 +365,16 @@ func (s *Scraper) begin(t *target) bool {
 		s.end(t)
 		return false
 	}
-	t.order, t.n = Order(t.order[:0], t.pods, t.start, t.cur.StableWindow, t.rnd)
+	if t.service {
+		t.n = SampleSize(len(t.pods))
+		clear(t.seen)
+		if t.seen == nil {
+			t.seen = map[string]bool{}
+		}
+		t.young = t.young[:0]
+	} else {
+		t.order, t.n = Order(t.order[:0], t.pods, t.start, t.cur.StableWindow, t.rnd)
+	}
 	if cap(t.results) < t.n {
 		t.results = make([]PodStat, t.n)
 	}
@@ -344,6 +409,10 @@ func (s *Scraper) work(ctx context.Context) {
 // slot fills one place of the sample: it tries the next untried pod until
 // one answers or none is left.
 func (s *Scraper) slot(t *target, x *exchange) {
+	if t.service {
+		s.serviceSlot(t, x)
+		return
+	}
 	for {
 		i := int(t.next.Add(1)) - 1
 		if i >= len(t.order) {
@@ -370,6 +439,58 @@ func (s *Scraper) slot(t *target, x *exchange) {
 		s.slotDone(t, true)
 		return
 	}
+}
+
+// serviceSlot fills one place of the sample through the target's Service,
+// as Knative's scrapeService does where a mesh keeps the pods from being
+// reached directly: each try is a new connection, so the Service picks a
+// pod anew; a pod already read in this scrape is tried again; a pod younger
+// than the stable window is kept aside and used only if too few old ones
+// answer; after serviceTries the place counts as failed.
+func (s *Scraper) serviceSlot(t *target, x *exchange) {
+	for range serviceTries {
+		began := time.Now()
+		st, raw, err := fetch(s.client, x, t.cur.Service, t.svcReq, t.cur.Format, s.cfg.Timeout)
+		s.metrics.podLatency.Observe(time.Since(began).Seconds())
+		if x.dials > 0 {
+			s.metrics.dials.Add(float64(x.dials))
+			x.dials = 0
+		}
+		if err == nil && t.cur.Format.Kind == FormatText {
+			// A Service hides which pod answered: a gauge reads as it is,
+			// a counter has no per-pod rate.
+			st, err = t.textStat(t.cur.Service, raw, s.now())
+		}
+		if err != nil {
+			fe := &fetchError{}
+			if !errors.As(err, &fe) {
+				fe = &fetchError{reason: ReasonConnect, err: err}
+			}
+			s.metrics.failures.WithLabelValues(fe.reason).Inc()
+			if s.limit.Allow(t.cur.Ref.Key()+" via "+t.cur.Service, s.now()) {
+				t.log.Warn("scrape through the Service failed", zap.String("service", t.cur.Service), logkey.Reason(fe.reason), zap.Error(fe.err))
+			}
+			continue
+		}
+		t.svcMu.Lock()
+		dup := t.seen[st.Pod]
+		t.seen[st.Pod] = true
+		old := st.Uptime >= t.cur.StableWindow.Seconds()
+		if !dup && !old && len(t.young) < t.n {
+			t.young = append(t.young, st)
+		}
+		t.svcMu.Unlock()
+		if dup {
+			continue
+		}
+		s.metrics.pods.Inc()
+		if old {
+			t.results[int(t.ok.Add(1))-1] = st
+			s.slotDone(t, true)
+			return
+		}
+	}
+	s.slotDone(t, false)
 }
 
 func (t *target) textStat(pod string, v float64, now time.Time) (PodStat, error) {
@@ -401,6 +522,9 @@ func (s *Scraper) podFailed(t *target, p Pod, err error) {
 		fe = &fetchError{reason: ReasonConnect, err: err}
 	}
 	reason := fe.reason
+	if !fe.mesh {
+		t.nonMesh.Store(true)
+	}
 	if (reason == ReasonConnect || reason == ReasonTimeout) && !t.cur.Pods.IsReady(p.Name) {
 		reason = ReasonVanished
 	}
@@ -422,6 +546,15 @@ func (s *Scraper) slotDone(t *target, ok bool) {
 	}
 	now := s.now()
 	s.metrics.latency.Observe(now.Sub(t.start).Seconds())
+	if t.service {
+		// Young pods fill the places old ones left (Knative).
+		ok := int(t.ok.Load())
+		fill := min(t.n-ok, len(t.young))
+		copy(t.results[ok:], t.young[:fill])
+		t.ok.Store(int32(ok + fill))
+		t.short.Store(ok+fill < t.n)
+	}
+	s.meshOutcome(t)
 	if t.short.Load() {
 		// The sample could not be filled: the whole scrape fails and nothing
 		// is recorded, even for the pods that answered (Knative).
@@ -433,6 +566,27 @@ func (s *Scraper) slotDone(t *target, ok bool) {
 	}
 	s.rec.Record(t.cur.Ref, Extrapolate(t.results, len(t.pods), now))
 	s.end(t)
+}
+
+// meshOutcome applies MeshAuto's rule at the end of a scrape: a pod scrape
+// whose every pod refused as a mesh's proxy does sends the next scrape
+// through the Service; a Service scrape that succeeds keeps every later one
+// there; one that fails sends the next back to the pods.
+func (s *Scraper) meshOutcome(t *target) {
+	if t.cur.Service == "" || t.cur.Mesh != MeshAuto || t.viaService.Load() {
+		t.tryService = false
+		return
+	}
+	switch {
+	case !t.service:
+		t.tryService = t.short.Load() && t.ok.Load() == 0 && !t.nonMesh.Load()
+	case !t.short.Load():
+		t.viaService.Store(true)
+		t.tryService = false
+		t.log.Info("direct pod scraping off, scraping through the Service: every pod refused as a mesh's proxy does", zap.String("service", t.cur.Service))
+	default:
+		t.tryService = false
+	}
 }
 
 // Extrapolate sums the sampled pods' readings and scales them to all ready

@@ -85,6 +85,10 @@ type Hub struct {
 	// room is closed and replaced when outboxes drain below the high water
 	// mark, waking PushStats callers that wait.
 	room chan struct{}
+	// knative is the Knative configuration every stream carries on its
+	// first batch and again when it changes (SetKnativeConfig); nil sends
+	// none.
+	knative *deciderv1.KnativeConfig
 }
 
 type target struct {
@@ -115,6 +119,8 @@ type outbox struct {
 	removed []*commonv1.TargetRef
 	depth   int // samples in pending
 	urgent  bool
+	// sendConfig is set while Hub.knative has yet to go to this decider.
+	sendConfig bool
 	// behind is set when the backlog overflowed and cleared once a flush
 	// after the next replay went through: PushStats waits meanwhile.
 	behind bool
@@ -611,6 +617,7 @@ func (h *Hub) connect(addr string, cancel func()) *outbox {
 	}
 	ob.connected = true
 	ob.cancel = cancel
+	ob.sendConfig = h.knative != nil
 	ob.pending = map[tkey]*pendingTarget{}
 	ob.removed = nil
 	ob.depth = 0
@@ -623,6 +630,21 @@ func (h *Hub) connect(addr string, cancel func()) *outbox {
 	ob.signal()
 	h.wakeRoomLocked()
 	return ob
+}
+
+// SetKnativeConfig makes kc the Knative configuration every decider stream
+// carries: sent at once to the connected deciders, and first on every
+// stream opened later. kc must not change afterwards.
+func (h *Hub) SetKnativeConfig(kc *deciderv1.KnativeConfig) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.knative = kc
+	for _, ob := range h.outboxes {
+		if ob.connected {
+			ob.sendConfig = true
+			ob.signal()
+		}
+	}
 }
 
 // disconnect drops a decider's outbox contents: the next stream replays.
@@ -715,6 +737,18 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		ob.pending = map[tkey]*pendingTarget{}
 		ob.removed = nil
 	}
+	if ob.sendConfig {
+		// Before any spec of this turn, so the decider resolves them with it.
+		switch {
+		case len(bs.replay) > 0:
+			bs.replay[0].KnativeConfig = h.knative
+		case len(bs.live) > 0:
+			bs.live[0].KnativeConfig = h.knative
+		default:
+			bs.live = append(bs.live, &deciderv1.IngestRequest{KnativeConfig: h.knative})
+		}
+		ob.sendConfig = false
+	}
 	bs.urgent = ob.urgent
 	ob.urgent = false
 	ob.depth = 0
@@ -731,7 +765,11 @@ func (h *Hub) pendingWork(addr string) (work int, urgent bool) {
 	defer h.mu.Unlock()
 	if ob := h.outboxes[addr]; ob != nil && ob.connected {
 		h.metrics.depth.WithLabelValues(addr).Set(float64(ob.depth))
-		return ob.depth + len(ob.pending) + len(ob.replay) + len(ob.removed), ob.urgent || len(ob.replay) > 0
+		cfg := 0
+		if ob.sendConfig {
+			cfg = 1
+		}
+		return ob.depth + len(ob.pending) + len(ob.replay) + len(ob.removed) + cfg, ob.urgent || ob.sendConfig || len(ob.replay) > 0
 	}
 	return 0, false
 }

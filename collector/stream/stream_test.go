@@ -549,3 +549,56 @@ func TestLongErrorIsCutForTheDecider(t *testing.T) {
 		t.Fatalf("the decider would refuse the batch: %v", err)
 	}
 }
+
+// TestKnativeConfigGoesFirstOnEveryStream: the Knative configuration reaches
+// a connected decider at once when it changes, and a decider that
+// (re)connects gets it in the batch that carries its first specs, so no
+// spec is resolved against anything else.
+func TestKnativeConfigGoesFirstOnEveryStream(t *testing.T) {
+	d := startDecider(t, "")
+	c := startCollector(t, testConfig(t), time.Minute, d.addr)
+	c.hub.SetSpec(spec("alpha"), 0)
+	c.hub.Record(ref("alpha"), scrapeSample(time.Now(), 1, 1))
+	eventually(t, "the first batch", func() bool { return len(d.keys()) == 1 })
+	if got := d.takeBatches(); got[0].GetKnativeConfig() != nil {
+		t.Fatalf("a Knative configuration before one was set: %v", got[0])
+	}
+
+	kc := func(window string) *deciderv1.KnativeConfig {
+		return &deciderv1.KnativeConfig{Autoscaler: &deciderv1.ConfigMapData{Data: map[string]string{"stable-window": window}}}
+	}
+	configs := func(bs []*deciderv1.IngestRequest) []string {
+		var out []string
+		for _, b := range bs {
+			if k := b.GetKnativeConfig(); k != nil {
+				out = append(out, k.GetAutoscaler().GetData()["stable-window"])
+			}
+		}
+		return out
+	}
+	var seen []*deciderv1.IngestRequest
+	c.hub.SetKnativeConfig(kc("20s"))
+	eventually(t, "the configuration sent", func() bool {
+		seen = append(seen, d.takeBatches()...)
+		return len(configs(seen)) > 0
+	})
+	if got := configs(seen); !slices.Equal(got, []string{"20s"}) {
+		t.Errorf("configurations sent %v, want [20s] once", got)
+	}
+
+	// A restarted decider: the replay batch with the spec carries it.
+	d.srv.Stop()
+	d2 := startDecider(t, d.addr)
+	eventually(t, "the replay", func() bool { return len(d2.keys()) == 1 })
+	bs := d2.takeBatches()
+	if len(bs) == 0 || !bs[0].GetReplay() || len(bs[0].GetSpecs()) != 1 || configs(bs[:1])[0] != "20s" {
+		t.Fatalf("first batch on the new stream %v, want the replay carrying the spec and the configuration", bs)
+	}
+
+	c.hub.SetKnativeConfig(kc("8s"))
+	seen = nil
+	eventually(t, "the edit sent", func() bool {
+		seen = append(seen, d2.takeBatches()...)
+		return slices.Contains(configs(seen), "8s")
+	})
+}

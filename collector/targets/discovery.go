@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ import (
 	functionslisters "github.com/tidalscale/tidal/apis/generated/listers/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
+	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/kubecache"
 	"github.com/tidalscale/tidal/logkey"
 	"github.com/tidalscale/tidal/pods"
@@ -105,6 +107,10 @@ type Discovery struct {
 	// refused counts targets whose spec setSpec refused; nil until
 	// RegisterMetrics.
 	refused prometheus.Counter
+
+	// knative is the Knative configuration in effect once the ConfigMaps
+	// are read (SetKnativeConfig); nil until then.
+	knative atomic.Pointer[knativeconfig.Snapshot]
 
 	// owns reports whether this replica measures a target key; nil means
 	// all. Set before Start.

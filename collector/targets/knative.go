@@ -12,12 +12,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/collector/scrape"
+	"github.com/tidalscale/tidal/knativeconfig"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
@@ -33,8 +35,16 @@ type KnativeConfig struct {
 	// Classes are the PodAutoscaler classes measured; empty means Knative's
 	// KPA class.
 	Classes []string
-	// Autoscaler is Knative's config-autoscaler.
+	// Autoscaler is Knative's config-autoscaler from the flags, in effect
+	// until the ConfigMap is read (SetKnativeConfig).
 	Autoscaler kpaconfig.Config
+	// Namespace is Knative's system namespace, whose ConfigMaps the
+	// collector follows.
+	Namespace string
+	// ClusterDomain ends the private Service's host name a revision is
+	// scraped through under a mesh (config-network's
+	// mesh-compatibility-mode).
+	ClusterDomain string
 }
 
 // maxKnativeClasses bounds --knative-classes.
@@ -44,6 +54,8 @@ const maxKnativeClasses = 8
 func (k *KnativeConfig) registerFlags(p string, fs *flag.FlagSet) {
 	k.Autoscaler = kpaconfig.Default()
 	fs.BoolVar(&k.Enabled, p+"knative", false, "Measure Knative Serving's PodAutoscalers of --knative-classes from their Revisions' pods.")
+	fs.StringVar(&k.ClusterDomain, p+"cluster-domain", "cluster.local", "Cluster DNS domain: with --knative a revision is scraped through REVISION-private.NAMESPACE.svc.DOMAIN:9090 when config-network's mesh-compatibility-mode says so.")
+	fs.StringVar(&k.Namespace, p+"knative-namespace", "knative-serving", "Knative Serving's namespace, whose config-autoscaler and config-network the collector follows with --knative (edits apply at once).")
 	k.Classes = []string{knautoscaling.ClassKPA}
 	fs.Func(p+"knative-classes", "Comma-separated PodAutoscaler classes (autoscaling.knative.dev/class) measured with --knative (default "+knautoscaling.ClassKPA+").", func(v string) error {
 		var classes []string
@@ -62,7 +74,7 @@ func (k *KnativeConfig) registerFlags(p string, fs *flag.FlagSet) {
 		k.Classes = classes
 		return nil
 	})
-	fs.Func(p+"knative-config-autoscaler", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap, the deciders' too), for --knative; unset means Knative's defaults.", func(dir string) error {
+	fs.Func(p+"knative-config-autoscaler", "Directory holding Knative's config-autoscaler keys, one file per key, in effect with --knative until the ConfigMap in --knative-namespace is read; unset means Knative's defaults.", func(dir string) error {
 		data, err := readConfigDir(dir)
 		if err != nil {
 			return err
@@ -91,6 +103,43 @@ func readConfigDir(dir string) (map[string]string, error) {
 		out[e.Name()] = strings.TrimSpace(string(b))
 	}
 	return out, nil
+}
+
+// SetKnativeConfig makes s the Knative configuration every Knative
+// PodAutoscaler is measured with (an operator's edit of config-autoscaler
+// or config-network) and measures each again with it.
+func (d *Discovery) SetKnativeConfig(s *knativeconfig.Snapshot) {
+	d.knative.Store(s)
+	if d.crd.Knative == nil {
+		return
+	}
+	for _, k := range d.crd.Knative.GetStore().ListKeys() {
+		d.queue.Add("k/" + k)
+	}
+}
+
+// knativeAutoscaler is config-autoscaler as in effect now.
+func (d *Discovery) knativeAutoscaler() kpaconfig.Config {
+	if s := d.knative.Load(); s != nil {
+		return s.Autoscaler
+	}
+	return d.cfg.Knative.Autoscaler
+}
+
+// knativeMesh is config-network's mesh-compatibility-mode as in effect now,
+// as the scraper takes it.
+func (d *Discovery) knativeMesh() scrape.Mesh {
+	mode := knativeconfig.DefaultNetwork().MeshCompatibilityMode
+	if s := d.knative.Load(); s != nil {
+		mode = s.Network.MeshCompatibilityMode
+	}
+	switch mode {
+	case knativeconfig.MeshEnabled:
+		return scrape.MeshEnabled
+	case knativeconfig.MeshDisabled:
+		return scrape.MeshDisabled
+	}
+	return scrape.MeshAuto
 }
 
 // UseKnative watches Knative's PodAutoscalers through the API server of rc
@@ -155,13 +204,20 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 		Annotations:          prefixed(ann, kpaPrefix),
 		ContainerConcurrency: int32(min(pa.Spec.ContainerConcurrency, kpaconfig.MaxContainerConcurrency)),
 	}
+	kr := &deciderv1.KnativeRevision{Revision: pa.Revision(), Configuration: pa.Labels[knautoscaling.LabelConfiguration],
+		Service: pa.Labels[knautoscaling.LabelService]}
+	if commonv1.IsSubdomain(kr.Revision) && commonv1.IsSubdomain(kr.Configuration) && (kr.Service == "" || commonv1.IsSubdomain(kr.Service)) {
+		// Knative's own autoscaler labels its metrics so, and exports none
+		// for a PodAutoscaler without a configuration label.
+		spec.KnativeRevision = kr
+	}
 	switch pa.Spec.Reachability {
 	case knautoscaling.ReachabilityReachable:
 		spec.Reachability = deciderv1.Reachability_REACHABILITY_REACHABLE
 	case knautoscaling.ReachabilityUnreachable:
 		spec.Reachability = deciderv1.Reachability_REACHABILITY_UNREACHABLE
 	}
-	rev, rerr := kpaconfig.NewRevision(d.cfg.Knative.Autoscaler, kpaconfig.DefaultDeployment(), ann, pa.Spec.ContainerConcurrency,
+	rev, rerr := kpaconfig.NewRevision(d.knativeAutoscaler(), kpaconfig.DefaultDeployment(), ann, pa.Spec.ContainerConcurrency,
 		pa.Spec.Reachability != knautoscaling.ReachabilityUnreachable)
 	if !d.setSpec(key, spec, rev.StableWindow()+rev.ScaleDownDelay()) {
 		return nil
@@ -179,6 +235,12 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 		d.scraper.Remove(ref)
 		return nil
 	}
-	d.scraper.Set(scrape.Target{Ref: ref, Path: "/metrics", StableWindow: rev.StableWindow(), Pods: src})
+	tgt := scrape.Target{Ref: ref, Path: "/metrics", StableWindow: rev.StableWindow(), Pods: src, Mesh: d.knativeMesh()}
+	if svc := pa.Status.MetricsServiceName; svc != "" && len(validation.IsDNS1123Label(svc)) == 0 {
+		// The private Service Knative's SKS reconciler made, port 9090, as
+		// Knative's scraper reaches it (its urlFromTarget), by its full name.
+		tgt.Service = svc + "." + ns + ".svc." + d.cfg.Knative.ClusterDomain + ":9090"
+	}
+	d.scraper.Set(tgt)
 	return nil
 }

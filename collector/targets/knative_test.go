@@ -15,6 +15,7 @@ import (
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	"github.com/tidalscale/tidal/collector/queuestat"
+	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/pods"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -183,4 +184,54 @@ func TestKnativeFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDiscoveryKnativeLiveConfig: a new Knative configuration (an edit of
+// config-autoscaler) measures every Knative target again with it: its
+// stable window sets the history kept, and target-burst-capacity -1 stops
+// the scraping (the activator's stats are the signal then).
+func TestDiscoveryKnativeLiveConfig(t *testing.T) {
+	ctx, c, ns, kn := knativeSetup(t)
+	ps := revisionPods(t, c, ns, "rev-1", 1)
+	serveStat(t, ps[0], queuestat.Stat{PodName: ps[0].Name, AverageConcurrentRequests: 2, RequestCount: 1})
+	cfg := Config{Knative: KnativeConfig{Enabled: true, Autoscaler: kpaconfig.Default(), ClusterDomain: "cluster.local"}}
+	r := startReplica(t, c, cfg, func(d *Discovery) func(string) bool { d.useKnative(kn); return nil })
+	if _, err := kn.PodAutoscalers(ns).Create(ctx, knativePA(ns, "rev-1", "", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ref := &commonv1.TargetRef{Namespace: ns, Name: "rev-1-deployment", ApiVersion: "apps/v1", Kind: "Deployment"}
+	eventually(t, "the target with Knative's default window", 30*time.Second, func() bool {
+		w, ok := r.hub.Get(ref)
+		return ok && w.Retention == time.Minute
+	})
+
+	live := func(data map[string]string) {
+		t.Helper()
+		as, err := kpaconfig.ParseConfig(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.disc.SetKnativeConfig(&knativeconfig.Snapshot{Autoscaler: as, Deployment: kpaconfig.DefaultDeployment(), Network: knativeconfig.DefaultNetwork()})
+	}
+	live(map[string]string{"stable-window": "20s"})
+	eventually(t, "the edited window", 30*time.Second, func() bool {
+		w, _ := r.hub.Get(ref)
+		return w.Retention == 20*time.Second
+	})
+	r.scraper.ScrapeNow(context.Background())
+	if w, _ := r.hub.Get(ref); len(measured(w)) != 1 {
+		t.Fatalf("samples after a scrape: %v, want one", measured(w))
+	}
+
+	live(map[string]string{"stable-window": "20s", "target-burst-capacity": "-1"})
+	w, _ := r.hub.Get(ref)
+	before := len(measured(w))
+	eventually(t, "scraping stopped", 30*time.Second, func() bool {
+		r.scraper.ScrapeNow(context.Background())
+		w, _ := r.hub.Get(ref)
+		n := len(measured(w))
+		stopped := n == before
+		before = n
+		return stopped
+	})
 }

@@ -191,6 +191,51 @@ func (e *Engine) Upsert(spec Spec, now time.Time) error {
 	return nil
 }
 
+// SetKPAConfig makes kcfg and dep the cluster-wide configuration every KPA
+// target resolves its annotations against (a Knative operator's edit of
+// config-autoscaler or config-deployment), and resolves every KPA target
+// again at now, keeping its history. A target whose annotations no longer
+// resolve keeps deciding on its last good spec with the error shown, as
+// after a bad Upsert. It reports whether the configuration changed and how
+// many targets were refused.
+func (e *Engine) SetKPAConfig(kcfg kpaconfig.Config, dep kpaconfig.DeploymentConfig, now time.Time) (changed bool, refused int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cfg.KPA == kcfg && e.cfg.Deployment == dep {
+		return false, 0
+	}
+	e.cfg.KPA, e.cfg.Deployment = kcfg, dep
+	for _, t := range e.order {
+		if t.strategy != KPA {
+			continue
+		}
+		if t.specErr = e.applySpecLocked(t, now); t.specErr != nil {
+			refused++
+		}
+	}
+	return true, refused
+}
+
+// EachKnative calls f with the latest decision of every KPA target that is
+// a Knative Revision, holding the engine's lock: f must be quick (it
+// exports metrics) and must not call the engine.
+func (e *Engine) EachKnative(f func(Decision, *KnativeRevision)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range e.order {
+		if t.strategy == KPA && t.inSet && t.spec.Knative != nil {
+			f(e.kpaDecisionLocked(t), t.spec.Knative)
+		}
+	}
+}
+
+// KPAConfig returns the configuration KPA targets resolve against.
+func (e *Engine) KPAConfig() (kpaconfig.Config, kpaconfig.DeploymentConfig) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg.KPA, e.cfg.Deployment
+}
+
 func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 	switch t.strategy {
 	case KPA:

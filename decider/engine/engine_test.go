@@ -752,3 +752,70 @@ func TestMaxTargets(t *testing.T) {
 		t.Errorf("engine holds %d targets, want 2", n)
 	}
 }
+
+// TestSetKPAConfigAppliesToRunningTargets changes config-autoscaler under
+// running targets, as a Knative operator's edit does: the next tick decides
+// with it, keeping each target's history; a revision annotation still
+// overrides the config; a target the new config makes invalid keeps its
+// last good spec and shows the error.
+func TestSetKPAConfigAppliesToRunningTargets(t *testing.T) {
+	e, _ := newEngine(t)
+	pinned := Target{Namespace: "default", Name: "pinned"}
+	bounded := Target{Namespace: "default", Name: "bounded"}
+	for _, s := range []Spec{
+		kpaSpec(nil),
+		{Target: pinned, Strategy: KPA, Reachable: true, Annotations: map[string]string{kpaconfig.Prefix + "target": "100"}},
+		{Target: bounded, Strategy: KPA, Reachable: true, Annotations: map[string]string{kpaconfig.Prefix + "max-scale": "10"}},
+	} {
+		if err := e.Upsert(s, epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 30 requests in flight at each target, one ready pod.
+	var last map[Target]int32
+	run := func(from, to int) {
+		last = map[Target]int32{}
+		for sec := from; sec < to; sec++ {
+			now := epoch.Add(time.Duration(sec)*time.Second + 500*time.Millisecond)
+			for _, ref := range []Target{app, pinned, bounded} {
+				if _, err := e.Record(ref, Sample{At: now, Stat: kpa.Stat{AverageConcurrentRequests: 30}, ReadyPods: 1}, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.Tick(now.Add(600 * time.Millisecond))
+		}
+		for _, ref := range []Target{app, pinned, bounded} {
+			d, _ := e.Get(ref)
+			last[ref] = d.Desired
+		}
+	}
+	run(0, 70)
+	// Knative's default target: 100 × 70 % per pod.
+	if last[app] != 1 || last[pinned] != 1 {
+		t.Fatalf("before the edit: desired %v, want 1 each (30 / 70)", last)
+	}
+
+	cfg := kpaconfig.Default()
+	cfg.ContainerConcurrencyTargetDefault = 10
+	cfg.MaxScaleLimit = 5
+	if changed, refused := e.SetKPAConfig(cfg, kpaconfig.DefaultDeployment(), epoch.Add(70*time.Second)); !changed || refused != 1 {
+		t.Errorf("SetKPAConfig: changed %v, refused %d targets; want true, 1 (max-scale 10 above max-scale-limit 5)", changed, refused)
+	}
+	if changed, _ := e.SetKPAConfig(cfg, kpaconfig.DefaultDeployment(), epoch.Add(70*time.Second)); changed {
+		t.Error("SetKPAConfig with the configuration in effect: changed, want unchanged")
+	}
+	run(70, 74)
+	// ceil(30 / 7) = 5 within two ticks: the window kept its history.
+	if last[app] != 5 {
+		t.Errorf("after target 10: desired %d, want 5 within two ticks", last[app])
+	}
+	if last[pinned] != 1 {
+		t.Errorf("the annotation's target 100 overrides the config: desired %d, want 1", last[pinned])
+	}
+	if d, _ := e.Get(bounded); !strings.Contains(d.SpecError, "max-scale") || d.Desired != 1 {
+		t.Errorf("bounded: desired %d, spec error %q; want its last good spec's 1 and an error naming max-scale", d.Desired, d.SpecError)
+	}
+	if got, _ := e.KPAConfig(); got != cfg {
+		t.Errorf("KPAConfig = %+v, want the new one", got)
+	}
+}

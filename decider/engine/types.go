@@ -62,6 +62,14 @@ type Spec struct {
 	// when it keeps none. A KPA target with the predictive keep-alive
 	// starts from it when the engine holds no newer memory of its own.
 	KeepAliveState string
+	// Knative names the Knative Revision a KPA target is (Knative mode),
+	// for Knative's metrics; nil otherwise.
+	Knative *KnativeRevision
+}
+
+// KnativeRevision names a Knative Revision and what it belongs to.
+type KnativeRevision struct {
+	Revision, Configuration, Service string
 }
 
 // Sample is one measurement of a target.

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -12,6 +15,7 @@ import (
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
+	"github.com/tidalscale/tidal/knativeconfig"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -31,7 +35,15 @@ func TestKnativeMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := c.Namespace(t)
-	client := startActuator(t, restrictedKubeconfig(t, c, ns, knative.Rules()...), "--knative")
+	// The test's namespace stands for knative-serving: its config-autoscaler
+	// is followed under a Role of exactly knativeconfig.Rules().
+	bindRole(t, c, ns, "tidal-actuator", knativeconfig.Rules())
+	var err error
+	asCfg := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: knativeconfig.NameAutoscaler, Namespace: ns}, Data: map[string]string{"max-scale": "5"}}
+	if asCfg, err = c.Client.CoreV1().ConfigMaps(ns).Create(ctx, asCfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client := startActuator(t, restrictedKubeconfig(t, c, ns, knative.Rules()...), "--knative", "--knative-namespace", ns)
 	kn, err := knclient.New(c.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -75,5 +87,61 @@ func TestKnativeMode(t *testing.T) {
 	}
 	if gs.GetReplicas() != 2 || gs.GetLastAppliedSequence() != seq || gs.GetLastReason() != "test" {
 		t.Errorf("GetScale = %v, want 2 replicas, sequence %d, reason test", gs, seq)
+	}
+
+	// config-autoscaler's max-scale bounds a decision; an edit of it applies
+	// to the next one, an invalid edit changes nothing and is reported.
+	scaleTo := func(want int32) int32 {
+		t.Helper()
+		seq++
+		resp, err := client.Scale(ctx, &actuatorv1.ScaleRequest{Target: ref, DesiredReplicas: want, DecisionSequence: seq, Reason: "test", ExcessBurstCapacity: &ebc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetAppliedReplicas()
+	}
+	if got := scaleTo(8); got != 5 {
+		t.Errorf("Scale to 8 with config-autoscaler's max-scale 5: applied %d, want 5", got)
+	}
+	edit := func(data map[string]string) {
+		t.Helper()
+		asCfg.Data = data
+		if asCfg, err = c.Client.CoreV1().ConfigMaps(ns).Update(ctx, asCfg, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(map[string]string{"max-scale": "3"})
+	poll("max-scale 3 in effect", func() bool { return scaleTo(8) == 3 })
+	edit(map[string]string{"max-scale": "-3"})
+	var ev corev1.Event
+	poll("a Warning Event on config-autoscaler", func() bool {
+		evs, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + knativeconfig.NameAutoscaler})
+		if err != nil || len(evs.Items) == 0 {
+			return false
+		}
+		ev = evs.Items[0]
+		return true
+	})
+	if ev.Reason != knativeconfig.EventInvalidConfig || ev.Source.Component != "tidal-actuator" || !strings.Contains(ev.Message, `max-scale "-3"`) {
+		t.Errorf("Event %s from %s: %q, want %s from tidal-actuator naming max-scale \"-3\"", ev.Reason, ev.Source.Component, ev.Message, knativeconfig.EventInvalidConfig)
+	}
+	if got := scaleTo(8); got != 3 {
+		t.Errorf("Scale to 8 after an invalid edit: applied %d, want the last good max-scale's 3", got)
+	}
+}
+
+// bindRole binds rules in ns to the ServiceAccount sa of ns.
+func bindRole(t *testing.T, c *cluster.Cluster, ns, sa string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: sa}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sa},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

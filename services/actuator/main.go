@@ -28,6 +28,7 @@ import (
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/kubecache"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -68,9 +69,10 @@ type kubeConfig struct {
 	// bucket shares the PodAutoscalers among actuator replicas.
 	bucket bucket.Config
 	// knative reconciles Knative Serving's PodAutoscalers of knativeClasses.
-	knative        bool
-	knativeClasses string
-	clusterDomain  string
+	knative          bool
+	knativeClasses   string
+	knativeNamespace string
+	clusterDomain    string
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -91,6 +93,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	k.bucket.RegisterFlagsWithPrefix("", fs, "actuator")
 	fs.BoolVar(&k.knative, "knative", false, "Reconcile Knative Serving's PodAutoscalers of --knative-classes in place of Knative's autoscaler (needs --scaler kubernetes).")
 	fs.StringVar(&k.knativeClasses, "knative-classes", knautoscaling.ClassKPA, "Comma-separated PodAutoscaler classes (autoscaling.knative.dev/class) reconciled with --knative; "+knautoscaling.ClassTidal+" selects tidal beside Knative's autoscaler.")
+	fs.StringVar(&k.knativeNamespace, "knative-namespace", "knative-serving", "Knative Serving's namespace, whose config-autoscaler and config-deployment the actuator follows with --knative (edits apply at once; --config-autoscaler and --config-deployment stand until each is read).")
 	fs.StringVar(&k.clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain of the Services the activator probe dials (--knative).")
 }
 
@@ -269,9 +272,29 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	recorder, broadcaster := podautoscaler.NewEventRecorder(kube)
 	defer broadcaster.Shutdown()
 
+	// With --knative, Knative's ConfigMaps followed live; else the flags'.
+	var knCfg *knativeconfig.Watcher
+	var liveCfg func() (kpaconfig.Config, kpaconfig.DeploymentConfig)
+	if cfg.kube.knative {
+		knCfg, err = knativeconfig.New(knativeconfig.Options{
+			Namespace:    cfg.kube.knativeNamespace,
+			Base:         knativeconfig.Snapshot{Autoscaler: ascfg, Deployment: depcfg, Network: knativeconfig.DefaultNetwork()},
+			Resync:       cfg.kube.resync,
+			MetricPrefix: "tidal_actuator",
+			Recorder:     recorder,
+		}, kube, reg, log)
+		if err != nil {
+			return err
+		}
+		liveCfg = func() (kpaconfig.Config, kpaconfig.DeploymentConfig) {
+			s := knCfg.Current()
+			return s.Autoscaler, s.Deployment
+		}
+	}
 	pas, err := podautoscaler.New(podautoscaler.Config{
 		Autoscaler:  ascfg,
 		Deployment:  depcfg,
+		Live:        liveCfg,
 		Workers:     cfg.kube.workers,
 		TargetRetry: cfg.kube.targetRetry,
 	}, log, tidal, tidalInf, kubeInf, scaler, recorder)
@@ -285,9 +308,14 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
 	if cfg.kube.knative {
-		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, kubeInf, scaler, recorder, log); err != nil {
+		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, log); err != nil {
 			return err
 		}
+		// An edit reaches every PodAutoscaler's next reconcile.
+		knCfg.OnChange(func(*knativeconfig.Snapshot) {
+			pas.Resync()
+			eng.knative.Resync()
+		})
 	}
 	h := newHandler(eng, &functionService{deployer: dep, tidal: tidal}, log)
 	h.useKinds(&cfg.kinds, reg)
@@ -330,6 +358,10 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	g.Go(func() error { return pas.Run(gctx) })
 	g.Go(func() error { return fns.Run(gctx) })
 	synced := []cache.InformerSynced{pas.HasSynced, fns.HasSynced}
+	if knCfg != nil {
+		g.Go(func() error { return knCfg.Run(gctx) })
+		synced = append(synced, knCfg.HasSynced)
+	}
 	if eng.knative != nil {
 		g.Go(func() error { return eng.knative.Run(gctx) })
 		synced = append(synced, eng.knative.HasSynced)
@@ -349,7 +381,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 
 // newKnative returns the reconciler of Knative's PodAutoscalers (--knative).
 func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpaconfig.DeploymentConfig,
-	kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder, log *zap.Logger,
+	live func() (kpaconfig.Config, kpaconfig.DeploymentConfig), kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder, log *zap.Logger,
 ) (*knative.Controller, error) {
 	kn, err := knclient.New(rc)
 	if err != nil {
@@ -364,6 +396,7 @@ func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpa
 		Classes:       classes,
 		Autoscaler:    ascfg,
 		Deployment:    depcfg,
+		Live:          live,
 		Workers:       cfg.kube.workers,
 		Resync:        cfg.kube.resync,
 		TargetRetry:   cfg.kube.targetRetry,

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/activator"
@@ -30,6 +31,7 @@ import (
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/collector/targets"
+	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -234,6 +236,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		disc    *targets.Discovery
 		buckets *bucket.Set
 		kube    kubernetes.Interface
+		knCfg   *knativeconfig.Watcher
 	)
 	if cfg.discovery == discoveryKubernetes {
 		rc, err := cfg.kube.RestConfig("tidal-collector")
@@ -252,6 +255,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		disc.RegisterMetrics(reg)
 		if err := disc.UseKnative(rc); err != nil { // --knative
 			return err
+		}
+		if cfg.targets.Knative.Enabled {
+			if knCfg, err = knativeConfig(&cfg, kube, disc, hub, reg, log); err != nil {
+				return err
+			}
 		}
 		if cfg.bucket.Buckets > 0 {
 			buckets = bucket.New(cfg.bucket, kube, disc.Resync, reg, log)
@@ -328,6 +336,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	g.Go(func() error { return fetcher.Run(gctx) })
 	if buckets != nil {
 		g.Go(func() error { return buckets.Run(gctx) })
+	}
+	if knCfg != nil {
+		// Knative's configuration before any target is set up with the
+		// flags' instead.
+		g.Go(func() error { return knCfg.Run(gctx) })
+		if !cache.WaitForCacheSync(gctx.Done(), knCfg.HasSynced) {
+			return abort(gctx.Err())
+		}
 	}
 	if disc != nil {
 		// Prime before reporting ready: informers synced, targets set up.

@@ -26,7 +26,7 @@ func specOf(s *deciderv1.TargetSpec) engine.Spec {
 	if s.GetStrategy() == commonv1.Strategy_STRATEGY_LAG {
 		st = engine.Lag
 	}
-	return engine.Spec{
+	spec := engine.Spec{
 		Target:               targetOf(s.GetTarget()),
 		Strategy:             st,
 		Annotations:          s.GetAnnotations(),
@@ -34,6 +34,10 @@ func specOf(s *deciderv1.TargetSpec) engine.Spec {
 		Reachable:            s.GetReachability() != deciderv1.Reachability_REACHABILITY_UNREACHABLE,
 		Advisory:             s.GetAdvisory(),
 	}
+	if kr := s.GetKnativeRevision(); kr != nil {
+		spec.Knative = &engine.KnativeRevision{Revision: kr.GetRevision(), Configuration: kr.GetConfiguration(), Service: kr.GetService()}
+	}
+	return spec
 }
 
 // sampleOf converts a validated sample.

@@ -15,6 +15,7 @@ import (
 	"github.com/tidalscale/tidal/decider/watch"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // snapshotPage is how many decisions a new watcher's first part fetches at
@@ -38,6 +39,9 @@ type handler struct {
 	now    func() time.Time
 	log    *zap.Logger
 	drops  *prometheus.CounterVec
+	// configRefused counts Knative configurations from collectors that did
+	// not parse, by ConfigMap.
+	configRefused *prometheus.CounterVec
 }
 
 var _ deciderv1.DeciderServiceServer = (*handler)(nil)
@@ -73,6 +77,9 @@ func (h *handler) Ingest(st deciderv1.DeciderService_IngestServer) error {
 func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool) (accepted, dropped int64) {
 	now := h.now()
 	log := h.log.With(zap.String("collector", req.GetCollectorId()))
+	if kc := req.GetKnativeConfig(); kc != nil {
+		h.applyKnativeConfig(kc, now, log)
+	}
 	for _, s := range req.GetSpecs() {
 		if err := h.engine.Upsert(specOf(s), now); errors.Is(err, engine.ErrTooManyTargets) {
 			// Counted, not logged per target: a flood must not flood the log.
@@ -136,6 +143,33 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 		}
 	}
 	return accepted, dropped
+}
+
+// applyKnativeConfig resolves every KPA target against the Knative
+// configuration a collector read from the cluster. A ConfigMap's data that
+// does not parse is refused, logged and counted, and the configuration in
+// effect stays (the collectors refuse such an edit first; this guards the
+// stream).
+func (h *handler) applyKnativeConfig(kc *deciderv1.KnativeConfig, now time.Time, log *zap.Logger) {
+	kcfg, dep := h.engine.KPAConfig()
+	var err error
+	if a := kc.GetAutoscaler(); a != nil {
+		if kcfg, err = kpaconfig.ParseConfig(a.GetData()); err != nil {
+			h.configRefused.WithLabelValues("config-autoscaler").Inc()
+			log.Error("knative configuration refused; the one in effect stays", zap.String("configmap", "config-autoscaler"), zap.Error(err))
+			return
+		}
+	}
+	if d := kc.GetDeployment(); d != nil {
+		if dep, err = kpaconfig.ParseDeploymentConfig(d.GetData()); err != nil {
+			h.configRefused.WithLabelValues("config-deployment").Inc()
+			log.Error("knative configuration refused; the one in effect stays", zap.String("configmap", "config-deployment"), zap.Error(err))
+			return
+		}
+	}
+	if changed, refused := h.engine.SetKPAConfig(kcfg, dep, now); changed {
+		log.Info("knative configuration applied to every KPA target", zap.Int("targets_refused", refused))
+	}
 }
 
 // setReady applies a batch's current ready pod count, if it carries one.

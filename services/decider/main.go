@@ -130,6 +130,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}, []string{"reason"})
 	reg.MustRegister(drops)
 	ecfg.OnDrop = func(reason string) { drops.WithLabelValues(reason).Inc() }
+	configRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tidal_decider_knative_config_refused_total",
+		Help: "Knative configurations from collectors refused as invalid, by ConfigMap; the configuration in effect stayed.",
+	}, []string{"configmap"})
+	reg.MustRegister(configRefused)
 	eng := engine.New(ecfg)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidal_decider_targets",
@@ -157,6 +162,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		now:    time.Now,
 		log:    log,
 		drops:  drops,
+
+		configRefused: configRefused,
 	}
 
 	srv := server.New(cfg.server, log, reg)

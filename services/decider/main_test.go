@@ -212,3 +212,64 @@ func TestDeciderRefusals(t *testing.T) {
 		t.Errorf("Ingest of a spec without strategy: %v, want InvalidArgument naming specs[0].strategy", err)
 	}
 }
+
+// TestKnativeConfigFromACollector: the Knative configuration a collector
+// sends on its stream applies to the targets the decider holds (Explain's
+// target follows config-autoscaler's), an annotation still overrides it,
+// and one that does not parse changes nothing and keeps the stream.
+func TestKnativeConfigFromACollector(t *testing.T) {
+	client, _ := startDecider(t)
+	ctx := context.Background()
+	st, err := client.Ingest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := &commonv1.TargetRef{Namespace: "default", Name: "pinned"}
+	send := func(r *deciderv1.IngestRequest) {
+		t.Helper()
+		r.CollectorId = "c1"
+		if err := st.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&deciderv1.IngestRequest{Specs: []*deciderv1.TargetSpec{
+		{Target: hello, Strategy: commonv1.Strategy_STRATEGY_KPA},
+		{Target: pinned, Strategy: commonv1.Strategy_STRATEGY_KPA, Annotations: map[string]string{"autoscaling.knative.dev/target": "50"}},
+	}})
+	target := func(ref *commonv1.TargetRef) float64 {
+		ex, err := client.Explain(ctx, &deciderv1.ExplainRequest{Target: ref})
+		if err != nil {
+			return -1
+		}
+		return ex.GetKpa().GetTarget()
+	}
+	waitTarget := func(ref *commonv1.TargetRef, want float64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); target(ref) != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Explain's target %v, want %v", ref.Key(), target(ref), want)
+			}
+		}
+	}
+	waitTarget(hello, 70) // Knative's defaults: 100 × 70 %
+
+	config := func(data map[string]string) *deciderv1.KnativeConfig {
+		return &deciderv1.KnativeConfig{Autoscaler: &deciderv1.ConfigMapData{Data: data}}
+	}
+	send(&deciderv1.IngestRequest{KnativeConfig: config(map[string]string{"container-concurrency-target-default": "10"})})
+	waitTarget(hello, 7)
+	if got := target(pinned); got != 35 {
+		t.Errorf("the annotated target's target %v, want its annotation's 50 × 70 %% = 35", got)
+	}
+
+	// Refused: nothing changes, the stream goes on.
+	send(&deciderv1.IngestRequest{KnativeConfig: config(map[string]string{"container-concurrency-target-default": "20", "stable-window": "2s"})})
+	send(&deciderv1.IngestRequest{Specs: []*deciderv1.TargetSpec{{Target: &commonv1.TargetRef{Namespace: "default", Name: "later"}, Strategy: commonv1.Strategy_STRATEGY_KPA}}})
+	waitTarget(&commonv1.TargetRef{Namespace: "default", Name: "later"}, 7)
+	if got := target(hello); got != 7 {
+		t.Errorf("after an invalid configuration: target %v, want the last good 7", got)
+	}
+	if _, err := st.CloseAndRecv(); err != nil {
+		t.Errorf("the stream after an invalid configuration: %v", err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
+	"github.com/tidalscale/tidal/knativeconfig"
 	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -130,8 +131,18 @@ func TestKnativeRBAC(t *testing.T) {
 
 	t.Run("added exactly", func(t *testing.T) {
 		want := map[string]map[string]bool{"actuator": triples(knative.Rules()), "collector": collectorKnativeTriples()}
+		// In Knative's namespace both also follow its three ConfigMaps.
+		inKnative := map[string]map[string]bool{}
+		for who, w := range want {
+			inKnative[who] = maps.Clone(w)
+			maps.Copy(inKnative[who], triples(knativeconfig.Rules()))
+		}
 		for _, who := range []string{"collector", "actuator"} {
 			for ns, after := range f.after[who] {
+				want := want
+				if ns == f.kns {
+					want = inKnative
+				}
 				before := f.before[who][ns]
 				added, removed := map[string]bool{}, map[string]bool{}
 				for k := range after {
@@ -180,6 +191,17 @@ func TestKnativeRBAC(t *testing.T) {
 	}
 
 	t.Run("sufficient", func(t *testing.T) {
+		// knativeconfig's informers: each ConfigMap listed and watched by
+		// name in Knative's namespace.
+		for _, a := range []*account{f.collector, f.actuator} {
+			for _, name := range knativeconfig.Names {
+				for _, verb := range []string{"get", "list", "watch"} {
+					if !a.can(t, verb, "", "configmaps", "", f.kns, name) {
+						t.Errorf("%s may not %s configmap %s in Knative's namespace", a.name, verb, name)
+					}
+				}
+			}
+		}
 		// actuator/knative's informers and collector/targets' Knative
 		// informer, over every namespace.
 		syncInformers(t, f.actuator, knativePAsGVR, knativeSKSGVR, podsGVR)
@@ -257,17 +279,22 @@ func TestKnativeRBAC(t *testing.T) {
 		mustForbid(t, "actuator: patch a serverlessservice", err)
 		_, err = f.actuator.dyn.Resource(knativeSKSGVR).Namespace(f.wns).Patch(ctx, "hello", types.MergePatchType, []byte(`{"status":{"serviceName":"x"}}`), metav1.PatchOptions{}, "status")
 		mustForbid(t, "actuator: write a serverlessservice's status (Knative's controller's)", err)
-		// Nothing of Knative's public API or its configuration.
-		for _, r := range []struct{ verb, group, resource, ns string }{
-			{"get", "serving.knative.dev", "revisions", f.wns},
-			{"update", "serving.knative.dev", "services", f.wns},
-			{"get", "", "configmaps", f.kns},
-			{"create", "", "services", f.kns},
-			{"update", "", "services", f.kns},
+		// Nothing of Knative's public API or its configuration but the
+		// three ConfigMaps it reads.
+		for _, r := range []struct{ verb, group, resource, ns, name string }{
+			{"get", "serving.knative.dev", "revisions", f.wns, ""},
+			{"update", "serving.knative.dev", "services", f.wns, ""},
+			{"get", "", "configmaps", f.kns, ""},
+			{"list", "", "configmaps", f.kns, ""},
+			{"get", "", "configmaps", f.kns, "config-logging"},
+			{"update", "", "configmaps", f.kns, knativeconfig.NameAutoscaler},
+			{"get", "", "configmaps", f.wns, knativeconfig.NameAutoscaler},
+			{"create", "", "services", f.kns, ""},
+			{"update", "", "services", f.kns, ""},
 		} {
 			for _, a := range []*account{f.collector, f.actuator} {
-				if a.can(t, r.verb, r.group, r.resource, "", r.ns, "") {
-					t.Errorf("%s may %s %s.%s in %s", a.name, r.verb, r.resource, r.group, r.ns)
+				if a.can(t, r.verb, r.group, r.resource, "", r.ns, r.name) {
+					t.Errorf("%s may %s %s.%s %q in %s", a.name, r.verb, r.resource, r.group, r.name, r.ns)
 				}
 			}
 		}

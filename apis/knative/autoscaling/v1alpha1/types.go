@@ -36,6 +36,11 @@ const (
 	AnnotationClass = "autoscaling.knative.dev/class"
 	// LabelRevision names the Revision on its pods and its PodAutoscaler.
 	LabelRevision = "serving.knative.dev/revision"
+	// LabelConfiguration and LabelService name the Revision's
+	// Configuration and Service (absent for a Configuration of no
+	// Service) on its PodAutoscaler.
+	LabelConfiguration = "serving.knative.dev/configuration"
+	LabelService       = "serving.knative.dev/service"
 )
 
 // Conditions of a PodAutoscaler; Ready derives from the other three.

@@ -101,9 +101,13 @@ type TargetSpec struct {
 	// WatchDecisions, Explain) like any other, but sends no Scale for it.
 	// The collector sets it for a KEDA inline Kafka trigger, whose workload
 	// KEDA and its HPA scale. False (the default) for every other target.
-	Advisory      bool `protobuf:"varint,6,opt,name=advisory,proto3" json:"advisory,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Advisory bool `protobuf:"varint,6,opt,name=advisory,proto3" json:"advisory,omitempty"`
+	// The Knative Revision a KPA target is, in Knative mode: the decider
+	// exports its decisions under Knative's autoscaler metrics with these
+	// names as labels, so Knative's dashboards show them. Unset otherwise.
+	KnativeRevision *KnativeRevision `protobuf:"bytes,7,opt,name=knative_revision,json=knativeRevision,proto3" json:"knative_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TargetSpec) Reset() {
@@ -178,6 +182,78 @@ func (x *TargetSpec) GetAdvisory() bool {
 	return false
 }
 
+func (x *TargetSpec) GetKnativeRevision() *KnativeRevision {
+	if x != nil {
+		return x.KnativeRevision
+	}
+	return nil
+}
+
+// KnativeRevision names a Knative Revision and what it belongs to (its
+// PodAutoscaler's serving.knative.dev/* labels).
+type KnativeRevision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Revision. Required; a DNS-1123 subdomain.
+	Revision string `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Its Configuration. Required; a DNS-1123 subdomain.
+	Configuration string `protobuf:"bytes,2,opt,name=configuration,proto3" json:"configuration,omitempty"`
+	// Its Service; empty for a Configuration of no Service.
+	Service       string `protobuf:"bytes,3,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KnativeRevision) Reset() {
+	*x = KnativeRevision{}
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KnativeRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KnativeRevision) ProtoMessage() {}
+
+func (x *KnativeRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KnativeRevision.ProtoReflect.Descriptor instead.
+func (*KnativeRevision) Descriptor() ([]byte, []int) {
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KnativeRevision) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *KnativeRevision) GetConfiguration() string {
+	if x != nil {
+		return x.Configuration
+	}
+	return ""
+}
+
+func (x *KnativeRevision) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
 // TargetMetrics is what one batch holds for one target.
 type TargetMetrics struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -202,7 +278,7 @@ type TargetMetrics struct {
 
 func (x *TargetMetrics) Reset() {
 	*x = TargetMetrics{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[1]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +290,7 @@ func (x *TargetMetrics) String() string {
 func (*TargetMetrics) ProtoMessage() {}
 
 func (x *TargetMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[1]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +303,7 @@ func (x *TargetMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetMetrics.ProtoReflect.Descriptor instead.
 func (*TargetMetrics) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{1}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TargetMetrics) GetTarget() *v1.TargetRef {
@@ -273,14 +349,20 @@ type IngestRequest struct {
 	// Metrics per target.
 	Metrics []*TargetMetrics `protobuf:"bytes,4,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	// Targets the collector stopped measuring; the decider forgets them.
-	Removed       []*v1.TargetRef `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	Removed []*v1.TargetRef `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	// Knative's configuration as the collector read it from the cluster (its
+	// ConfigMaps in Knative's namespace, in Knative mode): set on a stream's
+	// first batch and whenever it changes, before the specs of the same batch.
+	// The decider resolves every KPA target against it from then on; unset
+	// keeps what the decider has.
+	KnativeConfig *KnativeConfig `protobuf:"bytes,6,opt,name=knative_config,json=knativeConfig,proto3" json:"knative_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[2]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +374,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[2]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +387,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{2}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IngestRequest) GetCollectorId() string {
@@ -343,6 +425,116 @@ func (x *IngestRequest) GetRemoved() []*v1.TargetRef {
 	return nil
 }
 
+func (x *IngestRequest) GetKnativeConfig() *KnativeConfig {
+	if x != nil {
+		return x.KnativeConfig
+	}
+	return nil
+}
+
+// KnativeConfig is Knative Serving's cluster-wide autoscaling configuration.
+type KnativeConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// config-autoscaler's keys and values, verbatim; unset keeps the
+	// decider's own (its --config-autoscaler). Bounded as TargetSpec's
+	// annotations are.
+	Autoscaler *ConfigMapData `protobuf:"bytes,1,opt,name=autoscaler,proto3" json:"autoscaler,omitempty"`
+	// config-deployment's keys and values, verbatim; unset keeps the
+	// decider's own (its --config-deployment). Bounded likewise.
+	Deployment    *ConfigMapData `protobuf:"bytes,2,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KnativeConfig) Reset() {
+	*x = KnativeConfig{}
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KnativeConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KnativeConfig) ProtoMessage() {}
+
+func (x *KnativeConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KnativeConfig.ProtoReflect.Descriptor instead.
+func (*KnativeConfig) Descriptor() ([]byte, []int) {
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KnativeConfig) GetAutoscaler() *ConfigMapData {
+	if x != nil {
+		return x.Autoscaler
+	}
+	return nil
+}
+
+func (x *KnativeConfig) GetDeployment() *ConfigMapData {
+	if x != nil {
+		return x.Deployment
+	}
+	return nil
+}
+
+// ConfigMapData is a ConfigMap's data.
+type ConfigMapData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          map[string]string      `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigMapData) Reset() {
+	*x = ConfigMapData{}
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigMapData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigMapData) ProtoMessage() {}
+
+func (x *ConfigMapData) ProtoReflect() protoreflect.Message {
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigMapData.ProtoReflect.Descriptor instead.
+func (*ConfigMapData) Descriptor() ([]byte, []int) {
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ConfigMapData) GetData() map[string]string {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // IngestResponse is sent once when the collector closes the stream.
 type IngestResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -356,7 +548,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[3]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +560,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[3]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +573,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{3}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IngestResponse) GetAcceptedSamples() int64 {
@@ -409,7 +601,7 @@ type GetDecisionRequest struct {
 
 func (x *GetDecisionRequest) Reset() {
 	*x = GetDecisionRequest{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[4]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +613,7 @@ func (x *GetDecisionRequest) String() string {
 func (*GetDecisionRequest) ProtoMessage() {}
 
 func (x *GetDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[4]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +626,7 @@ func (x *GetDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDecisionRequest.ProtoReflect.Descriptor instead.
 func (*GetDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{4}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetDecisionRequest) GetTarget() *v1.TargetRef {
@@ -455,7 +647,7 @@ type GetDecisionResponse struct {
 
 func (x *GetDecisionResponse) Reset() {
 	*x = GetDecisionResponse{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[5]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +659,7 @@ func (x *GetDecisionResponse) String() string {
 func (*GetDecisionResponse) ProtoMessage() {}
 
 func (x *GetDecisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[5]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +672,7 @@ func (x *GetDecisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDecisionResponse.ProtoReflect.Descriptor instead.
 func (*GetDecisionResponse) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{5}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetDecisionResponse) GetDecision() *v1.Decision {
@@ -507,7 +699,7 @@ type ListDecisionsRequest struct {
 
 func (x *ListDecisionsRequest) Reset() {
 	*x = ListDecisionsRequest{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[6]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +711,7 @@ func (x *ListDecisionsRequest) String() string {
 func (*ListDecisionsRequest) ProtoMessage() {}
 
 func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[6]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +724,7 @@ func (x *ListDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{6}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListDecisionsRequest) GetNamespace() string {
@@ -573,7 +765,7 @@ type ListDecisionsResponse struct {
 
 func (x *ListDecisionsResponse) Reset() {
 	*x = ListDecisionsResponse{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[7]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +777,7 @@ func (x *ListDecisionsResponse) String() string {
 func (*ListDecisionsResponse) ProtoMessage() {}
 
 func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[7]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +790,7 @@ func (x *ListDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{7}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListDecisionsResponse) GetDecisions() []*v1.Decision {
@@ -626,7 +818,7 @@ type WatchDecisionsRequest struct {
 
 func (x *WatchDecisionsRequest) Reset() {
 	*x = WatchDecisionsRequest{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[8]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +830,7 @@ func (x *WatchDecisionsRequest) String() string {
 func (*WatchDecisionsRequest) ProtoMessage() {}
 
 func (x *WatchDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[8]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +843,7 @@ func (x *WatchDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{8}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchDecisionsRequest) GetNamespace() string {
@@ -672,7 +864,7 @@ type WatchDecisionsResponse struct {
 
 func (x *WatchDecisionsResponse) Reset() {
 	*x = WatchDecisionsResponse{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[9]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +876,7 @@ func (x *WatchDecisionsResponse) String() string {
 func (*WatchDecisionsResponse) ProtoMessage() {}
 
 func (x *WatchDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[9]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +889,7 @@ func (x *WatchDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{9}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchDecisionsResponse) GetDecision() *v1.Decision {
@@ -718,7 +910,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[10]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +922,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[10]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +935,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{10}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExplainRequest) GetTarget() *v1.TargetRef {
@@ -771,7 +963,7 @@ type Clamp struct {
 
 func (x *Clamp) Reset() {
 	*x = Clamp{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[11]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +975,7 @@ func (x *Clamp) String() string {
 func (*Clamp) ProtoMessage() {}
 
 func (x *Clamp) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[11]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +988,7 @@ func (x *Clamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Clamp.ProtoReflect.Descriptor instead.
 func (*Clamp) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{11}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Clamp) GetName() string {
@@ -880,7 +1072,7 @@ type KPAInputs struct {
 
 func (x *KPAInputs) Reset() {
 	*x = KPAInputs{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[12]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1084,7 @@ func (x *KPAInputs) String() string {
 func (*KPAInputs) ProtoMessage() {}
 
 func (x *KPAInputs) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[12]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1097,7 @@ func (x *KPAInputs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KPAInputs.ProtoReflect.Descriptor instead.
 func (*KPAInputs) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{12}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KPAInputs) GetMetric() string {
@@ -1080,7 +1272,7 @@ type PartitionState struct {
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1284,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[13]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1297,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{13}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PartitionState) GetPartition() int32 {
@@ -1204,7 +1396,7 @@ type LagInputs struct {
 
 func (x *LagInputs) Reset() {
 	*x = LagInputs{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1408,7 @@ func (x *LagInputs) String() string {
 func (*LagInputs) ProtoMessage() {}
 
 func (x *LagInputs) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[14]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1421,7 @@ func (x *LagInputs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LagInputs.ProtoReflect.Descriptor instead.
 func (*LagInputs) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{14}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LagInputs) GetMode() string {
@@ -1378,7 +1570,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[15]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1582,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[15]
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1595,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{15}
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExplainResponse) GetDecision() *v1.Decision {
@@ -1467,7 +1659,7 @@ var File_tidal_decider_v1_decider_service_proto protoreflect.FileDescriptor
 
 const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\n" +
-	"&tidal/decider/v1/decider_service.proto\x12\x10tidal.decider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1etidal/common/v1/decision.proto\x1a\x1ctidal/common/v1/sample.proto\x1a\x1ctidal/common/v1/target.proto\"\x9d\x03\n" +
+	"&tidal/decider/v1/decider_service.proto\x12\x10tidal.decider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1etidal/common/v1/decision.proto\x1a\x1ctidal/common/v1/sample.proto\x1a\x1ctidal/common/v1/target.proto\"\xeb\x03\n" +
 	"\n" +
 	"TargetSpec\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x125\n" +
@@ -1475,23 +1667,41 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\vannotations\x18\x03 \x03(\v2-.tidal.decider.v1.TargetSpec.AnnotationsEntryR\vannotations\x123\n" +
 	"\x15container_concurrency\x18\x04 \x01(\x05R\x14containerConcurrency\x12B\n" +
 	"\freachability\x18\x05 \x01(\x0e2\x1e.tidal.decider.v1.ReachabilityR\freachability\x12\x1a\n" +
-	"\badvisory\x18\x06 \x01(\bR\badvisory\x1a>\n" +
+	"\badvisory\x18\x06 \x01(\bR\badvisory\x12L\n" +
+	"\x10knative_revision\x18\a \x01(\v2!.tidal.decider.v1.KnativeRevisionR\x0fknativeRevision\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +
+	"\x0fKnativeRevision\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\tR\brevision\x12$\n" +
+	"\rconfiguration\x18\x02 \x01(\tR\rconfiguration\x12\x18\n" +
+	"\aservice\x18\x03 \x01(\tR\aservice\"\xd4\x01\n" +
 	"\rTargetMetrics\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x127\n" +
 	"\asamples\x18\x02 \x03(\v2\x1d.tidal.common.v1.MetricSampleR\asamples\x12#\n" +
 	"\rmeasure_error\x18\x03 \x01(\tR\fmeasureError\x12\"\n" +
 	"\n" +
 	"ready_pods\x18\x04 \x01(\x05H\x00R\treadyPods\x88\x01\x01B\r\n" +
-	"\v_ready_pods\"\xef\x01\n" +
+	"\v_ready_pods\"\xb7\x02\n" +
 	"\rIngestRequest\x12!\n" +
 	"\fcollector_id\x18\x01 \x01(\tR\vcollectorId\x12\x16\n" +
 	"\x06replay\x18\x02 \x01(\bR\x06replay\x122\n" +
 	"\x05specs\x18\x03 \x03(\v2\x1c.tidal.decider.v1.TargetSpecR\x05specs\x129\n" +
 	"\ametrics\x18\x04 \x03(\v2\x1f.tidal.decider.v1.TargetMetricsR\ametrics\x124\n" +
-	"\aremoved\x18\x05 \x03(\v2\x1a.tidal.common.v1.TargetRefR\aremoved\"d\n" +
+	"\aremoved\x18\x05 \x03(\v2\x1a.tidal.common.v1.TargetRefR\aremoved\x12F\n" +
+	"\x0eknative_config\x18\x06 \x01(\v2\x1f.tidal.decider.v1.KnativeConfigR\rknativeConfig\"\x91\x01\n" +
+	"\rKnativeConfig\x12?\n" +
+	"\n" +
+	"autoscaler\x18\x01 \x01(\v2\x1f.tidal.decider.v1.ConfigMapDataR\n" +
+	"autoscaler\x12?\n" +
+	"\n" +
+	"deployment\x18\x02 \x01(\v2\x1f.tidal.decider.v1.ConfigMapDataR\n" +
+	"deployment\"\x87\x01\n" +
+	"\rConfigMapData\x12=\n" +
+	"\x04data\x18\x01 \x03(\v2).tidal.decider.v1.ConfigMapData.DataEntryR\x04data\x1a7\n" +
+	"\tDataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
 	"\x0eIngestResponse\x12)\n" +
 	"\x10accepted_samples\x18\x01 \x01(\x03R\x0facceptedSamples\x12'\n" +
 	"\x0fdropped_samples\x18\x02 \x01(\x03R\x0edroppedSamples\"H\n" +
@@ -1611,72 +1821,81 @@ func file_tidal_decider_v1_decider_service_proto_rawDescGZIP() []byte {
 }
 
 var file_tidal_decider_v1_decider_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tidal_decider_v1_decider_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_tidal_decider_v1_decider_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_tidal_decider_v1_decider_service_proto_goTypes = []any{
 	(Reachability)(0),              // 0: tidal.decider.v1.Reachability
 	(*TargetSpec)(nil),             // 1: tidal.decider.v1.TargetSpec
-	(*TargetMetrics)(nil),          // 2: tidal.decider.v1.TargetMetrics
-	(*IngestRequest)(nil),          // 3: tidal.decider.v1.IngestRequest
-	(*IngestResponse)(nil),         // 4: tidal.decider.v1.IngestResponse
-	(*GetDecisionRequest)(nil),     // 5: tidal.decider.v1.GetDecisionRequest
-	(*GetDecisionResponse)(nil),    // 6: tidal.decider.v1.GetDecisionResponse
-	(*ListDecisionsRequest)(nil),   // 7: tidal.decider.v1.ListDecisionsRequest
-	(*ListDecisionsResponse)(nil),  // 8: tidal.decider.v1.ListDecisionsResponse
-	(*WatchDecisionsRequest)(nil),  // 9: tidal.decider.v1.WatchDecisionsRequest
-	(*WatchDecisionsResponse)(nil), // 10: tidal.decider.v1.WatchDecisionsResponse
-	(*ExplainRequest)(nil),         // 11: tidal.decider.v1.ExplainRequest
-	(*Clamp)(nil),                  // 12: tidal.decider.v1.Clamp
-	(*KPAInputs)(nil),              // 13: tidal.decider.v1.KPAInputs
-	(*PartitionState)(nil),         // 14: tidal.decider.v1.PartitionState
-	(*LagInputs)(nil),              // 15: tidal.decider.v1.LagInputs
-	(*ExplainResponse)(nil),        // 16: tidal.decider.v1.ExplainResponse
-	nil,                            // 17: tidal.decider.v1.TargetSpec.AnnotationsEntry
-	(*v1.TargetRef)(nil),           // 18: tidal.common.v1.TargetRef
-	(v1.Strategy)(0),               // 19: tidal.common.v1.Strategy
-	(*v1.MetricSample)(nil),        // 20: tidal.common.v1.MetricSample
-	(*v1.Decision)(nil),            // 21: tidal.common.v1.Decision
-	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
+	(*KnativeRevision)(nil),        // 2: tidal.decider.v1.KnativeRevision
+	(*TargetMetrics)(nil),          // 3: tidal.decider.v1.TargetMetrics
+	(*IngestRequest)(nil),          // 4: tidal.decider.v1.IngestRequest
+	(*KnativeConfig)(nil),          // 5: tidal.decider.v1.KnativeConfig
+	(*ConfigMapData)(nil),          // 6: tidal.decider.v1.ConfigMapData
+	(*IngestResponse)(nil),         // 7: tidal.decider.v1.IngestResponse
+	(*GetDecisionRequest)(nil),     // 8: tidal.decider.v1.GetDecisionRequest
+	(*GetDecisionResponse)(nil),    // 9: tidal.decider.v1.GetDecisionResponse
+	(*ListDecisionsRequest)(nil),   // 10: tidal.decider.v1.ListDecisionsRequest
+	(*ListDecisionsResponse)(nil),  // 11: tidal.decider.v1.ListDecisionsResponse
+	(*WatchDecisionsRequest)(nil),  // 12: tidal.decider.v1.WatchDecisionsRequest
+	(*WatchDecisionsResponse)(nil), // 13: tidal.decider.v1.WatchDecisionsResponse
+	(*ExplainRequest)(nil),         // 14: tidal.decider.v1.ExplainRequest
+	(*Clamp)(nil),                  // 15: tidal.decider.v1.Clamp
+	(*KPAInputs)(nil),              // 16: tidal.decider.v1.KPAInputs
+	(*PartitionState)(nil),         // 17: tidal.decider.v1.PartitionState
+	(*LagInputs)(nil),              // 18: tidal.decider.v1.LagInputs
+	(*ExplainResponse)(nil),        // 19: tidal.decider.v1.ExplainResponse
+	nil,                            // 20: tidal.decider.v1.TargetSpec.AnnotationsEntry
+	nil,                            // 21: tidal.decider.v1.ConfigMapData.DataEntry
+	(*v1.TargetRef)(nil),           // 22: tidal.common.v1.TargetRef
+	(v1.Strategy)(0),               // 23: tidal.common.v1.Strategy
+	(*v1.MetricSample)(nil),        // 24: tidal.common.v1.MetricSample
+	(*v1.Decision)(nil),            // 25: tidal.common.v1.Decision
+	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_tidal_decider_v1_decider_service_proto_depIdxs = []int32{
-	18, // 0: tidal.decider.v1.TargetSpec.target:type_name -> tidal.common.v1.TargetRef
-	19, // 1: tidal.decider.v1.TargetSpec.strategy:type_name -> tidal.common.v1.Strategy
-	17, // 2: tidal.decider.v1.TargetSpec.annotations:type_name -> tidal.decider.v1.TargetSpec.AnnotationsEntry
+	22, // 0: tidal.decider.v1.TargetSpec.target:type_name -> tidal.common.v1.TargetRef
+	23, // 1: tidal.decider.v1.TargetSpec.strategy:type_name -> tidal.common.v1.Strategy
+	20, // 2: tidal.decider.v1.TargetSpec.annotations:type_name -> tidal.decider.v1.TargetSpec.AnnotationsEntry
 	0,  // 3: tidal.decider.v1.TargetSpec.reachability:type_name -> tidal.decider.v1.Reachability
-	18, // 4: tidal.decider.v1.TargetMetrics.target:type_name -> tidal.common.v1.TargetRef
-	20, // 5: tidal.decider.v1.TargetMetrics.samples:type_name -> tidal.common.v1.MetricSample
-	1,  // 6: tidal.decider.v1.IngestRequest.specs:type_name -> tidal.decider.v1.TargetSpec
-	2,  // 7: tidal.decider.v1.IngestRequest.metrics:type_name -> tidal.decider.v1.TargetMetrics
-	18, // 8: tidal.decider.v1.IngestRequest.removed:type_name -> tidal.common.v1.TargetRef
-	18, // 9: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
-	21, // 10: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
-	21, // 11: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
-	21, // 12: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
-	18, // 13: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
-	22, // 14: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
-	22, // 15: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
-	23, // 16: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
-	14, // 17: tidal.decider.v1.LagInputs.partitions:type_name -> tidal.decider.v1.PartitionState
-	23, // 18: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
-	21, // 19: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
-	13, // 20: tidal.decider.v1.ExplainResponse.kpa:type_name -> tidal.decider.v1.KPAInputs
-	15, // 21: tidal.decider.v1.ExplainResponse.lag:type_name -> tidal.decider.v1.LagInputs
-	12, // 22: tidal.decider.v1.ExplainResponse.clamps:type_name -> tidal.decider.v1.Clamp
-	3,  // 23: tidal.decider.v1.DeciderService.Ingest:input_type -> tidal.decider.v1.IngestRequest
-	5,  // 24: tidal.decider.v1.DeciderService.GetDecision:input_type -> tidal.decider.v1.GetDecisionRequest
-	7,  // 25: tidal.decider.v1.DeciderService.ListDecisions:input_type -> tidal.decider.v1.ListDecisionsRequest
-	9,  // 26: tidal.decider.v1.DeciderService.WatchDecisions:input_type -> tidal.decider.v1.WatchDecisionsRequest
-	11, // 27: tidal.decider.v1.DeciderService.Explain:input_type -> tidal.decider.v1.ExplainRequest
-	4,  // 28: tidal.decider.v1.DeciderService.Ingest:output_type -> tidal.decider.v1.IngestResponse
-	6,  // 29: tidal.decider.v1.DeciderService.GetDecision:output_type -> tidal.decider.v1.GetDecisionResponse
-	8,  // 30: tidal.decider.v1.DeciderService.ListDecisions:output_type -> tidal.decider.v1.ListDecisionsResponse
-	10, // 31: tidal.decider.v1.DeciderService.WatchDecisions:output_type -> tidal.decider.v1.WatchDecisionsResponse
-	16, // 32: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
-	28, // [28:33] is the sub-list for method output_type
-	23, // [23:28] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	2,  // 4: tidal.decider.v1.TargetSpec.knative_revision:type_name -> tidal.decider.v1.KnativeRevision
+	22, // 5: tidal.decider.v1.TargetMetrics.target:type_name -> tidal.common.v1.TargetRef
+	24, // 6: tidal.decider.v1.TargetMetrics.samples:type_name -> tidal.common.v1.MetricSample
+	1,  // 7: tidal.decider.v1.IngestRequest.specs:type_name -> tidal.decider.v1.TargetSpec
+	3,  // 8: tidal.decider.v1.IngestRequest.metrics:type_name -> tidal.decider.v1.TargetMetrics
+	22, // 9: tidal.decider.v1.IngestRequest.removed:type_name -> tidal.common.v1.TargetRef
+	5,  // 10: tidal.decider.v1.IngestRequest.knative_config:type_name -> tidal.decider.v1.KnativeConfig
+	6,  // 11: tidal.decider.v1.KnativeConfig.autoscaler:type_name -> tidal.decider.v1.ConfigMapData
+	6,  // 12: tidal.decider.v1.KnativeConfig.deployment:type_name -> tidal.decider.v1.ConfigMapData
+	21, // 13: tidal.decider.v1.ConfigMapData.data:type_name -> tidal.decider.v1.ConfigMapData.DataEntry
+	22, // 14: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
+	25, // 15: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
+	25, // 16: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
+	25, // 17: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
+	22, // 18: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
+	26, // 19: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
+	26, // 20: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
+	27, // 21: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
+	17, // 22: tidal.decider.v1.LagInputs.partitions:type_name -> tidal.decider.v1.PartitionState
+	27, // 23: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
+	25, // 24: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
+	16, // 25: tidal.decider.v1.ExplainResponse.kpa:type_name -> tidal.decider.v1.KPAInputs
+	18, // 26: tidal.decider.v1.ExplainResponse.lag:type_name -> tidal.decider.v1.LagInputs
+	15, // 27: tidal.decider.v1.ExplainResponse.clamps:type_name -> tidal.decider.v1.Clamp
+	4,  // 28: tidal.decider.v1.DeciderService.Ingest:input_type -> tidal.decider.v1.IngestRequest
+	8,  // 29: tidal.decider.v1.DeciderService.GetDecision:input_type -> tidal.decider.v1.GetDecisionRequest
+	10, // 30: tidal.decider.v1.DeciderService.ListDecisions:input_type -> tidal.decider.v1.ListDecisionsRequest
+	12, // 31: tidal.decider.v1.DeciderService.WatchDecisions:input_type -> tidal.decider.v1.WatchDecisionsRequest
+	14, // 32: tidal.decider.v1.DeciderService.Explain:input_type -> tidal.decider.v1.ExplainRequest
+	7,  // 33: tidal.decider.v1.DeciderService.Ingest:output_type -> tidal.decider.v1.IngestResponse
+	9,  // 34: tidal.decider.v1.DeciderService.GetDecision:output_type -> tidal.decider.v1.GetDecisionResponse
+	11, // 35: tidal.decider.v1.DeciderService.ListDecisions:output_type -> tidal.decider.v1.ListDecisionsResponse
+	13, // 36: tidal.decider.v1.DeciderService.WatchDecisions:output_type -> tidal.decider.v1.WatchDecisionsResponse
+	19, // 37: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tidal_decider_v1_decider_service_proto_init() }
@@ -1684,10 +1903,10 @@ func file_tidal_decider_v1_decider_service_proto_init() {
 	if File_tidal_decider_v1_decider_service_proto != nil {
 		return
 	}
-	file_tidal_decider_v1_decider_service_proto_msgTypes[1].OneofWrappers = []any{}
-	file_tidal_decider_v1_decider_service_proto_msgTypes[13].OneofWrappers = []any{}
-	file_tidal_decider_v1_decider_service_proto_msgTypes[14].OneofWrappers = []any{}
-	file_tidal_decider_v1_decider_service_proto_msgTypes[15].OneofWrappers = []any{
+	file_tidal_decider_v1_decider_service_proto_msgTypes[2].OneofWrappers = []any{}
+	file_tidal_decider_v1_decider_service_proto_msgTypes[16].OneofWrappers = []any{}
+	file_tidal_decider_v1_decider_service_proto_msgTypes[17].OneofWrappers = []any{}
+	file_tidal_decider_v1_decider_service_proto_msgTypes[18].OneofWrappers = []any{
 		(*ExplainResponse_Kpa)(nil),
 		(*ExplainResponse_Lag)(nil),
 	}
@@ -1697,7 +1916,7 @@ func file_tidal_decider_v1_decider_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidal_decider_v1_decider_service_proto_rawDesc), len(file_tidal_decider_v1_decider_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

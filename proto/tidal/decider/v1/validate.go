@@ -63,6 +63,20 @@ func (r *IngestRequest) Validate() error {
 			return err
 		}
 	}
+	if kc := r.GetKnativeConfig(); kc != nil {
+		// A ConfigMap's keys are bounded as annotations are: config-autoscaler
+		// has about twenty short ones (collectors leave out _example).
+		if a := kc.GetAutoscaler(); a != nil {
+			if err := ValidateAnnotations("knative_config.autoscaler.data", a.GetData()); err != nil {
+				return err
+			}
+		}
+		if d := kc.GetDeployment(); d != nil {
+			if err := ValidateAnnotations("knative_config.deployment.data", d.GetData()); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -85,6 +99,20 @@ func (s *TargetSpec) ValidateField(field string) error {
 	}
 	if _, ok := Reachability_name[int32(s.GetReachability())]; !ok {
 		return commonv1.Invalid(field+".reachability", s.GetReachability(), "a known reachability")
+	}
+	if kr := s.GetKnativeRevision(); kr != nil {
+		f := field + ".knative_revision."
+		if err := commonv1.ValidateSubdomain(f+"revision", kr.GetRevision()); err != nil {
+			return err
+		}
+		if err := commonv1.ValidateSubdomain(f+"configuration", kr.GetConfiguration()); err != nil {
+			return err
+		}
+		if svc := kr.GetService(); svc != "" {
+			if err := commonv1.ValidateSubdomain(f+"service", svc); err != nil {
+				return err
+			}
+		}
 	}
 	return ValidateAnnotations(field+".annotations", s.GetAnnotations())
 }

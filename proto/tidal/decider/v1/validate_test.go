@@ -44,6 +44,12 @@ func TestIngestBounds(t *testing.T) {
 		{"a 3 MB target name", func(r *IngestRequest) {
 			r.Removed = []*commonv1.TargetRef{{Namespace: "ns", Name: strings.Repeat("a", 3<<20)}}
 		}, "removed[0].name"},
+		{"a config-autoscaler of 20,000 keys", func(r *IngestRequest) {
+			r.KnativeConfig = &KnativeConfig{Autoscaler: &ConfigMapData{Data: many(20000, 10)}}
+		}, "knative_config.autoscaler.data"},
+		{"a config-deployment value of 4097 bytes", func(r *IngestRequest) {
+			r.KnativeConfig = &KnativeConfig{Deployment: &ConfigMapData{Data: many(1, MaxAnnotationValue+1)}}
+		}, `knative_config.deployment.data["autoscaling.knative.dev/k00000"]`},
 		{"a Pod as kind with a line break", func(r *IngestRequest) {
 			r.Metrics[0].Target = &commonv1.TargetRef{Namespace: "ns", Name: "a", Kind: "Pod\n"}
 		}, "metrics[0].target.kind"},

@@ -1,0 +1,131 @@
+package scrape
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tidalscale/tidal/collector/queuestat"
+)
+
+// meshScene is a target of four old pods serving concurrency 3 each, and a
+// Service in front of them that hands each new connection to the next pod
+// (round-robin, as kube-proxy spreads connections). While refuse is set the
+// pods answer a direct request with 503, as a mesh's sidecar refuses plain
+// traffic; the Service always reaches them.
+type meshScene struct {
+	src     *fakePods
+	service string
+	refuse  atomic.Bool
+	// direct and viaService count the requests each path answered.
+	direct, viaService atomic.Int32
+}
+
+func newMeshScene(t *testing.T, young bool) *meshScene {
+	t.Helper()
+	m := &meshScene{src: &fakePods{ready: map[string]bool{}}}
+	start, uptime := time.Now().Add(-time.Hour), float64(3600)
+	if young {
+		start, uptime = time.Now(), 1
+	}
+	var stats []http.HandlerFunc
+	for _, name := range []string{"pod-a", "pod-b", "pod-c", "pod-d"} {
+		h := statHandler(queuestat.Stat{PodName: name, AverageConcurrentRequests: 3, RequestCount: 1, ProcessUptime: uptime})
+		stats = append(stats, h)
+		addr := servePod(t, func(w http.ResponseWriter, r *http.Request) {
+			if m.refuse.Load() {
+				http.Error(w, "upstream connect error", http.StatusServiceUnavailable)
+				return
+			}
+			m.direct.Add(1)
+			h(w, r)
+		})
+		m.src.pods = append(m.src.pods, Pod{Name: name, Addr: addr, Start: start})
+		m.src.ready[name] = true
+	}
+	var next atomic.Int32
+	m.service = servePod(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Connection") != "close" {
+			http.Error(w, "a scrape through the Service must ask for a new connection each time", http.StatusBadRequest)
+			return
+		}
+		m.viaService.Add(1)
+		stats[int(next.Add(1))%len(stats)](w, r)
+	})
+	return m
+}
+
+// TestScrapeMeshModes follows config-network's mesh-compatibility-mode as
+// Knative's scraper does: disabled reads the pods and never the Service;
+// enabled reads the Service alone, each place of the sample a pod not read
+// before; auto reads the pods until every one refuses as a mesh does, then
+// the Service from the next scrape on, for good once it answered.
+func TestScrapeMeshModes(t *testing.T) {
+	const total = 4 * 3 // four pods at concurrency 3
+	for _, tc := range []struct {
+		name   string
+		mesh   Mesh
+		refuse bool
+		young  bool
+		// per scrape: whether it records a sample, and which path answered
+		want []string
+	}{
+		{"disabled reads the pods", MeshDisabled, false, false, []string{"pods", "pods"}},
+		{"disabled under a mesh fails", MeshDisabled, true, false, []string{"fail", "fail"}},
+		{"enabled reads the Service", MeshEnabled, false, false, []string{"service", "service"}},
+		{"enabled with young pods only", MeshEnabled, false, true, []string{"service"}},
+		{"auto without a mesh stays on the pods", MeshAuto, false, false, []string{"pods", "pods", "pods"}},
+		{"auto falls back under a mesh", MeshAuto, true, false, []string{"fail", "service", "service"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMeshScene(t, tc.young)
+			m.refuse.Store(tc.refuse)
+			rec := &recorder{}
+			s, _ := startScraper(t, defaultConfig(t), rec)
+			tgt := testTarget(m.src, Format{})
+			tgt.Service, tgt.Mesh = m.service, tc.mesh
+			s.Set(tgt)
+			for i, want := range tc.want {
+				direct, via := m.direct.Load(), m.viaService.Load()
+				s.ScrapeNow(context.Background())
+				samples, _ := rec.take()
+				got := "fail"
+				switch {
+				case len(samples) == 1 && m.direct.Load() > direct && m.viaService.Load() == via:
+					got = "pods"
+				case len(samples) == 1 && m.viaService.Load() > via && m.direct.Load() == direct:
+					got = "service"
+				case len(samples) > 0:
+					got = "mixed"
+				}
+				if got != want {
+					t.Fatalf("scrape %d: %s, want %s", i, got, want)
+				}
+				if got != "fail" && samples[0].GetAverageConcurrency() != total {
+					t.Errorf("scrape %d: concurrency %v, want %v: four distinct pods read", i, samples[0].GetAverageConcurrency(), total)
+				}
+			}
+		})
+	}
+}
+
+// TestScrapeMeshAutoStaysOnPodsAfterOtherErrors: auto falls back only when
+// every pod refused as a mesh does; a pod that is down is not a mesh.
+func TestScrapeMeshAutoStaysOnPodsAfterOtherErrors(t *testing.T) {
+	m := newMeshScene(t, false)
+	m.refuse.Store(true)
+	m.src.pods[0].Addr = "127.0.0.1:1" // refused: not a mesh's answer
+	rec := &recorder{}
+	s, _ := startScraper(t, defaultConfig(t), rec)
+	tgt := testTarget(m.src, Format{})
+	tgt.Service, tgt.Mesh = m.service, MeshAuto
+	s.Set(tgt)
+	for range 2 {
+		s.ScrapeNow(context.Background())
+	}
+	if n := m.viaService.Load(); n != 0 {
+		t.Errorf("the Service was read %d times, want none", n)
+	}
+}
