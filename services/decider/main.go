@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/knmetrics"
 	"github.com/tidalscale/tidal/decider/loop"
 	"github.com/tidalscale/tidal/decider/sender"
 	"github.com/tidalscale/tidal/decider/watch"
@@ -136,6 +137,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}, []string{"configmap"})
 	reg.MustRegister(configRefused)
 	eng := engine.New(ecfg)
+	// Knative's autoscaler metrics for the Knative Revisions (knmetrics).
+	reg.MustRegister(knmetrics.New(eng))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidal_decider_targets",
 		Help: "Targets this decider holds.",

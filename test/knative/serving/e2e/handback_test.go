@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -39,6 +40,12 @@ func TestUninstallGivesPodAutoscalersBack(t *testing.T) {
 	s.reps.waitReady(t, s.kc, up, 90*time.Second, "tidal: step up")
 	pa := s.waitTidalPA(t)
 	sks, err := s.nc.NetworkingV1alpha1().ServerlessServices(s.ns).Get(ctx, s.rev, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// tidal's decider exports its decisions under Knative's names.
+	tidalMetrics, err := knativeFamilies(t, "http://"+s.tidal.Decider.HTTPAddr+"/metrics", s.rev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +102,16 @@ func TestUninstallGivesPodAutoscalersBack(t *testing.T) {
 		return got.IsReady() && slices.ContainsFunc(writers, notTidal) && got.Status.DesiredScale != nil && *got.Status.DesiredScale == down,
 			fmt.Sprintf("status writers %q, status %+v", writers, got.Status)
 	})
+	// Knative's own metrics for the same revision: what tidal exported
+	// has the same names, help, types and labels.
+	var knMetrics map[string]*dto.MetricFamily
+	eventually(t, ka, 30*time.Second, "Knative's autoscaler's kn_revision_* metrics", func() (bool, string) {
+		var err error
+		knMetrics, err = knativeFamilies(t, "http://"+knativeMetricsAddr+"/metrics", s.rev)
+		return err == nil && knMetrics["kn_revision_pods_desired"] != nil, fmt.Sprintf("%v: %d families", err, len(knMetrics))
+	})
+	compareKnativeMetrics(t, tidalMetrics, knMetrics)
+
 	after, err := s.nc.NetworkingV1alpha1().ServerlessServices(s.ns).Get(ctx, s.rev, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

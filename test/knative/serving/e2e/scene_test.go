@@ -59,6 +59,11 @@ var knativeInstall struct {
 	err  error
 }
 
+// knativeMetricsAddr is where Knative's processes serve their Prometheus
+// metrics (config-observability's metrics-endpoint): a free loopback port
+// picked at install; the controller's is in its own network namespace.
+var knativeMetricsAddr string
+
 // startScene installs Knative (once), starts Knative's controller and
 // tidal's services, and connects Knative's activator code to tidal's
 // collector; all of it stops when t ends.
@@ -86,14 +91,19 @@ func startScene(t *testing.T) *scene {
 
 	// Knative Serving: CRDs, knative-serving's ConfigMaps, its controller.
 	knativeInstall.once.Do(func() {
+		if knativeMetricsAddr, knativeInstall.err = system.FreeAddr(); knativeInstall.err != nil {
+			return
+		}
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		knativeInstall.err = installKnative(ictx, c, map[string]map[string]string{
 			"config-autoscaler": autoscalerConfig,
 			"config-deployment": {"queue-sidecar-image": queueImage},
-			// Explicitly off: the Prometheus exporter would bind :9090 on
-			// every address, where the simulated queue-proxies listen.
-			"config-observability": {"metrics-protocol": "none"},
+			// Prometheus on a loopback port of its own: by default the
+			// exporter would bind :9090 on every address, where the
+			// simulated queue-proxies listen. Knative's autoscaler serves
+			// its kn_revision_* metrics there (knmetrics_test.go).
+			"config-observability": {"metrics-protocol": "prometheus", "metrics-endpoint": knativeMetricsAddr},
 		})
 	})
 	if knativeInstall.err != nil {
