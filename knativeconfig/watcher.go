@@ -228,7 +228,11 @@ func (w *Watcher) observe(cm *corev1.ConfigMap) {
 		w.refused.WithLabelValues(cm.Name).Inc()
 		log.Error("knative configmap refused; the last good configuration stays in effect", zap.Error(err))
 		if w.opts.Recorder != nil {
-			w.opts.Recorder.Eventf(cm, corev1.EventTypeWarning, EventInvalidConfig,
+			// A reference by hand: the recorder's scheme need not know
+			// ConfigMaps (the actuator's knows tidal's types).
+			on := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name,
+				UID: cm.UID, ResourceVersion: cm.ResourceVersion}
+			w.opts.Recorder.Eventf(on, corev1.EventTypeWarning, EventInvalidConfig,
 				"Refused: %v; the last good configuration stays in effect", err)
 		}
 		return

@@ -13,9 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
@@ -74,7 +74,9 @@ func startWatcher(t *testing.T, base Snapshot) *watched {
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
 	t.Cleanup(broadcaster.Shutdown)
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "knativeconfig-test"})
+	// A scheme that knows no ConfigMap, as the actuator's knows tidal's
+	// types alone: the Event must not depend on it.
+	recorder := broadcaster.NewRecorder(runtime.NewScheme(), corev1.EventSource{Component: "knativeconfig-test"})
 	reg := prometheus.NewRegistry()
 	w, err := New(Options{Namespace: ns, Base: base, MetricPrefix: "test", Recorder: recorder}, c.Client, reg, zap.NewNop())
 	if err != nil {

@@ -213,17 +213,18 @@ func TestDiscoveryKnativeLiveConfig(t *testing.T) {
 		}
 		r.disc.SetKnativeConfig(&knativeconfig.Snapshot{Autoscaler: as, Deployment: kpaconfig.DefaultDeployment(), Network: knativeconfig.DefaultNetwork()})
 	}
-	live(map[string]string{"stable-window": "20s"})
+	// The hub keeps at least a minute: a window longer than that shows.
+	live(map[string]string{"stable-window": "2m"})
 	eventually(t, "the edited window", 30*time.Second, func() bool {
 		w, _ := r.hub.Get(ref)
-		return w.Retention == 20*time.Second
+		return w.Retention == 2*time.Minute
 	})
 	r.scraper.ScrapeNow(context.Background())
 	if w, _ := r.hub.Get(ref); len(measured(w)) != 1 {
 		t.Fatalf("samples after a scrape: %v, want one", measured(w))
 	}
 
-	live(map[string]string{"stable-window": "20s", "target-burst-capacity": "-1"})
+	live(map[string]string{"stable-window": "2m", "target-burst-capacity": "-1"})
 	w, _ := r.hub.Get(ref)
 	before := len(measured(w))
 	eventually(t, "scraping stopped", 30*time.Second, func() bool {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,19 +91,24 @@ func TestKnativeMode(t *testing.T) {
 		t.Errorf("GetScale = %v, want 2 replicas, sequence %d, reason test", gs, seq)
 	}
 
-	// config-autoscaler's max-scale bounds a decision; an edit of it applies
-	// to the next one, an invalid edit changes nothing and is reported.
-	scaleTo := func(want int32) int32 {
+	// config-autoscaler's max-scale bounds a decision (the actuator refuses
+	// one above it, naming it); an edit of it applies to the next one, an
+	// invalid edit changes nothing and is reported.
+	scaleTo := func(want int32) (int32, error) {
 		t.Helper()
 		seq++
 		resp, err := client.Scale(ctx, &actuatorv1.ScaleRequest{Target: ref, DesiredReplicas: want, DecisionSequence: seq, Reason: "test", ExcessBurstCapacity: &ebc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.GetAppliedReplicas()
+		return resp.GetAppliedReplicas(), err
 	}
-	if got := scaleTo(8); got != 5 {
-		t.Errorf("Scale to 8 with config-autoscaler's max-scale 5: applied %d, want 5", got)
+	refusedOver := func(want int32, maxScale string) bool {
+		_, err := scaleTo(want)
+		return status.Code(err) == codes.InvalidArgument && strings.Contains(err.Error(), "has max-scale "+maxScale)
+	}
+	if got, err := scaleTo(5); err != nil || got != 5 {
+		t.Errorf("Scale to 5 with config-autoscaler's max-scale 5: applied %d, %v; want 5", got, err)
+	}
+	if !refusedOver(6, "5") {
+		t.Errorf("Scale to 6 with config-autoscaler's max-scale 5: not refused naming max-scale 5")
 	}
 	edit := func(data map[string]string) {
 		t.Helper()
@@ -111,7 +118,7 @@ func TestKnativeMode(t *testing.T) {
 		}
 	}
 	edit(map[string]string{"max-scale": "3"})
-	poll("max-scale 3 in effect", func() bool { return scaleTo(8) == 3 })
+	poll("max-scale 3 in effect", func() bool { return refusedOver(4, "3") })
 	edit(map[string]string{"max-scale": "-3"})
 	var ev corev1.Event
 	poll("a Warning Event on config-autoscaler", func() bool {
@@ -125,8 +132,11 @@ func TestKnativeMode(t *testing.T) {
 	if ev.Reason != knativeconfig.EventInvalidConfig || ev.Source.Component != "tidal-actuator" || !strings.Contains(ev.Message, `max-scale "-3"`) {
 		t.Errorf("Event %s from %s: %q, want %s from tidal-actuator naming max-scale \"-3\"", ev.Reason, ev.Source.Component, ev.Message, knativeconfig.EventInvalidConfig)
 	}
-	if got := scaleTo(8); got != 3 {
-		t.Errorf("Scale to 8 after an invalid edit: applied %d, want the last good max-scale's 3", got)
+	if !refusedOver(4, "3") {
+		t.Errorf("Scale to 4 after an invalid edit: not refused naming the last good max-scale 3")
+	}
+	if got, err := scaleTo(3); err != nil || got != 3 {
+		t.Errorf("Scale to 3 after an invalid edit: applied %d, %v; want 3", got, err)
 	}
 }
 
