@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tidalscale/tidal/decider/engine"
-	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/decider/sender"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -38,32 +37,6 @@ func specOf(s *deciderv1.TargetSpec) engine.Spec {
 		spec.Knative = &engine.KnativeRevision{Revision: kr.GetRevision(), Configuration: kr.GetConfiguration(), Service: kr.GetService()}
 	}
 	return spec
-}
-
-// sampleOf converts a validated sample.
-func sampleOf(m *commonv1.MetricSample) engine.Sample {
-	s := engine.Sample{
-		At:        m.GetTime().AsTime(),
-		Activator: m.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH,
-		ReadyOnly: m.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PODS,
-		Stat: kpa.Stat{
-			AverageConcurrentRequests:        m.GetAverageConcurrency(),
-			AverageProxiedConcurrentRequests: m.GetAverageProxiedConcurrency(),
-			RequestCount:                     m.GetRequestCount(),
-			ProxiedRequestCount:              m.GetProxiedRequestCount(),
-		},
-		ReadyPods:      -1,
-		PartitionCount: m.GetPartitionCount(),
-	}
-	if m.ReadyPods != nil {
-		s.ReadyPods = m.GetReadyPods()
-	}
-	for _, p := range m.GetPartitionLags() {
-		s.Partitions = append(s.Partitions, lag.Partition{
-			Topic: p.GetTopic(), ID: p.GetPartition(), End: p.GetEndOffset(), Committed: p.GetCommittedOffset(), HasCommitted: p.CommittedOffset != nil,
-		})
-	}
-	return s
 }
 
 func strategyOf(s engine.Strategy) commonv1.Strategy {

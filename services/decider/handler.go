@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/pbconv"
 	"github.com/tidalscale/tidal/decider/sender"
 	"github.com/tidalscale/tidal/decider/watch"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -101,7 +102,7 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 				log.Debug("sample dropped", zap.String("target", t.Key()), zap.Error(err))
 				continue
 			}
-			samples = append(samples, sampleOf(ms))
+			samples = append(samples, pbconv.Sample(ms))
 		}
 		if m.GetMeasureError() != "" {
 			// The error is the target's state now: lag strategies hold

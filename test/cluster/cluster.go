@@ -70,6 +70,11 @@ type Options struct {
 	// HPASyncPeriod is how often kube-controller-manager's HPA controller
 	// syncs every HorizontalPodAutoscaler; zero means Kubernetes' 15 s.
 	HPASyncPeriod time.Duration
+	// AuditPolicy, when set, is an audit.k8s.io/v1 Policy (YAML) the API
+	// server applies, writing JSON events to Cluster.AuditLog within about
+	// a second of each request (batch mode, so the log does not slow the
+	// requests it records).
+	AuditPolicy string
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver,
@@ -86,6 +91,9 @@ type Cluster struct {
 	PodCIDR string
 	// Client is an admin clientset.
 	Client kubernetes.Interface
+	// AuditLog is the API server's audit log; empty without
+	// Options.AuditPolicy.
+	AuditLog string
 
 	config    *rest.Config
 	slot      func() // releases the pod network slot
@@ -237,29 +245,40 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 	// kube-apiserver
 	apiURL := "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	apiserver, err := c.start(dir, "kube-apiserver", bins.Kube, "kube-apiserver",
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
-		"--tls-cert-file="+keys.servingCert, "--tls-private-key-file="+keys.servingKey,
-		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
-		"--token-auth-file="+keys.tokens,
+	var audit []string
+	if opts.AuditPolicy != "" {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(opts.AuditPolicy), 0o644); err != nil {
+			return nil, fmt.Errorf("audit policy: %w", err)
+		}
+		c.AuditLog = filepath.Join(dir, "audit.log")
+		audit = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.AuditLog, "--audit-log-format=json",
+			"--audit-log-mode=batch", "--audit-log-batch-max-wait=1s"}
+	}
+	apiserver, err := c.start(dir, "kube-apiserver", bins.Kube, append([]string{"kube-apiserver",
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
+		"--tls-cert-file=" + keys.servingCert, "--tls-private-key-file=" + keys.servingKey,
+		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+		"--token-auth-file=" + keys.tokens,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+keys.saPub,
-		"--service-account-signing-key-file="+keys.saKey,
+		"--service-account-key-file=" + keys.saPub,
+		"--service-account-signing-key-file=" + keys.saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		// API aggregation (an APIService such as KEDA's external metrics):
 		// the front proxy's identity, and the Service's endpoint dialled
 		// directly, as no kube-proxy routes its cluster IP.
-		"--proxy-client-cert-file="+keys.proxyCert, "--proxy-client-key-file="+keys.proxyKey,
-		"--requestheader-client-ca-file="+keys.frontProxyCA,
-		"--requestheader-allowed-names="+frontProxyName,
+		"--proxy-client-cert-file=" + keys.proxyCert, "--proxy-client-key-file=" + keys.proxyKey,
+		"--requestheader-client-ca-file=" + keys.frontProxyCA,
+		"--requestheader-allowed-names=" + frontProxyName,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--enable-aggregator-routing=true",
 		"--profiling=false",
 		"--v=1",
+	}, audit...)...,
 	)
 	if err != nil {
 		return nil, err

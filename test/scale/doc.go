@@ -2,12 +2,28 @@
 // it end to end: a test cluster (test/cluster), the collector, decider and
 // actuator as processes (test/system), thousands of KPA targets whose pods
 // serve simulated queue-proxy metrics from this one process, lag targets
-// reading topics on kfake, and load that switches between two levels. Run
-// returns a Report: how long creation and the first decisions took, how
-// long a load change took to reach a Deployment's spec.replicas and how many
-// never did, how old decisions were when the actuator recorded them, what
-// each service process cost (CPU, RSS, goroutines, warnings and errors), and
-// the Kubernetes requests per second by verb.
+// reading topics on kfake, load that switches between two levels, and the
+// readers a deployment has beside the loop (a WatchDecisions stream and a
+// ListDecisions poll every tick, on every decider). Run returns a Report:
+// how long creation and the first decisions took, how long a load change
+// took to reach a Deployment's spec.replicas and how many never did, that
+// latency split into the strategy's own part and the system's, how the
+// targets whose load never changed moved, what each service process cost
+// (CPU, RSS, goroutines, warnings and errors), and the API server's writes
+// by client.
+//
+// # The strategy's part and the system's
+//
+// The collector's samples of every switching target are read back through
+// its GetWindow and replayed offline through decider/engine, every sample on
+// time (replayStrategy): the tick at which the strategy itself moves towards
+// a change's new level is the strategy's part; from there to the
+// Deployment informer's first move is what tidal and the API server added,
+// split at the live decider's tick (from the WatchDecisions stream), the
+// actuator's status write and its scale write (received and answered, from
+// the API server's audit log, which the run's cluster must keep:
+// AuditPolicy). Percentiles are over every change, the lost ones counted as
+// never (Dist).
 //
 // `make scale` runs it at 10,000 KPA and 1,000 lag targets
 // (test/scale/cmd/scale); TestScaleGuard runs 300 targets in `make test` and

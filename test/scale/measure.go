@@ -30,6 +30,10 @@ type recorder struct {
 
 type kpaLog struct {
 	created time.Time
+	// level is the replicas the target's first load implies; switching
+	// is true for targets whose load switches.
+	level     int32
+	switching bool
 	// replicas is the Deployment's spec.replicas as last seen; -1 before.
 	replicas      int32
 	moves         []move
@@ -53,6 +57,10 @@ type loadChange struct {
 
 type lagLog struct {
 	created, firstScaled time.Time
+	// replicas is the Deployment's spec.replicas as last seen; moves are
+	// the times it changed.
+	replicas int32
+	moves    []time.Time
 }
 
 // decisionAge is how old a decision was (since the decider made it, by its
@@ -66,16 +74,16 @@ func newRecorder() *recorder {
 	return &recorder{kpa: map[string]*kpaLog{}, lag: map[string]*lagLog{}}
 }
 
-func (r *recorder) addKPA(name string, created time.Time) {
+func (r *recorder) addKPA(name string, created time.Time, level int32, switching bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.kpa[name] = &kpaLog{created: created, replicas: -1}
+	r.kpa[name] = &kpaLog{created: created, replicas: -1, level: level, switching: switching}
 }
 
 func (r *recorder) addLag(name string, created time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lag[name] = &lagLog{created: created}
+	r.lag[name] = &lagLog{created: created, replicas: -1}
 }
 
 // switched records a load change of target.
@@ -131,8 +139,14 @@ func (r *recorder) deployment(obj any) {
 		k.replicas = replicas
 		return
 	}
-	if l, ok := r.lag[d.Name]; ok && replicas > 0 && l.firstScaled.IsZero() {
-		l.firstScaled = now
+	if l, ok := r.lag[d.Name]; ok {
+		if replicas > 0 && l.firstScaled.IsZero() {
+			l.firstScaled = now
+		}
+		if l.replicas != replicas && l.replicas >= 0 {
+			l.moves = append(l.moves, now)
+		}
+		l.replicas = replicas
 	}
 }
 
@@ -181,6 +195,10 @@ type changeResult struct {
 	// when it first equalled it; zero when it did not before the deadline.
 	firstMove, reached time.Time
 	already            bool
+	// up is the direction a move must take to count; deadline is the
+	// target's next change, or the end.
+	up       bool
+	deadline time.Time
 }
 
 // results evaluates every load change against the moves that followed it,
@@ -195,13 +213,14 @@ func (r *recorder) results(end time.Time) []changeResult {
 			if i+1 < len(k.changes) {
 				deadline = k.changes[i+1].at
 			}
-			res := changeResult{target: name, change: c, already: c.replicasAt == c.to}
+			res := changeResult{target: name, change: c, already: c.replicasAt == c.to, deadline: deadline}
 			// Towards the new level's replicas from where spec.replicas
 			// was; from the old level's if it was unknown.
 			up := c.to > c.from
 			if c.replicasAt >= 0 && c.replicasAt != c.to {
 				up = c.to > c.replicasAt
 			}
+			res.up = up
 			for _, m := range k.moves {
 				if !m.at.After(c.at) || !m.at.Before(deadline) {
 					continue
@@ -218,4 +237,43 @@ func (r *recorder) results(end time.Time) []changeResult {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].change.at.Before(out[j].change.at) })
 	return out
+}
+
+// applied counts the changes of spec.replicas seen from start to end, of
+// every target.
+func (r *recorder) applied(start, end time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	in := func(t time.Time) bool { return !t.Before(start) && !t.After(end) }
+	for _, k := range r.kpa {
+		for _, m := range k.moves {
+			if in(m.at) {
+				n++
+			}
+		}
+	}
+	for _, l := range r.lag {
+		for _, at := range l.moves {
+			if in(at) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// implied is the pods the KPA targets' current load levels imply.
+func (r *recorder) implied() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, k := range r.kpa {
+		level := k.level
+		if len(k.changes) > 0 {
+			level = k.changes[len(k.changes)-1].to
+		}
+		n += int(level)
+	}
+	return n
 }

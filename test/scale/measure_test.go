@@ -36,7 +36,7 @@ func TestResults(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	r := newRecorder()
-	r.addKPA("a", t0)
+	r.addKPA("a", t0, 2, true)
 	r.kpa["a"].replicas = 2
 	// Up 2 → 4 at 10 s: a stray move down first, then up at 14 s, 4 at 16 s.
 	r.switched("a", at(10), 2, 4)

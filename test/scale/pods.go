@@ -23,8 +23,17 @@ import (
 
 // scrapeWindow is how recently a pod must have been scraped to count among
 // its target's pods: two of the collector's 1 s scrape rounds, so a round
-// that starts late does not drop the pods of the one before.
-const scrapeWindow = 2 * time.Second
+// that starts late does not drop the pods of the one before. When the
+// collector's rounds come further apart than that (a starved machine), the
+// window stretches to one and a half of the longest gap between two
+// scrapes of the target's pods, up to maxScrapeWindow: otherwise a pod
+// scraped after such a gap counts fewer pods than the collector does, and
+// reports a share of the load the others report too (seen at load 38: a
+// target whose load never changed went from 4 to 11 replicas).
+const (
+	scrapeWindow    = 2 * time.Second
+	maxScrapeWindow = 10 * time.Second
+)
 
 // kpaLabel marks the Deployments (and pods) of KPA targets; its value is the
 // target's name.
@@ -50,11 +59,15 @@ const kpaLabel = "tidal-scale-kpa"
 type podFarm struct {
 	srv *http.Server
 
-	// mu guards pods, byIP, byTarget and each pod's lastScrape.
+	// mu guards pods, byIP, byTarget, firstScrape and each pod's
+	// lastScrape.
 	mu       sync.Mutex
 	pods     map[string]*farmPod // by pod name
 	byIP     map[string]*farmPod
 	byTarget map[string][]*farmPod
+	// firstScrape is when the collector first asked a target's pods for a
+	// stat: the target's first sample.
+	firstScrape map[string]time.Time
 	// loads is each target's total concurrency (float64 bits), set by
 	// SetLoad; read without mu.
 	loads sync.Map // target → *atomic.Uint64
@@ -67,12 +80,14 @@ type farmPod struct {
 	name, target, ip string
 	start            time.Time
 	l                net.Listener
-	// lastScrape is when the collector last asked for the pod's stat.
+	// lastScrape is when the collector last asked for the pod's stat, gap
+	// the time since the scrape before.
 	lastScrape time.Time
+	gap        time.Duration
 }
 
 func newPodFarm() *podFarm {
-	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, byTarget: map[string][]*farmPod{}}
+	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, byTarget: map[string][]*farmPod{}, firstScrape: map[string]time.Time{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+queuestat.Path, f.serveStat)
 	f.srv = &http.Server{
@@ -200,6 +215,14 @@ func (f *podFarm) Err() (int64, error) {
 	return f.listenErrs.Load(), err
 }
 
+// FirstScrape is when the collector first scraped one of target's pods.
+func (f *podFarm) FirstScrape(target string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.firstScrape[target]
+	return t, ok
+}
+
 // Pods is how many pods are being served.
 func (f *podFarm) Pods() int {
 	f.mu.Lock()
@@ -220,9 +243,19 @@ func (f *podFarm) serveStat(rw http.ResponseWriter, r *http.Request) {
 	p, ok := f.byIP[tcp.IP.String()]
 	ready := 0
 	if ok {
+		if !p.lastScrape.IsZero() {
+			p.gap = now.Sub(p.lastScrape)
+		}
 		p.lastScrape = now
+		if _, seen := f.firstScrape[p.target]; !seen {
+			f.firstScrape[p.target] = now
+		}
+		window := scrapeWindow
 		for _, q := range f.byTarget[p.target] {
-			if now.Sub(q.lastScrape) <= scrapeWindow {
+			window = max(window, min(q.gap*3/2, maxScrapeWindow))
+		}
+		for _, q := range f.byTarget[p.target] {
+			if !q.lastScrape.IsZero() && now.Sub(q.lastScrape) <= window {
 				ready++
 			}
 		}

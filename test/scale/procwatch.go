@@ -159,8 +159,9 @@ type ProcReport struct {
 	Name, Service string
 	// CPUCores is the mean CPU use over the steady phase.
 	CPUCores float64
-	// RSSMB and MaxRSSMB are the resident set at the end and the most seen.
-	RSSMB, MaxRSSMB float64
+	// RSSMiB and MaxRSSMiB are the resident set at the end and the most
+	// seen (sampled every 5 s), in MiB.
+	RSSMiB, MaxRSSMiB float64
 	// Goroutines and MaxGoroutines are go_goroutines at the end and the most
 	// seen.
 	Goroutines, MaxGoroutines int
@@ -178,7 +179,7 @@ func (w *procWatch) report(s *services) []ProcReport {
 		r := ProcReport{
 			Name: p.p.Name, Service: p.p.Service,
 			CPUCores: (p.cpu1 - p.cpu0).Seconds() / secs,
-			RSSMB:    float64(p.rss) / (1 << 20), MaxRSSMB: float64(p.maxRSS) / (1 << 20),
+			RSSMiB:   float64(p.rss) / (1 << 20), MaxRSSMiB: float64(p.maxRSS) / (1 << 20),
 			Goroutines: p.goroutines, MaxGoroutines: p.maxGorou,
 		}
 		r.Warnings, r.Errors, _ = logLevels(s.logPath(p.p))

@@ -55,6 +55,31 @@ type Report struct {
 	DecisionAgeP50, DecisionAgeMax time.Duration
 	DecisionsLast30s               int
 
+	// Move is load change → spec.replicas first moves over every change
+	// measured, the lost ones counted.
+	Move Dist
+	// Split is the same changes' latency split into the strategy's part
+	// and the system's; ReplayError says why the strategy's part is
+	// missing or partial.
+	Split       Split
+	ReplayError string
+	// FirstSample is a KPA target's first sample (the collector's first
+	// scrape of one of its pods) → its first decision, as a watch saw it
+	// (the tick lateness and the stream included); FirstTickLate counts
+	// the targets whose first decision was not made at the first tick
+	// after their first sample (its tick more than one interval later).
+	FirstSample   Dist
+	FirstTickLate int
+	Readers       Readers
+	Unchanged     Unchanged
+	Writes        Writes
+
+	// ImpliedPods is what the targets' load levels imply at the end of the
+	// steady phase (KPA targets); Pods is what was served. A run is at
+	// full load when it served them all and decided every target: only
+	// then are the services' costs judged against their goals.
+	ImpliedPods int
+
 	Procs []ProcReport
 	// Requests are the API server's requests per second by verb over the
 	// steady phase, from every client (the control plane's own too);
@@ -137,6 +162,7 @@ func (r *Report) changes(res []changeResult) {
 			reach = append(reach, c.reached.Sub(c.change.at))
 		}
 	}
+	r.Move = newDist(append([]time.Duration(nil), moves...), r.Lost, 0)
 	sortDurations(moves)
 	sortDurations(reach)
 	r.MoveP50, r.MoveP99 = percentile(moves, 0.5), percentile(moves, 0.99)
@@ -196,6 +222,17 @@ func (r *Report) Write(w io.Writer) {
 	row("decision → recorded by the actuator, last 30 s, p50 / max", fmt.Sprintf("%s / %s (%d decisions)", secs(r.DecisionAgeP50), secs(r.DecisionAgeMax), r.DecisionsLast30s))
 	_ = tw.Flush()
 
+	fmt.Fprintln(w, "\nEvery load change, lost ones counted as never (p50 / p99 / max over n):")
+	fmt.Fprintf(w, "load change → spec.replicas first moves: %s\n", r.Move)
+	r.Split.write(w)
+	if r.ReplayError != "" {
+		fmt.Fprintf(w, "  (replay: %s)\n", r.ReplayError)
+	}
+	fmt.Fprintf(w, "first sample → first decision seen, per KPA target: %s; %d not decided at the first tick (%s grid) after their first sample\n", r.FirstSample, r.FirstTickLate, kpaTick)
+	r.Readers.write(w)
+	r.Unchanged.write(w)
+	r.Writes.write(w)
+
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	names := []string{""}
@@ -204,7 +241,7 @@ func (r *Report) Write(w io.Writer) {
 	}
 	names = append(names, "all")
 	fmt.Fprintln(tw, strings.Join(names, "\t")+"\t")
-	var cpu, rss float64
+	var cpu, rss, peak float64
 	var g, warn, errs int
 	line := func(label string, f func(p ProcReport) string, total string) {
 		cells := []string{label}
@@ -215,20 +252,22 @@ func (r *Report) Write(w io.Writer) {
 	}
 	for _, p := range r.Procs {
 		cpu += p.CPUCores
-		rss += p.RSSMB
+		rss += p.RSSMiB
+		peak += p.MaxRSSMiB
 		g += p.Goroutines
 		warn += p.Warnings
 		errs += p.Errors
 	}
 	line("CPU cores (steady mean)", func(p ProcReport) string { return fmt.Sprintf("%.3f", p.CPUCores) }, fmt.Sprintf("%.3f", cpu))
-	line("RSS MB (end)", func(p ProcReport) string { return fmt.Sprintf("%.0f", p.RSSMB) }, fmt.Sprintf("%.0f", rss))
-	line("RSS MB (max)", func(p ProcReport) string { return fmt.Sprintf("%.0f", p.MaxRSSMB) }, "")
+	line("RSS MiB (end)", func(p ProcReport) string { return fmt.Sprintf("%.0f", p.RSSMiB) }, fmt.Sprintf("%.0f", rss))
+	line("RSS MiB (peak; all: sum of peaks)", func(p ProcReport) string { return fmt.Sprintf("%.0f", p.MaxRSSMiB) }, fmt.Sprintf("%.0f", peak))
 	line("goroutines (end)", func(p ProcReport) string { return fmt.Sprint(p.Goroutines) }, fmt.Sprint(g))
 	line("goroutines (max)", func(p ProcReport) string { return fmt.Sprint(p.MaxGoroutines) }, "")
 	line("warn log lines", func(p ProcReport) string { return fmt.Sprint(p.Warnings) }, fmt.Sprint(warn))
 	line("error log lines", func(p ProcReport) string { return fmt.Sprint(p.Errors) }, fmt.Sprint(errs))
 	_ = tw.Flush()
 
+	r.writeFullLoad(w, cpu, peak)
 	for _, o := range r.OtherCPU {
 		fmt.Fprintf(w, "CPU cores, %s: %.3f\n", o.Key, o.PerSec)
 	}
@@ -263,4 +302,119 @@ func (r *Report) writeRequests(w io.Writer) {
 		parts = append(parts, fmt.Sprintf("%s %.1f", q.Key, q.PerSec))
 	}
 	fmt.Fprintf(w, "busiest: %s\n", strings.Join(parts, ", "))
+}
+
+func (r *Report) firstSamples(rec *recorder, rdr *readers, farm *podFarm) {
+	rec.mu.Lock()
+	names := make([]string, 0, len(rec.kpa))
+	for name := range rec.kpa {
+		names = append(names, name)
+	}
+	rec.mu.Unlock()
+	var ds []time.Duration
+	missing := 0
+	for _, name := range names {
+		first, ok1 := farm.FirstScrape(name)
+		d, ok2 := rdr.firstDecision(name)
+		if !ok1 || !ok2 {
+			missing++
+			continue
+		}
+		ds = append(ds, d.seen.Sub(first))
+		if d.tick.Sub(first) > kpaTick {
+			r.FirstTickLate++
+		}
+	}
+	r.FirstSample = newDist(ds, 0, missing)
+}
+
+// kpaTick is the decider's KPA tick interval.
+const kpaTick = 2 * time.Second
+
+func (r *Report) readers(rdr *readers) {
+	rdr.mu.Lock()
+	defer rdr.mu.Unlock()
+	r.Readers = Readers{WatchEnded: rdr.watchEnded, Received: rdr.received, Lists: len(rdr.lists), ListErrs: rdr.listErrs,
+		ListTime: newDist(append([]time.Duration(nil), rdr.lists...), 0, 0)}
+	if rdr.watchErr != nil {
+		r.Readers.WatchErr = rdr.watchErr.Error()
+	}
+	if rdr.listErr != nil {
+		r.Readers.ListErr = rdr.listErr.Error()
+	}
+}
+
+// unchanged reports on the targets whose load never changed, from
+// converged (a switch period into the steady phase) to end, and returns
+// the names of those at their level by then.
+func (r *Report) unchanged(rec *recorder, converged, end time.Time) map[string]bool {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	names := map[string]bool{}
+	u := &r.Unchanged
+	for name, k := range rec.kpa {
+		if k.switching {
+			continue
+		}
+		u.Targets++
+		// Created at its level; each move leaves it where it went.
+		at := k.level
+		for _, m := range k.moves {
+			if m.at.Before(converged) {
+				at = m.to
+			}
+		}
+		if at != k.level {
+			u.NotAtLevel++
+			continue
+		}
+		names[name] = true
+		moved := false
+		for _, m := range k.moves {
+			if m.at.Before(converged) || m.at.After(end) {
+				continue
+			}
+			u.Moves++
+			moved = true
+			if len(u.Examples) < 5 {
+				u.Examples = append(u.Examples, fmt.Sprintf("%s %d → %d at %s", name, m.from, m.to, m.at.Format("15:04:05.000")))
+			}
+		}
+		if moved {
+			u.Moved++
+		}
+	}
+	return names
+}
+
+// Goals judged at full load only.
+const (
+	goalCPUCores = 0.5
+	goalPeakMiB  = 1024
+)
+
+// FullLoad reports whether the run reached the load it intended: every KPA
+// target decided and, at the end, at least fullLoadPods of the pods its
+// levels imply served (a few targets are between levels at any time).
+func (r *Report) FullLoad() bool {
+	return r.ImpliedPods > 0 && float64(r.Pods) >= fullLoadPods*float64(r.ImpliedPods) && r.Undecided == 0
+}
+
+// fullLoadPods is the part of the implied pods a run at full load serves.
+const fullLoadPods = 0.95
+
+func (r *Report) writeFullLoad(w io.Writer, cpu, peak float64) {
+	if !r.FullLoad() {
+		fmt.Fprintf(w, "full load not reached (%d of %d implied pods served, %d KPA targets without a decision): CPU and memory goals not judged\n",
+			r.Pods, r.ImpliedPods, r.Undecided)
+		return
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "held"
+		}
+		return "NOT held"
+	}
+	fmt.Fprintf(w, "full load reached (%d of %d implied pods served, every KPA target decided): CPU %.3f cores (goal ≤ %.1f: %s), peak RSS %.0f MiB (goal ≤ %d MiB: %s)\n",
+		r.Pods, r.ImpliedPods, cpu, goalCPUCores, verdict(cpu <= goalCPUCores), peak, goalPeakMiB, verdict(peak <= goalPeakMiB))
 }

@@ -19,6 +19,9 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	"github.com/tidalscale/tidal/decider/kpa"
+	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -111,10 +114,11 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	svcs, err := startServices(ctx, env.BinDir, env.Cluster, env.Namespace, cfg.Replicas, map[string]string{
+	autoscaler := map[string]string{
 		kpaconfig.KeyStableWindow:          cfg.StableWindow.String(),
 		kpaconfig.KeyPanicWindowPercentage: "50",
-	}, env.LogDir, env.Log)
+	}
+	svcs, err := startServices(ctx, env.BinDir, env.Cluster, env.Namespace, cfg.Replicas, autoscaler, env.LogDir, env.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +131,29 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	var deciders []decider
+	var collectors []collector
+	for _, p := range svcs.Procs {
+		if p.Service != "decider" && p.Service != "collector" {
+			continue
+		}
+		conn, err := p.Conn()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		defer func() { _ = conn.Close() }()
+		if p.Service == "decider" {
+			deciders = append(deciders, decider{name: p.Name, client: deciderv1.NewDeciderServiceClient(conn)})
+		} else {
+			collectors = append(collectors, collector{name: p.Name, client: collectorv1.NewCollectorServiceClient(conn)})
+		}
+	}
+	// The readers run from the start, as a dashboard would, and tell when
+	// each decision was made.
+	rdr := newReaders()
+	stopReaders := rdr.run(ctx, deciders, env.Namespace, kpa.TickInterval)
+	defer stopReaders()
 
 	farm := newPodFarm()
 	stopFarm, err := farm.Run(ctx, client, env.Namespace)
@@ -183,6 +210,15 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if err := procs.begin(ctx, client); err != nil {
 		return nil, err
 	}
+	var switching []string
+	for _, t := range targets {
+		if t.switching {
+			switching = append(switching, t.name)
+		}
+	}
+	poller := newSamplePoller()
+	stopPoller := poller.run(ctx, collectors, env.Namespace, switching)
+	defer stopPoller()
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithDeadline(ctx, steadyEnd)
 	defer cancel()
@@ -198,10 +234,39 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if err := procs.end(ctx, client); err != nil {
 		return nil, err
 	}
+	stopPoller()
+	stopReaders()
 	rep.Steady = time.Since(steadyStart)
 	rep.Pods = farm.Pods()
+	rep.ImpliedPods = rec.implied()
 	rep.ListenErrors, rep.ListenError = farm.Err()
-	rep.changes(rec.results(steadyEnd))
+	results := rec.results(steadyEnd)
+	rep.changes(results)
+	in := splitInput{changes: results, live: rdr.decisions, start: steadyStart, end: steadyEnd}
+	if in.strategy, err = replayStrategy(autoscaler, env.Namespace, poller.samples); err != nil {
+		rep.ReplayError = err.Error()
+	}
+	if poller.firstErr != nil {
+		rep.ReplayError = fmt.Sprintf("%d of %d window reads failed, first: %v", poller.errs, poller.errs+poller.polls, poller.firstErr)
+	}
+	if env.Cluster.AuditLog != "" {
+		if in.writes, err = readAudit(env.Cluster.AuditLog); err != nil {
+			rep.Writes.Error = err.Error()
+		}
+	} else {
+		rep.Writes.Error = "the cluster keeps no audit log"
+	}
+	rep.Split = in.split()
+	rep.firstSamples(rec, rdr, farm)
+	rep.readers(rdr)
+	// A target that did not change load has converged once a switch
+	// period of the steady phase has passed at its level.
+	converged := steadyStart.Add(cfg.SwitchPeriod)
+	unchanged := rep.unchanged(rec, converged, steadyEnd)
+	if rep.Writes.Error == "" {
+		rep.Writes = in.writeRates(rec.applied(steadyStart, steadyEnd))
+		rep.Unchanged.ActuatorWrites = in.writesOn(unchanged, converged, steadyEnd)
+	}
 	rep.decisionAges(rec, steadyEnd.Add(-30*time.Second), steadyEnd)
 	rep.Procs = procs.report(svcs)
 	var reqErr error
@@ -335,7 +400,7 @@ const (
 )
 
 func createKPA(ctx context.Context, ns string, client kubernetes.Interface, crds tidalclient.Interface, t kpaTarget, rec *recorder, farm *podFarm) error {
-	rec.addKPA(t.name, time.Now())
+	rec.addKPA(t.name, time.Now(), t.low, t.switching)
 	farm.SetLoad(t.name, concurrency(t.low))
 	labels := map[string]string{"app": t.name, kpaLabel: t.name}
 	if _, err := client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment(t.name, labels, t.low), metav1.CreateOptions{}); err != nil {

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/scale"
 	"github.com/tidalscale/tidal/test/system"
@@ -39,10 +42,22 @@ const (
 // minutes, and fails when a load change is never applied before the next
 // one, or is applied later than maxChangeLag.
 func TestScaleGuard(t *testing.T) {
-	c := cluster.Shared(t)
-	ns := c.Namespace(t)
+	if testing.Short() {
+		t.Skip("needs a Kubernetes control plane and minutes")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), guardTimeout)
 	defer cancel()
+	// A cluster of its own: the API server's audit log counts every
+	// client's writes to the targets' namespace.
+	const ns = "scale-guard"
+	c, err := cluster.Start(ctx, cluster.Options{Log: testWriter{t}, AuditPolicy: scale.AuditPolicy(ns)})
+	if err != nil {
+		t.Fatalf("cluster: %v", err)
+	}
+	defer c.Stop()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("namespace %s: %v", ns, err)
+	}
 	var buildLog bytes.Buffer
 	binDir, err := system.BuildTemp(ctx, &buildLog)
 	if err != nil {

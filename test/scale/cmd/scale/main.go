@@ -53,7 +53,7 @@ func main() {
 
 func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out io.Writer) error {
 	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Log: out})
+	c, err := cluster.Start(ctx, cluster.Options{Log: out, AuditPolicy: scale.AuditPolicy(namespace)})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
@@ -71,7 +71,7 @@ func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out i
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n%s, %s, %d CPUs, run took %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), rev, numCPU(), time.Since(start).Round(time.Second))
+	fmt.Fprintf(out, "\n%s, %s, %d CPUs (%s), %.1f GiB, run took %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), rev, numCPU(), cpuModel(), memGiB(), time.Since(start).Round(time.Second))
 	rep.Write(out)
 	return nil
 }
@@ -101,3 +101,26 @@ func revision() string {
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// cpuModel is the first CPU's model name, as the kernel reports it.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "model unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "model unknown"
+}
+
+// memGiB is the machine's memory.
+func memGiB() float64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 0
+	}
+	return float64(si.Totalram) * float64(si.Unit) / (1 << 30)
+}
