@@ -13,20 +13,24 @@ import (
 	"time"
 )
 
-// Error is a refused key and value, and what was wanted.
+// Error is a refused key and value, and why.
 type Error struct {
 	Key, Value string
-	Want       string
+	// Reason says what was wanted ("want a finite number").
+	Reason string
 }
 
-func (e *Error) Error() string { return Name(e.Key) + " " + Quote(e.Value) + ": want " + e.Want }
+func (e *Error) Error() string { return Name(e.Key) + " " + Quote(e.Value) + ": " + e.Reason }
 
-// Refuse returns the *Error for key and value; want is a format.
+// Refuse returns the *Error for key and value, saying what was wanted; want
+// is a format.
 func Refuse(key, value, want string, args ...any) *Error {
-	if len(args) > 0 {
-		want = fmt.Sprintf(want, args...)
-	}
-	return &Error{Key: key, Value: value, Want: want}
+	return &Error{Key: key, Value: value, Reason: "want " + fmt.Sprintf(want, args...)}
+}
+
+// Unknown returns the *Error for a key that is not one of what.
+func Unknown(key, value, what string) *Error {
+	return &Error{Key: key, Value: value, Reason: "unknown " + what}
 }
 
 // MaxQuoted is how many bytes of a refused value an error quotes: enough to
@@ -268,7 +272,7 @@ func (ks *Keys[S]) Parse(s *S, data map[string]string) (unknown []string, err er
 			}
 		}
 		if err := k.set(ks.spelling, s, v); err != nil {
-			return unknown, &Error{Key: n, Value: data[n], Want: err.Error()}
+			return unknown, Refuse(n, data[n], "%s", err.Error())
 		}
 	}
 	return unknown, nil

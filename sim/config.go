@@ -6,12 +6,12 @@ import (
 	"math"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/tidalscale/tidal/keyval"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
@@ -87,11 +87,11 @@ type Duration time.Duration
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration %s: want a string such as \"500ms\"", quotePrefix(string(b)))
+		return fmt.Errorf("duration %s: want a string such as \"500ms\"", keyval.Quote(string(b)))
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil || v < 0 {
-		return fmt.Errorf("duration %s: want a duration >= 0 such as \"500ms\"", quotePrefix(s))
+		return fmt.Errorf("duration %s: want a duration >= 0 such as \"500ms\"", keyval.Quote(s))
 	}
 	*d = Duration(v)
 	return nil
@@ -169,7 +169,7 @@ func ParseFile(data []byte) ([]Configuration, error) {
 			return nil, fmt.Errorf("config: configurations[%d]: %w", i, err)
 		}
 		if names[c.Name] {
-			return nil, fmt.Errorf("config: configurations[%d]: field name %s: used twice", i, quotePrefix(c.Name))
+			return nil, fmt.Errorf("config: configurations[%d]: field name %s: used twice", i, keyval.Quote(c.Name))
 		}
 		names[c.Name] = true
 	}
@@ -180,7 +180,7 @@ func ParseFile(data []byte) ([]Configuration, error) {
 // own parsers; the error names the field or key.
 func (c *Configuration) Check() error {
 	if c.Name == "" || len(c.Name) > 64 || strings.ContainsFunc(c.Name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return fmt.Errorf("field name %s: want 1 to 64 printable characters", quotePrefix(c.Name))
+		return fmt.Errorf("field name %s: want 1 to 64 printable characters", keyval.Quote(c.Name))
 	}
 	if c.Strategy == "" {
 		c.Strategy = StrategyKPA
@@ -205,7 +205,7 @@ func (c *Configuration) Check() error {
 	}
 	for _, k := range sortedKeys(c.Autoscaler) {
 		if !knownAutoscalerKeys[k] {
-			return fmt.Errorf("field autoscaler: unknown config-autoscaler key %s", keyName(k))
+			return fmt.Errorf("field autoscaler: unknown config-autoscaler key %s", keyval.Name(k))
 		}
 	}
 	kcfg, err := kpaconfig.ParseConfig(c.Autoscaler)
@@ -216,7 +216,7 @@ func (c *Configuration) Check() error {
 	case StrategyKPA:
 		for _, k := range sortedKeys(c.Annotations) {
 			if !strings.HasPrefix(k, kpaconfig.Prefix) && k != kpaconfig.AnnotationKeepAlive {
-				return fmt.Errorf("field annotations: key %s: a kpa configuration takes %s* keys and %s", keyName(k), kpaconfig.Prefix, kpaconfig.AnnotationKeepAlive)
+				return fmt.Errorf("field annotations: key %s: a kpa configuration takes %s* keys and %s", keyval.Name(k), kpaconfig.Prefix, kpaconfig.AnnotationKeepAlive)
 			}
 		}
 		if _, err := kpaconfig.NewRevision(kcfg, kpaconfig.DefaultDeployment(), c.Annotations, int64(c.ContainerConcurrency), true); err != nil {
@@ -225,14 +225,14 @@ func (c *Configuration) Check() error {
 	case StrategyLag:
 		for _, k := range sortedKeys(c.Annotations) {
 			if !strings.HasPrefix(k, lagconfig.AnnotationPrefix) {
-				return fmt.Errorf("field annotations: key %s: a lag configuration takes %s* keys", keyName(k), lagconfig.AnnotationPrefix)
+				return fmt.Errorf("field annotations: key %s: a lag configuration takes %s* keys", keyval.Name(k), lagconfig.AnnotationPrefix)
 			}
 		}
 		if _, err := lagconfig.FromAnnotations(c.Annotations); err != nil {
 			return fmt.Errorf("field annotations: %w", err)
 		}
 	default:
-		return fmt.Errorf("field strategy %s: want kpa or lag", quotePrefix(c.Strategy))
+		return fmt.Errorf("field strategy %s: want kpa or lag", keyval.Quote(c.Strategy))
 	}
 	return nil
 }
@@ -268,7 +268,7 @@ func exactKeys(path string, v any, t reflect.Type) error {
 	for _, k := range sortedKeys(obj) {
 		ft, ok := fields[k]
 		if !ok {
-			return fmt.Errorf("%s: unknown field %s", strings.TrimPrefix(path+"."+keyName(k), "."), quotePrefix(k))
+			return fmt.Errorf("%s: unknown field %s", strings.TrimPrefix(path+"."+keyval.Name(k), "."), keyval.Quote(k))
 		}
 		if err := exactKeys(strings.TrimPrefix(path+"."+k, "."), obj[k], ft); err != nil {
 			return err
@@ -284,22 +284,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// quotePrefix quotes at most the first 64 bytes of a bad value.
-func quotePrefix(v string) string {
-	const n = 64
-	if len(v) <= n {
-		return strconv.Quote(v)
-	}
-	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
-}
-
-// keyName is a key as an error shows it: plain when short and printable,
-// else quoted and cut.
-func keyName(k string) string {
-	if k != "" && len(k) <= 317 && !strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
-		return k
-	}
-	return quotePrefix(k)
 }

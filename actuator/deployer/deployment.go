@@ -20,6 +20,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // Labels and container names of a function's Deployment.
@@ -109,21 +110,10 @@ type FieldError struct {
 
 func (e *FieldError) Error() string {
 	fn := e.Function
-	if len(fn) > 2*maxQuoted+1 || strings.ContainsFunc(fn, func(r rune) bool { return r < ' ' || r == 0x7f || r >= 0x80 }) {
-		fn = quotePrefix(fn) // the name is the field at fault: show it like a value
+	if len(fn) > 2*keyval.MaxQuoted+1 || strings.ContainsFunc(fn, func(r rune) bool { return r < ' ' || r == 0x7f || r >= 0x80 }) {
+		fn = keyval.Quote(fn) // the name is the field at fault: show it like a value
 	}
-	return fmt.Sprintf("function %s: invalid %s %s: want %s", fn, e.Field, quotePrefix(e.Value), e.Want)
-}
-
-// maxQuoted is how much of a refused value an error quotes: a Function's
-// fields are the tenant's, and the error reaches its status and the logs.
-const maxQuoted = 64
-
-func quotePrefix(v string) string {
-	if len(v) <= maxQuoted {
-		return strconv.Quote(v)
-	}
-	return strconv.Quote(v[:maxQuoted]) + fmt.Sprintf("… (%d bytes)", len(v))
+	return fmt.Sprintf("function %s: invalid %s %s: want %s", fn, e.Field, keyval.Quote(e.Value), e.Want)
 }
 
 // Validate checks what the API server would otherwise refuse only after

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // Minutes is the number of per-minute counts in an Azure Functions 2019 row.
@@ -61,12 +63,12 @@ func NewAzureReader(r io.Reader, name string) (*AzureReader, error) {
 	}
 	for i, want := range azureHead {
 		if got := strings.TrimPrefix(head[i], "\ufeff"); got != want {
-			return nil, fmt.Errorf("azure %s: line 1: field %d is %s, want %s", name, i+1, quotePrefix(got), want)
+			return nil, fmt.Errorf("azure %s: line 1: field %d is %s, want %s", name, i+1, keyval.Quote(got), want)
 		}
 	}
 	for m := 1; m <= Minutes; m++ {
 		if got := head[len(azureHead)+m-1]; got != strconv.Itoa(m) {
-			return nil, fmt.Errorf("azure %s: line 1: field %d is %s, want minute %d", name, len(azureHead)+m, quotePrefix(got), m)
+			return nil, fmt.Errorf("azure %s: line 1: field %d is %s, want minute %d", name, len(azureHead)+m, keyval.Quote(got), m)
 		}
 	}
 	return &AzureReader{cr: cr, name: name, fn: Function{Counts: make([]int64, Minutes)}}, nil
@@ -104,11 +106,11 @@ func (a *AzureReader) parse(rec []string, line int) (*Function, error) {
 		n, err := strconv.ParseInt(v, 10, 64)
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("azure %s: line %d: field minute %d: %s is not a whole number", a.name, line, m+1, quotePrefix(v))
+			return nil, fmt.Errorf("azure %s: line %d: field minute %d: %s is not a whole number", a.name, line, m+1, keyval.Quote(v))
 		case n < 0:
-			return nil, fmt.Errorf("azure %s: line %d: field minute %d: %s is negative", a.name, line, m+1, quotePrefix(v))
+			return nil, fmt.Errorf("azure %s: line %d: field minute %d: %s is negative", a.name, line, m+1, keyval.Quote(v))
 		case n > MaxCount:
-			return nil, fmt.Errorf("azure %s: line %d: field minute %d: %s is above %d", a.name, line, m+1, quotePrefix(v), MaxCount)
+			return nil, fmt.Errorf("azure %s: line %d: field minute %d: %s is above %d", a.name, line, m+1, keyval.Quote(v), MaxCount)
 		}
 		f.Counts[m] = n
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // azure2021Head is the Azure Functions 2021 invocation trace's header
@@ -38,7 +40,7 @@ func ReadAzure2021(r io.Reader, name string, group Group) (Source, error) {
 	}
 	for i, want := range azure2021Head {
 		if got := strings.TrimSpace(strings.TrimPrefix(head[i], "\ufeff")); got != want {
-			return nil, fmt.Errorf("azure2021 %s: line 1: field %d is %s, want %s", name, i+1, quotePrefix(got), want)
+			return nil, fmt.Errorf("azure2021 %s: line 1: field %d is %s, want %s", name, i+1, keyval.Quote(got), want)
 		}
 	}
 	src := &azure2021{name: name, byKey: map[string]int{}}
@@ -61,11 +63,11 @@ func ReadAzure2021(r io.Reader, name string, group Group) (Source, error) {
 		}
 		end, err := seconds(rec[2])
 		if err != nil {
-			return nil, fmt.Errorf("azure2021 %s: line %d: field end_timestamp %s: %w", name, line, quotePrefix(rec[2]), err)
+			return nil, fmt.Errorf("azure2021 %s: line %d: field end_timestamp %s: %w", name, line, keyval.Quote(rec[2]), err)
 		}
 		dur, err := seconds(rec[3])
 		if err != nil {
-			return nil, fmt.Errorf("azure2021 %s: line %d: field duration %s: %w", name, line, quotePrefix(rec[3]), err)
+			return nil, fmt.Errorf("azure2021 %s: line %d: field duration %s: %w", name, line, keyval.Quote(rec[3]), err)
 		}
 		key := app + "\x00" + fn
 		if group == ByApp {
@@ -138,7 +140,7 @@ func (s *azure2021) Next() (*Target, error) {
 	for _, at := range a.starts {
 		i := min(int(at), s.seconds-1)
 		if t.Counts[i]++; t.Counts[i] > MaxCount {
-			return nil, fmt.Errorf("azure2021 %s: %s: second %d: more than %d invocations", s.name, quotePrefix(t.Name), i, MaxCount)
+			return nil, fmt.Errorf("azure2021 %s: %s: second %d: more than %d invocations", s.name, keyval.Quote(t.Name), i, MaxCount)
 		}
 	}
 	a.starts = nil // replayed once: let it go

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tidalscale/tidal/keyval"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/sim/podmodel"
@@ -63,7 +64,7 @@ func ReadHistory(r io.Reader, name string) (Trace, error) {
 		if target == "" {
 			target = t
 		} else if t != target {
-			return Trace{}, fmt.Errorf("history %s: document %d: field target %s, want one target (%s)", name, doc, quotePrefix(t), quotePrefix(target))
+			return Trace{}, fmt.Errorf("history %s: document %d: field target %s, want one target (%s)", name, doc, keyval.Quote(t), keyval.Quote(target))
 		}
 		for i, s := range w.GetSamples() {
 			hs, err := compact(s)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidalscale/tidal/keyval"
 	"github.com/tidalscale/tidal/sim/podmodel"
 )
 
@@ -47,16 +48,16 @@ func ReadRates(r io.Reader, name string) (Trace, error) {
 			if first && len(rates) == 0 {
 				continue // a header
 			}
-			return Trace{}, fmt.Errorf("rates %s: line %d: field rate %s is not a number", name, line, quotePrefix(field))
+			return Trace{}, fmt.Errorf("rates %s: line %d: field rate %s is not a number", name, line, keyval.Quote(field))
 		}
 		if rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0) || rate > MaxCount {
-			return Trace{}, fmt.Errorf("rates %s: line %d: field rate %s: want a finite rate in [0, %d]", name, line, quotePrefix(field), MaxCount)
+			return Trace{}, fmt.Errorf("rates %s: line %d: field rate %s: want a finite rate in [0, %d]", name, line, keyval.Quote(field), MaxCount)
 		}
 		if len(rec) == 2 {
 			sf := strings.TrimSpace(rec[0])
 			sec, err := strconv.Atoi(sf)
 			if err != nil || sec != len(rates) {
-				return Trace{}, fmt.Errorf("rates %s: line %d: field second %s, want %d", name, line, quotePrefix(sf), len(rates))
+				return Trace{}, fmt.Errorf("rates %s: line %d: field second %s, want %d", name, line, keyval.Quote(sf), len(rates))
 			}
 		}
 		if len(rates) == MaxSeconds {

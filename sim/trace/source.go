@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // Target is one trace among many a Source yields: a function's
@@ -182,7 +184,7 @@ func indexAzure(files []*os.File, paths []string, group Group) (*azureIndex, err
 				ix.apps[a].fns = append(ix.apps[a].fns, i)
 			}
 			if ix.rows[i][d].off >= 0 {
-				return nil, fmt.Errorf("azure %s: line %d: function %s also on line %d", paths[d], fn.Line, quotePrefix(fn.Function), ix.rows[i][d].line)
+				return nil, fmt.Errorf("azure %s: line %d: function %s also on line %d", paths[d], fn.Line, keyval.Quote(fn.Function), ix.rows[i][d].line)
 			}
 			ix.rows[i][d] = rowAt{off: off, line: fn.Line}
 		}
@@ -237,7 +239,7 @@ func (ix *azureIndex) Next() (*Target, error) {
 			day := t.Counts[d*Minutes : (d+1)*Minutes]
 			for m, c := range fn.Counts {
 				if day[m] += c; day[m] > MaxCount {
-					return nil, fmt.Errorf("azure %s: application %s: minute %d: more than %d invocations", ix.paths[d], quotePrefix(t.App), m+1, MaxCount)
+					return nil, fmt.Errorf("azure %s: application %s: minute %d: more than %d invocations", ix.paths[d], keyval.Quote(t.App), m+1, MaxCount)
 				}
 			}
 		}

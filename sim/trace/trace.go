@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 )
 
@@ -50,15 +49,6 @@ const MaxCount = 1 << 22
 // MaxLine bounds one line of a CSV trace (an Azure row of 1,440 counts is
 // under 16 KiB).
 const MaxLine = 64 << 10
-
-// quotePrefix quotes at most the first 64 bytes of a bad value.
-func quotePrefix(v string) string {
-	const n = 64
-	if len(v) <= n {
-		return strconv.Quote(v)
-	}
-	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
-}
 
 // ErrLineTooLong is returned for a line longer than MaxLine.
 var ErrLineTooLong = errors.New("line too long")

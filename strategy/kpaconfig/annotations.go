@@ -2,10 +2,12 @@ package kpaconfig
 
 import (
 	"fmt"
-	"sort"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/tidalscale/tidal/keyval"
 	"github.com/tidalscale/tidal/strategy/kpaspec"
 )
 
@@ -37,39 +39,6 @@ const (
 	// sets the default).
 	AnnotationKeepAlive = "autoscaling.tidal.dev/keep-alive"
 )
-
-// legacy maps each kebab-case key to its legacy camelCase alias; the
-// kebab-case key wins when both are present.
-var legacy = map[string]string{
-	AnnotationTargetUtilizationPercentage:   Prefix + "targetUtilizationPercentage",
-	AnnotationTargetBurstCapacity:           Prefix + "targetBurstCapacity",
-	AnnotationPanicWindowPercentage:         Prefix + "panicWindowPercentage",
-	AnnotationPanicThresholdPercentage:      Prefix + "panicThresholdPercentage",
-	AnnotationMinScale:                      Prefix + "minScale",
-	AnnotationMaxScale:                      Prefix + "maxScale",
-	AnnotationInitialScale:                  Prefix + "initialScale",
-	AnnotationScaleDownDelay:                Prefix + "scaleDownDelay",
-	AnnotationScaleToZeroPodRetentionPeriod: Prefix + "scaleToZeroPodRetentionPeriod",
-	AnnotationMetricAggregationAlgorithm:    Prefix + "metricAggregationAlgorithm",
-}
-
-// known is every accepted autoscaling.knative.dev/ key, aliases included.
-var known = func() map[string]bool {
-	m := map[string]bool{}
-	for _, k := range []string{
-		AnnotationClass, AnnotationMetric, AnnotationTarget, AnnotationTargetUtilizationPercentage,
-		AnnotationTargetBurstCapacity, AnnotationWindow, AnnotationPanicWindowPercentage,
-		AnnotationPanicThresholdPercentage, AnnotationMinScale, AnnotationMaxScale, AnnotationInitialScale,
-		AnnotationActivationScale, AnnotationScaleDownDelay, AnnotationScaleToZeroPodRetentionPeriod,
-		AnnotationMetricAggregationAlgorithm,
-	} {
-		m[k] = true
-	}
-	for _, alias := range legacy {
-		m[alias] = true
-	}
-	return m
-}()
 
 // Aggregation algorithm values.
 const (
@@ -104,17 +73,66 @@ type Annotations struct {
 	KeepAlive                   *KeepAlive
 }
 
-// lookup returns the value of key, or of its legacy alias.
-func lookup(ann map[string]string, key string) (string, string, bool) {
-	if v, ok := ann[key]; ok {
-		return key, v, true
+// parsedAnnotations is Annotations with the raw metric, which is refused
+// only for the KPA class, once the class is known.
+type parsedAnnotations struct {
+	Annotations
+	metric *string
+}
+
+// annotationKeys are Knative's autoscaling annotations, read as its webhook
+// reads them (pkg/apis/autoscaling/annotation_validation.go), with their
+// legacy camelCase aliases; the kebab-case key wins when both are set.
+var annotationKeys = keyval.New(keyval.Knative,
+	keyval.Set(AnnotationClass, keyval.Text(), func(a *parsedAnnotations, v string) { a.Class = v }),
+	keyval.Set(AnnotationMetric, keyval.Text(), func(a *parsedAnnotations, v string) { a.metric = &v }),
+	floatAnnotation(AnnotationTarget, func(a *Annotations) **float64 { return &a.Target }, keyval.AtLeast(TargetMin)),
+	floatAnnotation(AnnotationTargetUtilizationPercentage, func(a *Annotations) **float64 { return &a.TargetUtilizationPercentage }, percentage).Alias(legacy(AnnotationTargetUtilizationPercentage)),
+	floatAnnotation(AnnotationTargetBurstCapacity, func(a *Annotations) **float64 { return &a.TargetBurstCapacity },
+		keyval.Check[float64]{OK: func(f float64) bool { return f >= 0 || f == -1 }, Want: "≥ 0 or exactly -1"}).Alias(legacy(AnnotationTargetBurstCapacity)),
+	floatAnnotation(AnnotationPanicWindowPercentage, func(a *Annotations) **float64 { return &a.PanicWindowPercentage }, percentage).Alias(legacy(AnnotationPanicWindowPercentage)),
+	floatAnnotation(AnnotationPanicThresholdPercentage, func(a *Annotations) **float64 { return &a.PanicThresholdPercentage },
+		keyval.Check[float64]{OK: func(f float64) bool { return f >= PanicThresholdPercentageMin && f <= PanicThresholdPercentageMax },
+			Want: fmt.Sprintf("a percentage in [%v, %v]", PanicThresholdPercentageMin, PanicThresholdPercentageMax)}).Alias(legacy(AnnotationPanicThresholdPercentage)),
+	durationAnnotation(AnnotationWindow, func(a *Annotations) **time.Duration { return &a.Window }, true, keyval.Between(WindowMin, WindowMax)),
+	durationAnnotation(AnnotationScaleDownDelay, func(a *Annotations) **time.Duration { return &a.ScaleDownDelay }, true, keyval.Between(0, ScaleDownDelayMax)).Alias(legacy(AnnotationScaleDownDelay)),
+	durationAnnotation(AnnotationScaleToZeroPodRetentionPeriod, func(a *Annotations) **time.Duration { return &a.ScaleToZeroPodRetention }, false,
+		keyval.Between(0, RetentionPeriodMax)).Alias(legacy(AnnotationScaleToZeroPodRetentionPeriod)),
+	durationAnnotation(AnnotationProgressDeadline, func(a *Annotations) **time.Duration { return &a.ProgressDeadline }, true, keyval.AtLeast(time.Second)),
+	scaleAnnotation(AnnotationMinScale, func(a *Annotations) **int32 { return &a.MinScale }).Alias(legacy(AnnotationMinScale)),
+	scaleAnnotation(AnnotationMaxScale, func(a *Annotations) **int32 { return &a.MaxScale }).Alias(legacy(AnnotationMaxScale)),
+	scaleAnnotation(AnnotationInitialScale, func(a *Annotations) **int32 { return &a.InitialScale }).Alias(legacy(AnnotationInitialScale)),
+	scaleAnnotation(AnnotationActivationScale, func(a *Annotations) **int32 { return &a.ActivationScale }),
+	// Knative checks the algorithm only for an explicit KPA class and
+	// otherwise falls back to linear; tidal always refuses it.
+	keyval.Set(AnnotationMetricAggregationAlgorithm, keyval.OneOf(map[string]kpaspec.Algorithm{
+		AlgorithmLinear: kpaspec.Linear, AlgorithmWeightedExponential: kpaspec.WeightedExponential,
+		AlgorithmWeightedExponentialLegacy: kpaspec.WeightedExponential,
+	}), func(a *parsedAnnotations, x kpaspec.Algorithm) { a.Aggregation = &x }).Alias(legacy(AnnotationMetricAggregationAlgorithm)),
+	keyval.Set(AnnotationKeepAlive, keepAlive, func(a *parsedAnnotations, k KeepAlive) { a.KeepAlive = &k }),
+)
+
+var percentage = keyval.Check[float64]{OK: func(f float64) bool { return f >= 1 && f <= 100 }, Want: "a percentage in [1, 100]"}
+
+// legacy is the camelCase alias of a kebab-case key.
+func legacy(key string) string {
+	name := strings.TrimPrefix(key, Prefix)
+	for i := strings.IndexByte(name, '-'); i >= 0 && i+1 < len(name); i = strings.IndexByte(name, '-') {
+		name = name[:i] + strings.ToUpper(name[i+1:i+2]) + name[i+2:]
 	}
-	if alias, ok := legacy[key]; ok {
-		if v, ok := ann[alias]; ok {
-			return alias, v, true
-		}
-	}
-	return "", "", false
+	return Prefix + name
+}
+
+func floatAnnotation(key string, field func(*Annotations) **float64, check keyval.Check[float64]) keyval.Key[parsedAnnotations] {
+	return keyval.Set(key, keyval.Float(check), func(a *parsedAnnotations, x float64) { *field(&a.Annotations) = &x })
+}
+
+func durationAnnotation(key string, field func(*Annotations) **time.Duration, whole bool, check keyval.Check[time.Duration]) keyval.Key[parsedAnnotations] {
+	return keyval.Set(key, keyval.Duration(whole, check), func(a *parsedAnnotations, x time.Duration) { *field(&a.Annotations) = &x })
+}
+
+func scaleAnnotation(key string, field func(*Annotations) **int32) keyval.Key[parsedAnnotations] {
+	return keyval.Set(key, keyval.Int[int32](0, math.MaxInt32), func(a *parsedAnnotations, x int32) { *field(&a.Annotations) = &x })
 }
 
 // ParseAnnotations parses and validates a revision's annotations against cfg
@@ -122,30 +140,30 @@ func lookup(ann map[string]string, key string) (string, string, bool) {
 // autoscaling.knative.dev/ are ignored, except serving's progress-deadline
 // and tidal's keep-alive; an unknown autoscaling.knative.dev/ key is refused.
 func ParseAnnotations(ann map[string]string, cfg Config) (Annotations, error) {
-	var a Annotations
 	var unknown []string
 	for k := range ann {
-		if strings.HasPrefix(k, Prefix) && !known[k] {
+		if strings.HasPrefix(k, Prefix) && !annotationKeys.Known(k) {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return a, keyErr(unknown[0], ann[unknown[0]], "unknown %s annotation", strings.TrimSuffix(Prefix, "/"))
+		k := slices.Min(unknown)
+		return Annotations{}, keyval.Unknown(k, ann[k], strings.TrimSuffix(Prefix, "/")+" annotation")
 	}
-
-	if _, v, ok := lookup(ann, AnnotationClass); ok {
-		if strings.HasSuffix(v, ".knative.dev") && v != ClassKPA && v != ClassHPA {
-			return a, keyErr(AnnotationClass, v, "want %s or %s", ClassKPA, ClassHPA)
-		}
-		a.Class = v
+	var p parsedAnnotations
+	if _, err := annotationKeys.Parse(&p, ann); err != nil {
+		return Annotations{}, err
+	}
+	a := p.Annotations
+	if strings.HasSuffix(a.Class, ".knative.dev") && a.Class != ClassKPA && a.Class != ClassHPA {
+		return a, keyErr(AnnotationClass, a.Class, "%s or %s", ClassKPA, ClassHPA)
 	}
 	class := a.Class
 	if class == "" {
 		class = cfg.PodAutoscalerClass
 	}
-	if _, v, ok := lookup(ann, AnnotationMetric); ok {
-		switch v {
+	if v := p.metric; v != nil {
+		switch *v {
 		case "concurrency":
 			m := kpaspec.Concurrency
 			a.Metric = &m
@@ -154,153 +172,42 @@ func ParseAnnotations(ann map[string]string, cfg Config) (Annotations, error) {
 			a.Metric = &m
 		default:
 			if class == ClassKPA {
-				return a, keyErr(AnnotationMetric, v, "want concurrency or rps for %s", ClassKPA)
+				return a, keyErr(AnnotationMetric, *v, "concurrency or rps for %s", ClassKPA)
 			}
 		}
 	}
-
-	floats := []struct {
-		key      string
-		dst      **float64
-		ok       func(float64) bool
-		wantDesc string
-	}{
-		{AnnotationTarget, &a.Target, func(f float64) bool { return f >= TargetMin }, fmt.Sprintf("want at least %v", TargetMin)},
-		{AnnotationTargetUtilizationPercentage, &a.TargetUtilizationPercentage, func(f float64) bool { return f >= 1 && f <= 100 }, "want a percentage in [1, 100]"},
-		{AnnotationTargetBurstCapacity, &a.TargetBurstCapacity, func(f float64) bool { return f >= 0 || f == -1 }, "want ≥ 0 or exactly -1"},
-		{AnnotationPanicWindowPercentage, &a.PanicWindowPercentage, func(f float64) bool { return f >= 1 && f <= 100 }, "want a percentage in [1, 100]"},
-		{AnnotationPanicThresholdPercentage, &a.PanicThresholdPercentage, func(f float64) bool {
-			return f >= PanicThresholdPercentageMin && f <= PanicThresholdPercentageMax
-		}, fmt.Sprintf("want a percentage in [%v, %v]", PanicThresholdPercentageMin, PanicThresholdPercentageMax)},
-	}
-	for _, f := range floats {
-		key, v, ok := lookup(ann, f.key)
-		if !ok {
-			continue
-		}
-		x, err := parseFloat(key, v)
-		if err != nil {
-			return a, err
-		}
-		if !f.ok(x) {
-			return a, keyErr(key, v, "%s", f.wantDesc)
-		}
-		*f.dst = &x
-	}
-
-	durations := []struct {
-		key   string
-		dst   **time.Duration
-		lo    time.Duration
-		hi    time.Duration
-		whole bool
-	}{
-		{AnnotationWindow, &a.Window, WindowMin, WindowMax, true},
-		{AnnotationScaleDownDelay, &a.ScaleDownDelay, 0, ScaleDownDelayMax, true},
-		{AnnotationScaleToZeroPodRetentionPeriod, &a.ScaleToZeroPodRetention, 0, RetentionPeriodMax, false},
-		{AnnotationProgressDeadline, &a.ProgressDeadline, time.Second, 1<<63 - 1, true},
-	}
-	for _, f := range durations {
-		key, v, ok := lookup(ann, f.key)
-		if !ok {
-			continue
-		}
-		d, err := parseDuration(key, v)
-		if err != nil {
-			return a, err
-		}
-		if d < f.lo || d > f.hi {
-			if f.hi == 1<<63-1 {
-				return a, keyErr(key, v, "want at least %v", f.lo)
-			}
-			return a, keyErr(key, v, "want a duration in [%v, %v]", f.lo, f.hi)
-		}
-		if f.whole && !wholeSeconds(d) {
-			return a, keyErr(key, v, "want whole seconds")
-		}
-		*f.dst = &d
-	}
-
-	ints := []struct {
-		key string
-		dst **int32
-	}{
-		{AnnotationMinScale, &a.MinScale},
-		{AnnotationMaxScale, &a.MaxScale},
-		{AnnotationInitialScale, &a.InitialScale},
-		{AnnotationActivationScale, &a.ActivationScale},
-	}
-	for _, f := range ints {
-		key, v, ok := lookup(ann, f.key)
-		if !ok {
-			continue
-		}
-		x, err := parseInt32(key, v)
-		if err != nil {
-			return a, err
-		}
-		if x < 0 {
-			return a, keyErr(key, v, "want an integer ≥ 0")
-		}
-		*f.dst = &x
-	}
-	if err := a.validateScales(ann, cfg); err != nil {
-		return a, err
-	}
-
-	if key, v, ok := lookup(ann, AnnotationMetricAggregationAlgorithm); ok {
-		var algo kpaspec.Algorithm
-		switch v {
-		case AlgorithmLinear:
-			algo = kpaspec.Linear
-		case AlgorithmWeightedExponential, AlgorithmWeightedExponentialLegacy:
-			algo = kpaspec.WeightedExponential
-		default:
-			// Knative checks this only for an explicit KPA class and
-			// otherwise falls back to linear; tidal always refuses it.
-			return a, keyErr(key, v, "want %s or %s", AlgorithmLinear, AlgorithmWeightedExponential)
-		}
-		a.Aggregation = &algo
-	}
-	if v, ok := ann[AnnotationKeepAlive]; ok {
-		k, err := parseKeepAlive(AnnotationKeepAlive, v)
-		if err != nil {
-			return a, err
-		}
-		a.KeepAlive = &k
-	}
-	return a, nil
+	return a, a.validateScales(ann, cfg)
 }
 
 func (a *Annotations) validateScales(ann map[string]string, cfg Config) error {
 	raw := func(key string) (string, string) {
-		k, v, _ := lookup(ann, key)
+		k, v, _ := annotationKeys.Lookup(ann, key)
 		return k, v
 	}
 	if a.MaxScale != nil {
 		k, v := raw(AnnotationMaxScale)
 		if cfg.MaxScaleLimit > 0 && (*a.MaxScale == 0 || *a.MaxScale > cfg.MaxScaleLimit) {
-			return keyErr(k, v, "want a value in [1, %s %d]", KeyMaxScaleLimit, cfg.MaxScaleLimit)
+			return keyErr(k, v, "a value in [1, %s %d]", KeyMaxScaleLimit, cfg.MaxScaleLimit)
 		}
 	}
 	if a.MinScale != nil && a.MaxScale != nil && *a.MaxScale != 0 && *a.MinScale > *a.MaxScale {
 		k, v := raw(AnnotationMinScale)
-		return keyErr(k, v, "want at most max-scale %d", *a.MaxScale)
+		return keyErr(k, v, "at most max-scale %d", *a.MaxScale)
 	}
 	if a.InitialScale != nil && *a.InitialScale == 0 && !cfg.AllowZeroInitialScale {
 		k, v := raw(AnnotationInitialScale)
-		return keyErr(k, v, "want ≥ 1 unless %s is true", KeyAllowZeroInitialScale)
+		return keyErr(k, v, "≥ 1 unless %s is true", KeyAllowZeroInitialScale)
 	}
 	if a.ActivationScale != nil {
 		k, v := raw(AnnotationActivationScale)
 		as := *a.ActivationScale
 		switch {
 		case as < 2:
-			return keyErr(k, v, "want at least 2")
+			return keyErr(k, v, "at least 2")
 		case a.MinScale != nil && as < *a.MinScale:
-			return keyErr(k, v, "want at least min-scale %d", *a.MinScale)
+			return keyErr(k, v, "at least min-scale %d", *a.MinScale)
 		case a.MaxScale != nil && *a.MaxScale > 0 && as > *a.MaxScale:
-			return keyErr(k, v, "want at most max-scale %d", *a.MaxScale)
+			return keyErr(k, v, "at most max-scale %d", *a.MaxScale)
 		}
 	}
 	return nil

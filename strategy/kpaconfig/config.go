@@ -3,9 +3,10 @@ package kpaconfig
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // config-autoscaler keys.
@@ -92,15 +93,12 @@ func (k KeepAlive) String() string {
 	return KeepAliveFixedValue
 }
 
-func parseKeepAlive(key, v string) (KeepAlive, error) {
-	switch strings.TrimSpace(v) {
-	case KeepAliveFixedValue:
-		return KeepAliveFixed, nil
-	case KeepAlivePredictiveValue:
-		return KeepAlivePredictive, nil
-	}
-	return 0, keyErr(key, v, "want %s or %s", KeepAliveFixedValue, KeepAlivePredictiveValue)
-}
+// keepAlive reads a keep-alive value (surrounding space allowed: the key
+// is tidal's own).
+var keepAlive = func() keyval.Parser[KeepAlive] {
+	p := keyval.OneOf(map[string]KeepAlive{KeepAliveFixedValue: KeepAliveFixed, KeepAlivePredictiveValue: KeepAlivePredictive})
+	return func(sp keyval.Spelling, v string) (KeepAlive, error) { return p(sp, strings.TrimSpace(v)) }
+}()
 
 // Config is a parsed and validated config-autoscaler ConfigMap.
 type Config struct {
@@ -181,166 +179,63 @@ func Default() Config {
 }
 
 // KeyError is a refused key and value.
-type KeyError struct {
-	Key   string
-	Value string
-	// Reason says what was wanted.
-	Reason string
-}
-
-func (e *KeyError) Error() string {
-	return fmt.Sprintf("%s %s: %s", keyName(e.Key), quotePrefix(e.Value), e.Reason)
-}
-
-// quotePrefix quotes at most the first 64 bytes of a value, so an error
-// never carries a tenant's whole annotation into status, Events and logs.
-func quotePrefix(v string) string {
-	const n = 64
-	if len(v) <= n {
-		return strconv.Quote(v)
-	}
-	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
-}
-
-// keyName is a key as an error shows it: as it is when plain and no longer
-// than an annotation key may be (253-byte prefix, '/', 63-byte name), else
-// quoted and cut like a value: an unknown annotation's key is the tenant's.
-func keyName(k string) string {
-	plain := k != "" && len(k) <= 317 && !strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f })
-	if plain {
-		return k
-	}
-	return quotePrefix(k)
-}
+type KeyError = keyval.Error
 
 func keyErr(key, value, format string, args ...any) error {
-	return &KeyError{Key: key, Value: value, Reason: fmt.Sprintf(format, args...)}
-}
-
-func parseFloat(key, v string) (float64, error) {
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, keyErr(key, v, "want a finite number")
-	}
-	return f, nil
-}
-
-func parseInt32(key, v string) (int32, error) {
-	i, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
-	if err != nil {
-		return 0, keyErr(key, v, "want an integer")
-	}
-	return int32(i), nil
-}
-
-func parseBool(key, v string) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "true":
-		return true, nil
-	case "false":
-		return false, nil
-	}
-	return false, keyErr(key, v, "want true or false")
-}
-
-func parseDuration(key, v string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		return 0, keyErr(key, v, "want a duration such as 30s")
-	}
-	return d, nil
+	return keyval.Refuse(key, value, format, args...)
 }
 
 func wholeSeconds(d time.Duration) bool { return d%time.Second == 0 }
+
+// configKeys are config-autoscaler's keys, read as Knative reads them
+// (pkg/autoscaler/config/config.go); their ranges are checked together,
+// by validate.
+var configKeys = keyval.New(keyval.Knative,
+	floatKey(KeyContainerConcurrencyTargetPercentage, func(c *Config) *float64 { return &c.ContainerConcurrencyTargetFraction }),
+	floatKey(KeyContainerConcurrencyTargetDefault, func(c *Config) *float64 { return &c.ContainerConcurrencyTargetDefault }),
+	floatKey(KeyRPSTargetDefault, func(c *Config) *float64 { return &c.RPSTargetDefault }),
+	floatKey(KeyTargetBurstCapacity, func(c *Config) *float64 { return &c.TargetBurstCapacity }),
+	floatKey(KeyPanicWindowPercentage, func(c *Config) *float64 { return &c.PanicWindowPercentage }),
+	floatKey(KeyPanicThresholdPercentage, func(c *Config) *float64 { return &c.PanicThresholdPercentage }),
+	floatKey(KeyMaxScaleUpRate, func(c *Config) *float64 { return &c.MaxScaleUpRate }),
+	floatKey(KeyMaxScaleDownRate, func(c *Config) *float64 { return &c.MaxScaleDownRate }),
+	floatKey(KeyActivatorCapacity, func(c *Config) *float64 { return &c.ActivatorCapacity }),
+	durationKey(KeyStableWindow, func(c *Config) *time.Duration { return &c.StableWindow }),
+	durationKey(KeyScaleToZeroGracePeriod, func(c *Config) *time.Duration { return &c.ScaleToZeroGracePeriod }),
+	durationKey(KeyScaleToZeroPodRetentionPeriod, func(c *Config) *time.Duration { return &c.ScaleToZeroPodRetentionPeriod }),
+	durationKey(KeyScaleDownDelay, func(c *Config) *time.Duration { return &c.ScaleDownDelay }),
+	intKey(KeyInitialScale, func(c *Config) *int32 { return &c.InitialScale }),
+	intKey(KeyMinScale, func(c *Config) *int32 { return &c.MinScale }),
+	intKey(KeyMaxScale, func(c *Config) *int32 { return &c.MaxScale }),
+	intKey(KeyMaxScaleLimit, func(c *Config) *int32 { return &c.MaxScaleLimit }),
+	boolKey(KeyEnableScaleToZero, func(c *Config) *bool { return &c.EnableScaleToZero }),
+	boolKey(KeyAllowZeroInitialScale, func(c *Config) *bool { return &c.AllowZeroInitialScale }),
+	keyval.Set(KeyPodAutoscalerClass, keyval.Text(), func(c *Config, v string) { c.PodAutoscalerClass = strings.TrimSpace(v) }),
+	keyval.Set(KeyKeepAlive, keepAlive, func(c *Config, k KeepAlive) { c.KeepAlive = k }),
+)
+
+func floatKey(key string, field func(*Config) *float64) keyval.Key[Config] {
+	return keyval.Set(key, keyval.Float(), func(c *Config, x float64) { *field(c) = x })
+}
+
+func durationKey(key string, field func(*Config) *time.Duration) keyval.Key[Config] {
+	return keyval.Set(key, keyval.Duration(false), func(c *Config, x time.Duration) { *field(c) = x })
+}
+
+func intKey(key string, field func(*Config) *int32) keyval.Key[Config] {
+	return keyval.Set(key, keyval.Int[int32](math.MinInt32, math.MaxInt32), func(c *Config, x int32) { *field(c) = x })
+}
+
+func boolKey(key string, field func(*Config) *bool) keyval.Key[Config] {
+	return keyval.Set(key, keyval.Bool(), func(c *Config, x bool) { *field(c) = x })
+}
 
 // ParseConfig parses a config-autoscaler ConfigMap's data over Default and
 // validates the result. Unknown keys are ignored, as Knative ignores them.
 func ParseConfig(data map[string]string) (Config, error) {
 	c := Default()
-	floats := []struct {
-		key string
-		dst *float64
-	}{
-		{KeyContainerConcurrencyTargetPercentage, &c.ContainerConcurrencyTargetFraction},
-		{KeyContainerConcurrencyTargetDefault, &c.ContainerConcurrencyTargetDefault},
-		{KeyRPSTargetDefault, &c.RPSTargetDefault},
-		{KeyTargetBurstCapacity, &c.TargetBurstCapacity},
-		{KeyPanicWindowPercentage, &c.PanicWindowPercentage},
-		{KeyPanicThresholdPercentage, &c.PanicThresholdPercentage},
-		{KeyMaxScaleUpRate, &c.MaxScaleUpRate},
-		{KeyMaxScaleDownRate, &c.MaxScaleDownRate},
-		{KeyActivatorCapacity, &c.ActivatorCapacity},
-	}
-	for _, f := range floats {
-		if v, ok := data[f.key]; ok {
-			x, err := parseFloat(f.key, v)
-			if err != nil {
-				return Config{}, err
-			}
-			*f.dst = x
-		}
-	}
-	durations := []struct {
-		key string
-		dst *time.Duration
-	}{
-		{KeyStableWindow, &c.StableWindow},
-		{KeyScaleToZeroGracePeriod, &c.ScaleToZeroGracePeriod},
-		{KeyScaleToZeroPodRetentionPeriod, &c.ScaleToZeroPodRetentionPeriod},
-		{KeyScaleDownDelay, &c.ScaleDownDelay},
-	}
-	for _, f := range durations {
-		if v, ok := data[f.key]; ok {
-			x, err := parseDuration(f.key, v)
-			if err != nil {
-				return Config{}, err
-			}
-			*f.dst = x
-		}
-	}
-	ints := []struct {
-		key string
-		dst *int32
-	}{
-		{KeyInitialScale, &c.InitialScale},
-		{KeyMinScale, &c.MinScale},
-		{KeyMaxScale, &c.MaxScale},
-		{KeyMaxScaleLimit, &c.MaxScaleLimit},
-	}
-	for _, f := range ints {
-		if v, ok := data[f.key]; ok {
-			x, err := parseInt32(f.key, v)
-			if err != nil {
-				return Config{}, err
-			}
-			*f.dst = x
-		}
-	}
-	bools := []struct {
-		key string
-		dst *bool
-	}{
-		{KeyEnableScaleToZero, &c.EnableScaleToZero},
-		{KeyAllowZeroInitialScale, &c.AllowZeroInitialScale},
-	}
-	for _, f := range bools {
-		if v, ok := data[f.key]; ok {
-			x, err := parseBool(f.key, v)
-			if err != nil {
-				return Config{}, err
-			}
-			*f.dst = x
-		}
-	}
-	if v, ok := data[KeyPodAutoscalerClass]; ok {
-		c.PodAutoscalerClass = strings.TrimSpace(v)
-	}
-	if v, ok := data[KeyKeepAlive]; ok {
-		k, err := parseKeepAlive(KeyKeepAlive, v)
-		if err != nil {
-			return Config{}, err
-		}
-		c.KeepAlive = k
+	if _, err := configKeys.Parse(&c, data); err != nil {
+		return Config{}, err
 	}
 	// Percentages above 1 are read as percent, values in (0, 1] as fractions
 	// (a legacy form Knative keeps).
@@ -364,56 +259,56 @@ func (c *Config) validate(data map[string]string) error {
 	}
 	switch {
 	case c.ContainerConcurrencyTargetFraction <= 0 || c.ContainerConcurrencyTargetFraction > 1:
-		return keyErr(KeyContainerConcurrencyTargetPercentage, raw(KeyContainerConcurrencyTargetPercentage, c.ContainerConcurrencyTargetFraction*100), "want a percentage in (0, 100]")
+		return keyErr(KeyContainerConcurrencyTargetPercentage, raw(KeyContainerConcurrencyTargetPercentage, c.ContainerConcurrencyTargetFraction*100), "a percentage in (0, 100]")
 	case c.ContainerConcurrencyTargetDefault*c.ContainerConcurrencyTargetFraction < TargetMin:
 		return keyErr(KeyContainerConcurrencyTargetDefault, raw(KeyContainerConcurrencyTargetDefault, c.ContainerConcurrencyTargetDefault),
 			"with %s %v the per-pod target is %v, want at least %v", KeyContainerConcurrencyTargetPercentage, c.ContainerConcurrencyTargetFraction*100,
 			c.ContainerConcurrencyTargetDefault*c.ContainerConcurrencyTargetFraction, TargetMin)
 	case c.RPSTargetDefault < TargetMin:
-		return keyErr(KeyRPSTargetDefault, raw(KeyRPSTargetDefault, c.RPSTargetDefault), "want at least %v", TargetMin)
+		return keyErr(KeyRPSTargetDefault, raw(KeyRPSTargetDefault, c.RPSTargetDefault), "at least %v", TargetMin)
 	case c.TargetBurstCapacity < 0 && c.TargetBurstCapacity != -1:
-		return keyErr(KeyTargetBurstCapacity, raw(KeyTargetBurstCapacity, c.TargetBurstCapacity), "want ≥ 0 or exactly -1")
+		return keyErr(KeyTargetBurstCapacity, raw(KeyTargetBurstCapacity, c.TargetBurstCapacity), "≥ 0 or exactly -1")
 	case c.StableWindow < WindowMin || c.StableWindow > WindowMax:
-		return keyErr(KeyStableWindow, raw(KeyStableWindow, c.StableWindow), "want a window in [%v, %v]", WindowMin, WindowMax)
+		return keyErr(KeyStableWindow, raw(KeyStableWindow, c.StableWindow), "a window in [%v, %v]", WindowMin, WindowMax)
 	case !wholeSeconds(c.StableWindow):
-		return keyErr(KeyStableWindow, raw(KeyStableWindow, c.StableWindow), "want whole seconds")
+		return keyErr(KeyStableWindow, raw(KeyStableWindow, c.StableWindow), "whole seconds")
 	case c.PanicWindowPercentage < 1 || c.PanicWindowPercentage > 100:
-		return keyErr(KeyPanicWindowPercentage, raw(KeyPanicWindowPercentage, c.PanicWindowPercentage), "want a percentage in [1, 100]")
+		return keyErr(KeyPanicWindowPercentage, raw(KeyPanicWindowPercentage, c.PanicWindowPercentage), "a percentage in [1, 100]")
 	case c.PanicThresholdPercentage <= 0:
 		// Knative does not range-check this key; a threshold ≤ 0 would make
 		// every tick panic, so tidal refuses it.
-		return keyErr(KeyPanicThresholdPercentage, raw(KeyPanicThresholdPercentage, c.PanicThresholdPercentage), "want a percentage > 0")
+		return keyErr(KeyPanicThresholdPercentage, raw(KeyPanicThresholdPercentage, c.PanicThresholdPercentage), "a percentage > 0")
 	case c.MaxScaleUpRate <= 1:
-		return keyErr(KeyMaxScaleUpRate, raw(KeyMaxScaleUpRate, c.MaxScaleUpRate), "want a rate > 1")
+		return keyErr(KeyMaxScaleUpRate, raw(KeyMaxScaleUpRate, c.MaxScaleUpRate), "a rate > 1")
 	case c.MaxScaleDownRate <= 1:
-		return keyErr(KeyMaxScaleDownRate, raw(KeyMaxScaleDownRate, c.MaxScaleDownRate), "want a rate > 1")
+		return keyErr(KeyMaxScaleDownRate, raw(KeyMaxScaleDownRate, c.MaxScaleDownRate), "a rate > 1")
 	case c.ScaleToZeroGracePeriod <= 0:
-		return keyErr(KeyScaleToZeroGracePeriod, raw(KeyScaleToZeroGracePeriod, c.ScaleToZeroGracePeriod), "want a duration > 0s")
+		return keyErr(KeyScaleToZeroGracePeriod, raw(KeyScaleToZeroGracePeriod, c.ScaleToZeroGracePeriod), "a duration > 0s")
 	case c.ScaleToZeroPodRetentionPeriod < 0:
-		return keyErr(KeyScaleToZeroPodRetentionPeriod, raw(KeyScaleToZeroPodRetentionPeriod, c.ScaleToZeroPodRetentionPeriod), "want a duration ≥ 0s")
+		return keyErr(KeyScaleToZeroPodRetentionPeriod, raw(KeyScaleToZeroPodRetentionPeriod, c.ScaleToZeroPodRetentionPeriod), "a duration ≥ 0s")
 	case c.ScaleDownDelay < 0:
-		return keyErr(KeyScaleDownDelay, raw(KeyScaleDownDelay, c.ScaleDownDelay), "want a duration ≥ 0s")
+		return keyErr(KeyScaleDownDelay, raw(KeyScaleDownDelay, c.ScaleDownDelay), "a duration ≥ 0s")
 	case c.ScaleDownDelay > ScaleDownDelayMax:
 		// Knative's config has no upper bound, but its annotation stops at
 		// 1 h and so does the delay window tidal keeps per target.
-		return keyErr(KeyScaleDownDelay, raw(KeyScaleDownDelay, c.ScaleDownDelay), "want at most %v", ScaleDownDelayMax)
+		return keyErr(KeyScaleDownDelay, raw(KeyScaleDownDelay, c.ScaleDownDelay), "at most %v", ScaleDownDelayMax)
 	case !wholeSeconds(c.ScaleDownDelay):
-		return keyErr(KeyScaleDownDelay, raw(KeyScaleDownDelay, c.ScaleDownDelay), "want whole seconds")
+		return keyErr(KeyScaleDownDelay, raw(KeyScaleDownDelay, c.ScaleDownDelay), "whole seconds")
 	case c.ActivatorCapacity < 1:
-		return keyErr(KeyActivatorCapacity, raw(KeyActivatorCapacity, c.ActivatorCapacity), "want at least 1")
+		return keyErr(KeyActivatorCapacity, raw(KeyActivatorCapacity, c.ActivatorCapacity), "at least 1")
 	case c.InitialScale < 0 || (c.InitialScale == 0 && !c.AllowZeroInitialScale):
-		return keyErr(KeyInitialScale, raw(KeyInitialScale, c.InitialScale), "want ≥ 1, or ≥ 0 with %s true", KeyAllowZeroInitialScale)
+		return keyErr(KeyInitialScale, raw(KeyInitialScale, c.InitialScale), "≥ 1, or ≥ 0 with %s true", KeyAllowZeroInitialScale)
 	case c.MaxScaleLimit < 0:
-		return keyErr(KeyMaxScaleLimit, raw(KeyMaxScaleLimit, c.MaxScaleLimit), "want ≥ 0")
+		return keyErr(KeyMaxScaleLimit, raw(KeyMaxScaleLimit, c.MaxScaleLimit), "≥ 0")
 	case c.MaxScale < 0 || (c.MaxScaleLimit > 0 && (c.MaxScale < 1 || c.MaxScale > c.MaxScaleLimit)):
 		if c.MaxScaleLimit > 0 {
-			return keyErr(KeyMaxScale, raw(KeyMaxScale, c.MaxScale), "want a value in [1, %s %d]", KeyMaxScaleLimit, c.MaxScaleLimit)
+			return keyErr(KeyMaxScale, raw(KeyMaxScale, c.MaxScale), "a value in [1, %s %d]", KeyMaxScaleLimit, c.MaxScaleLimit)
 		}
-		return keyErr(KeyMaxScale, raw(KeyMaxScale, c.MaxScale), "want ≥ 0")
+		return keyErr(KeyMaxScale, raw(KeyMaxScale, c.MaxScale), "≥ 0")
 	case c.MinScale < 0 || (c.MaxScale > 0 && c.MinScale > c.MaxScale):
-		return keyErr(KeyMinScale, raw(KeyMinScale, c.MinScale), "want ≥ 0 and at most %s %d", KeyMaxScale, c.MaxScale)
+		return keyErr(KeyMinScale, raw(KeyMinScale, c.MinScale), "≥ 0 and at most %s %d", KeyMaxScale, c.MaxScale)
 	case c.PodAutoscalerClass == "":
-		return keyErr(KeyPodAutoscalerClass, raw(KeyPodAutoscalerClass, ""), "want a class name")
+		return keyErr(KeyPodAutoscalerClass, raw(KeyPodAutoscalerClass, ""), "a class name")
 	}
 	return nil
 }
@@ -429,18 +324,13 @@ func DefaultDeployment() DeploymentConfig {
 	return DeploymentConfig{ProgressDeadline: 600 * time.Second}
 }
 
+var deploymentKeys = keyval.New(keyval.Knative,
+	keyval.Set(KeyProgressDeadline, keyval.Duration(true, keyval.Check[time.Duration]{OK: func(d time.Duration) bool { return d > 0 }, Want: "a duration > 0s"}),
+		func(c *DeploymentConfig, d time.Duration) { c.ProgressDeadline = d }))
+
 // ParseDeploymentConfig parses config-deployment's progress-deadline.
 func ParseDeploymentConfig(data map[string]string) (DeploymentConfig, error) {
 	c := DefaultDeployment()
-	if v, ok := data[KeyProgressDeadline]; ok {
-		d, err := parseDuration(KeyProgressDeadline, v)
-		if err != nil {
-			return DeploymentConfig{}, err
-		}
-		if d <= 0 || !wholeSeconds(d) {
-			return DeploymentConfig{}, keyErr(KeyProgressDeadline, v, "want whole seconds > 0s")
-		}
-		c.ProgressDeadline = d
-	}
-	return c, nil
+	_, err := deploymentKeys.Parse(&c, data)
+	return c, err
 }

@@ -155,24 +155,24 @@ func TestNaNAndBadThresholds(t *testing.T) {
 		params  map[string]string
 		wantErr string
 	}{
-		{"keda", map[string]string{"lagThreshold": "NaN"}, `lagThreshold = "NaN"`},
-		{"keda", map[string]string{"lagThreshold": "0"}, `lagThreshold = "0"`},
-		{"keda", map[string]string{"lagThreshold": "1.5"}, `lagThreshold = "1.5"`},
-		{"keda", map[string]string{"activationLagThreshold": "-1"}, `activationLagThreshold = "-1"`},
-		{"keda", map[string]string{"activationLagThreshold": "Inf"}, `activationLagThreshold = "Inf"`},
-		{"keda", map[string]string{"tolerance": "NaN"}, `tolerance = "NaN"`},
-		{"keda", map[string]string{"offsetResetPolicy": "newest"}, `offsetResetPolicy = "newest"`},
-		{"keda", map[string]string{"allowIdleConsumers": "true", "limitToPartitionsWithLag": "true"}, "limitToPartitionsWithLag = true"},
-		{"keda", map[string]string{"partitionLimitation": "3-1"}, `partitionLimitation = "3-1"`},
-		{"keda", map[string]string{"maxReplicaCount": "0"}, "maxReplicaCount = 0"},
-		{"riff-offset", map[string]string{"lagForMax": "1"}, "lagForMax = 1"},
-		{"riff-offset", map[string]string{"lagForOne": "NaN"}, `lagForOne = "NaN"`},
-		{"riff-queue", map[string]string{"idleTimeoutMs": "-5"}, `idleTimeoutMs = "-5"`},
-		{"riff-queue", map[string]string{"tickInterval": "0s"}, "tickInterval = 0s"},
-		{"riff-queue", map[string]string{"tickInterval": "1ns"}, "tickInterval = 1ns, want >= 50ms"},
-		{"riff-queue", map[string]string{"maxReplicas": "-2"}, `maxReplicas = "-2"`},
-		{"riff-queue", map[string]string{"idleTimeoutMsx": "5"}, `idleTimeoutMsx = "5", want a known parameter`},
-		{"kpa", nil, `mode = "kpa"`},
+		{"keda", map[string]string{"lagThreshold": "NaN"}, `lagThreshold "NaN"`},
+		{"keda", map[string]string{"lagThreshold": "0"}, `lagThreshold "0"`},
+		{"keda", map[string]string{"lagThreshold": "1.5"}, `lagThreshold "1.5"`},
+		{"keda", map[string]string{"activationLagThreshold": "-1"}, `activationLagThreshold "-1"`},
+		{"keda", map[string]string{"activationLagThreshold": "Inf"}, `activationLagThreshold "Inf"`},
+		{"keda", map[string]string{"tolerance": "NaN"}, `tolerance "NaN"`},
+		{"keda", map[string]string{"offsetResetPolicy": "newest"}, `offsetResetPolicy "newest"`},
+		{"keda", map[string]string{"allowIdleConsumers": "true", "limitToPartitionsWithLag": "true"}, `limitToPartitionsWithLag "true"`},
+		{"keda", map[string]string{"partitionLimitation": "3-1"}, `partitionLimitation "3-1"`},
+		{"keda", map[string]string{"maxReplicaCount": "0"}, `maxReplicaCount "0"`},
+		{"riff-offset", map[string]string{"lagForMax": "1"}, `lagForMax "1"`},
+		{"riff-offset", map[string]string{"lagForOne": "NaN"}, `lagForOne "NaN"`},
+		{"riff-queue", map[string]string{"idleTimeoutMs": "-5"}, `idleTimeoutMs "-5"`},
+		{"riff-queue", map[string]string{"tickInterval": "0s"}, `tickInterval "0s"`},
+		{"riff-queue", map[string]string{"tickInterval": "1ns"}, `tickInterval "1ns": want >= 50ms`},
+		{"riff-queue", map[string]string{"maxReplicas": "-2"}, `maxReplicas "-2"`},
+		{"riff-queue", map[string]string{"idleTimeoutMsx": "5"}, `idleTimeoutMsx "5": unknown parameter`},
+		{"kpa", nil, `mode "kpa"`},
 	}
 	for _, tt := range tests {
 		_, err := ParseConfig(tt.mode, tt.params)
@@ -183,7 +183,7 @@ func TestNaNAndBadThresholds(t *testing.T) {
 	// A Config built in Go is validated too.
 	c := DefaultConfig(ModeKEDA)
 	c.Tolerance = math.NaN()
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "tolerance = NaN") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `tolerance "NaN"`) {
 		t.Errorf("Validate with NaN tolerance = %v, want an error naming tolerance", err)
 	}
 	if _, err := New(c); err == nil {

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // Mode selects the lag algorithm of a target.
@@ -173,8 +175,10 @@ func DefaultConfig(mode Mode) Config {
 var ErrInvalidConfig = errors.New("invalid lag config")
 
 func configErr(field string, value any, want string) error {
-	return fmt.Errorf("%w: %s = %v, want %s", ErrInvalidConfig, field, value, want)
+	return invalid(keyval.Refuse(field, fmt.Sprint(value), "%s", want))
 }
+
+func invalid(err error) error { return fmt.Errorf("%w: %w", ErrInvalidConfig, err) }
 
 // Validate reports the first field that is out of range, naming the field,
 // the value and the allowed range.
@@ -182,7 +186,7 @@ func (c *Config) Validate() error {
 	switch c.Mode {
 	case ModeRiffOffset, ModeRiffQueue, ModeKEDA:
 	default:
-		return configErr("mode", quotePrefix(string(c.Mode)), `"riff-offset", "riff-queue" or "keda"`)
+		return configErr("mode", c.Mode, `"riff-offset", "riff-queue" or "keda"`)
 	}
 	if c.TickInterval < MinTickInterval {
 		// Each tick reads the group's offsets from Kafka: a tenant's 1ns
@@ -225,7 +229,7 @@ func (c *Config) Validate() error {
 	switch c.OffsetResetPolicy {
 	case ResetLatest, ResetEarliest:
 	default:
-		return configErr("offsetResetPolicy", quotePrefix(string(c.OffsetResetPolicy)), `"latest" or "earliest"`)
+		return configErr("offsetResetPolicy", c.OffsetResetPolicy, `"latest" or "earliest"`)
 	}
 	if c.AllowIdleConsumers && c.LimitToPartitionsWithLag {
 		return configErr("limitToPartitionsWithLag", true, "false when allowIdleConsumers is true")
@@ -247,6 +251,39 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// params are the parameters ParseConfig reads, spelled as KEDA spells its
+// trigger metadata.
+var params = keyval.New(keyval.KEDA,
+	keyval.Set("faithful", keyval.Bool(), func(c *Config, b bool) { c.Faithful = b }),
+	keyval.Set("topic", keyval.Text(), func(c *Config, v string) { c.Topic = v }),
+	keyval.Set("tickInterval", nonNegative, func(c *Config, d time.Duration) { c.TickInterval = d }),
+	keyval.Set("pollingInterval", keyval.Count(time.Second), func(c *Config, d time.Duration) { c.TickInterval = d }),
+	keyval.Set("idleTimeout", nonNegative, func(c *Config, d time.Duration) { c.IdleTimeout = d }),
+	keyval.Set("idleTimeoutMs", keyval.Count(time.Millisecond), func(c *Config, d time.Duration) { c.IdleTimeout = d }),
+	keyval.Set("cooldownPeriod", keyval.Count(time.Second), func(c *Config, d time.Duration) { c.IdleTimeout = d }),
+	keyval.Set("maxReplicas", replicas(NoMaxReplicas), func(c *Config, n int32) { c.MaxReplicas = n }),
+	keyval.Set("maxReplicaCount", replicas(NoMaxReplicas), func(c *Config, n int32) { c.MaxReplicas = n }),
+	keyval.Set("minReplicaCount", replicas(0), func(c *Config, n int32) { c.MinReplicas = n }),
+	keyval.Set("partitions", replicas(0), func(c *Config, n int32) { c.DeclaredPartitions = n }),
+	keyval.Set("lagForOne", keyval.Int[int64](0, math.MaxInt64), func(c *Config, n int64) { c.LagForOne = n }),
+	keyval.Set("lagForMax", keyval.Int[int64](1, math.MaxInt64), func(c *Config, n int64) { c.LagForMax = n }),
+	keyval.Set("lagThreshold", keyval.Int[int64](1, math.MaxInt64), func(c *Config, n int64) { c.LagThreshold = n }),
+	keyval.Set("activationLagThreshold", keyval.Int[int64](0, math.MaxInt64), func(c *Config, n int64) { c.ActivationLagThreshold = n }),
+	keyval.Set("offsetResetPolicy", keyval.Text(), func(c *Config, v string) { c.OffsetResetPolicy = OffsetResetPolicy(v) }),
+	keyval.Set("allowIdleConsumers", keyval.Bool(), func(c *Config, b bool) { c.AllowIdleConsumers = b }),
+	keyval.Set("scaleToZeroOnInvalidOffset", keyval.Bool(), func(c *Config, b bool) { c.ScaleToZeroOnInvalidOffset = b }),
+	keyval.Set("excludePersistentLag", keyval.Bool(), func(c *Config, b bool) { c.ExcludePersistentLag = b }),
+	keyval.Set("limitToPartitionsWithLag", keyval.Bool(), func(c *Config, b bool) { c.LimitToPartitionsWithLag = b }),
+	keyval.Set("ensureEvenDistributionOfPartitions", keyval.Bool(), func(c *Config, b bool) { c.EnsureEvenDistributionOfPartitions = b }),
+	keyval.Set("partitionLimitation", partitionList, func(c *Config, ids []int32) { c.PartitionLimitation = ids }),
+	keyval.Set("tolerance", keyval.Float(), func(c *Config, f float64) { c.Tolerance = f }),
+	keyval.Set("scaleDownStabilization", nonNegative, func(c *Config, d time.Duration) { c.ScaleDownStabilization = d }),
+)
+
+var nonNegative = keyval.Duration(false, keyval.AtLeast(time.Duration(0)))
+
+func replicas(lo int32) keyval.Parser[int32] { return keyval.Int[int32](lo, math.MaxInt32) }
+
 // ParseConfig builds a validated Config from string parameters (annotations
 // or trigger metadata), starting from mode's defaults. Keys use the
 // originals' names: idleTimeoutMs, maxReplicas and partitions (riff);
@@ -256,135 +293,40 @@ func (c *Config) Validate() error {
 // limitToPartitionsWithLag, ensureEvenDistributionOfPartitions,
 // partitionLimitation (KEDA); and tidal's
 // faithful, topic, tickInterval, idleTimeout, lagForOne, lagForMax,
-// tolerance, scaleDownStabilization (Go durations). An unknown key is an
-// error.
-func ParseConfig(mode string, params map[string]string) (Config, error) {
+// tolerance, scaleDownStabilization (Go durations). Values are spelled as
+// KEDA spells them (keyval.KEDA). An unknown key is an error.
+func ParseConfig(mode string, p map[string]string) (Config, error) {
 	c := DefaultConfig(Mode(mode))
 	if err := c.Validate(); err != nil { // only an unknown mode can fail here
 		return c, err
 	}
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
+	unknown, err := params.Parse(&c, p)
+	// The first key at fault in key order, unknown or refused.
+	var ke *keyval.Error
+	if len(unknown) > 0 && (!errors.As(err, &ke) || unknown[0] < ke.Key) {
+		return c, invalid(keyval.Unknown(unknown[0], p[unknown[0]], "parameter"))
 	}
-	sort.Strings(keys) // report the same first error every time
-	for _, k := range keys {
-		if err := c.set(k, strings.TrimSpace(params[k])); err != nil {
-			return c, err
-		}
+	if err != nil {
+		return c, invalid(err)
 	}
 	return c, c.Validate()
-}
-
-func (c *Config) set(key, v string) error {
-	var err error
-	switch key {
-	case "faithful":
-		c.Faithful, err = parseBool(key, v)
-	case "topic":
-		c.Topic = v
-	case "tickInterval":
-		c.TickInterval, err = parseDuration(key, v)
-	case "pollingInterval":
-		c.TickInterval, err = parseSeconds(key, v)
-	case "idleTimeout":
-		c.IdleTimeout, err = parseDuration(key, v)
-	case "idleTimeoutMs":
-		var ms int64
-		ms, err = parseInt(key, v, 0, math.MaxInt32)
-		c.IdleTimeout = time.Duration(ms) * time.Millisecond
-	case "cooldownPeriod":
-		c.IdleTimeout, err = parseSeconds(key, v)
-	case "maxReplicas", "maxReplicaCount":
-		var n int64
-		n, err = parseInt(key, v, int64(NoMaxReplicas), math.MaxInt32)
-		c.MaxReplicas = int32(n)
-	case "minReplicaCount":
-		var n int64
-		n, err = parseInt(key, v, 0, math.MaxInt32)
-		c.MinReplicas = int32(n)
-	case "partitions":
-		var n int64
-		n, err = parseInt(key, v, 0, math.MaxInt32)
-		c.DeclaredPartitions = int32(n)
-	case "lagForOne":
-		c.LagForOne, err = parseInt(key, v, 0, math.MaxInt64)
-	case "lagForMax":
-		c.LagForMax, err = parseInt(key, v, 1, math.MaxInt64)
-	case "lagThreshold":
-		c.LagThreshold, err = parseInt(key, v, 1, math.MaxInt64)
-	case "activationLagThreshold":
-		c.ActivationLagThreshold, err = parseInt(key, v, 0, math.MaxInt64)
-	case "offsetResetPolicy":
-		c.OffsetResetPolicy = OffsetResetPolicy(v)
-	case "allowIdleConsumers":
-		c.AllowIdleConsumers, err = parseBool(key, v)
-	case "scaleToZeroOnInvalidOffset":
-		c.ScaleToZeroOnInvalidOffset, err = parseBool(key, v)
-	case "excludePersistentLag":
-		c.ExcludePersistentLag, err = parseBool(key, v)
-	case "limitToPartitionsWithLag":
-		c.LimitToPartitionsWithLag, err = parseBool(key, v)
-	case "ensureEvenDistributionOfPartitions":
-		c.EnsureEvenDistributionOfPartitions, err = parseBool(key, v)
-	case "partitionLimitation":
-		c.PartitionLimitation, err = ParsePartitionLimitation(v)
-	case "tolerance":
-		var f float64
-		f, err = strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return configErr(key, quotePrefix(v), "a finite number in [0, 1)")
-		}
-		c.Tolerance = f
-	case "scaleDownStabilization":
-		c.ScaleDownStabilization, err = parseDuration(key, v)
-	default:
-		return configErr(paramName(key), quotePrefix(v), "a known parameter")
-	}
-	return err
-}
-
-func parseBool(key, v string) (bool, error) {
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, configErr(key, quotePrefix(v), "true or false")
-	}
-	return b, nil
-}
-
-// parseInt accepts only integers: "NaN", "1.5" or "1e3" are rejected with the
-// field, the value and the range.
-func parseInt(key, v string, lo, hi int64) (int64, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < lo || n > hi {
-		return 0, configErr(key, quotePrefix(v), fmt.Sprintf("an integer in [%d, %d]", lo, hi))
-	}
-	return n, nil
-}
-
-func parseDuration(key, v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return 0, configErr(key, quotePrefix(v), `a non-negative Go duration such as "100ms"`)
-	}
-	return d, nil
-}
-
-func parseSeconds(key, v string) (time.Duration, error) {
-	n, err := parseInt(key, v, 0, math.MaxInt32)
-	return time.Duration(n) * time.Second, err
 }
 
 // ParsePartitionLimitation parses KEDA's partitionLimitation: a comma list of
 // partition ids and inclusive ranges, e.g. "0,2,10-20". Empty means all.
 func ParsePartitionLimitation(v string) ([]int32, error) {
-	v = strings.TrimSpace(v)
+	ids, err := partitionList(keyval.KEDA, strings.TrimSpace(v))
+	if err != nil {
+		return nil, configErr("partitionLimitation", v, err.Error())
+	}
+	return ids, nil
+}
+
+func partitionList(_ keyval.Spelling, v string) ([]int32, error) {
 	if v == "" {
 		return nil, nil
 	}
-	bad := func(want string) error {
-		return configErr("partitionLimitation", quotePrefix(v), want)
-	}
+	bad := errors.New
 	if len(v) > maxPartitionLimitationBytes {
 		return nil, bad(fmt.Sprintf("at most %d bytes", maxPartitionLimitationBytes))
 	}
@@ -438,27 +380,6 @@ const MaxListedPartitions = 10000
 
 // maxPartitionLimitationBytes bounds the parameter's text.
 const maxPartitionLimitationBytes = 4096
-
-// quotePrefix quotes at most the first 64 bytes of a bad value, so an error
-// or a log line never carries a tenant's whole annotation.
-func quotePrefix(v string) string {
-	const n = 64
-	if len(v) <= n {
-		return strconv.Quote(v)
-	}
-	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
-}
-
-// paramName is an unknown parameter's name as an error shows it: as it is
-// when short and plain, else quoted and cut like a value, since it comes
-// from a tenant's annotation key.
-func paramName(k string) string {
-	plain := k != "" && len(k) <= 64 && !strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f })
-	if plain {
-		return k
-	}
-	return quotePrefix(k)
-}
 
 // AnnotationPrefix prefixes a lag target's parameters: lag.tidal.dev/mode
 // selects the mode, and lag.tidal.dev/<name> sets the parameter <name> of

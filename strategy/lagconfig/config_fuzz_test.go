@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // maxErrBytes bounds every refusal: an error reaches logs, Events and
@@ -16,7 +18,8 @@ const maxErrBytes = 1024
 
 // checkErr asserts the shape of every refusal: ErrInvalidConfig, bounded,
 // valid UTF-8, without a raw control character, and of the form
-// "invalid lag config: <field> = ...". It returns what follows the prefix.
+// "invalid lag config: <field> <value>: want ...". It returns what follows
+// the prefix.
 func checkErr(t *testing.T, err error) string {
 	t.Helper()
 	msg := err.Error()
@@ -30,14 +33,15 @@ func checkErr(t *testing.T, err error) string {
 		t.Fatalf("error carries a raw control character: %q", msg)
 	}
 	rest, ok := strings.CutPrefix(msg, ErrInvalidConfig.Error()+": ")
-	if !ok || !strings.Contains(rest, " = ") || strings.HasPrefix(rest, " = ") {
+	var ke *keyval.Error
+	if !ok || !errors.As(err, &ke) || !strings.HasPrefix(rest, keyval.Name(ke.Key)+" ") {
 		t.Fatalf("error %q does not name a field", msg)
 	}
 	return rest
 }
 
 // names reports whether a refusal (what follows the prefix) names field.
-func names(rest, field string) bool { return strings.HasPrefix(rest, field+" = ") }
+func names(rest, field string) bool { return strings.HasPrefix(rest, keyval.Name(field)+" ") }
 
 // related lists, for a parameter, the fields a refusal may name besides
 // the parameter itself: its alias in Validate, and the fields checked
@@ -90,7 +94,7 @@ func FuzzParseConfig(f *testing.F) {
 			rest := checkErr(t, err)
 			ok := names(rest, "mode")
 			for _, k := range []string{k1, k2} {
-				ok = ok || names(rest, paramName(k)) || slices.ContainsFunc(related[k], func(f string) bool { return names(rest, f) })
+				ok = ok || names(rest, k) || slices.ContainsFunc(related[k], func(f string) bool { return names(rest, f) })
 			}
 			if !ok {
 				t.Fatalf("ParseConfig(%q, %q) = %q: names neither a given parameter nor one checked against it", mode, params, err)
