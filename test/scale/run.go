@@ -265,7 +265,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	unchanged := rep.unchanged(rec, converged, steadyEnd)
 	if rep.Writes.Error == "" {
 		rep.Writes = in.writeRates(rec.applied(steadyStart, steadyEnd))
-		rep.Unchanged.ActuatorWrites = in.writesOn(unchanged, converged, steadyEnd)
+		rep.Unchanged.ActuatorWrites, rep.Unchanged.ActuatorKinds = in.writesOn(unchanged, converged, steadyEnd)
 	}
 	rep.decisionAges(rec, steadyEnd.Add(-30*time.Second), steadyEnd)
 	rep.Procs = procs.report(svcs)

@@ -107,8 +107,10 @@ type Unchanged struct {
 	Moves, Moved int
 	Examples     []string
 	// ActuatorWrites are the actuator's writes to their objects (status,
-	// scale, Events).
+	// scale, Events); ActuatorKinds count them by resource and verb (in
+	// PerSec).
 	ActuatorWrites int
+	ActuatorKinds  []Rate
 }
 
 // Writes are the API server's writes over the steady phase, from its
@@ -245,9 +247,9 @@ func (in *splitInput) split() Split {
 
 // writesOn counts the actuator's writes to the objects named in names
 // (a target's Deployment, PodAutoscaler and their Events share its name)
-// from start to end.
-func (in *splitInput) writesOn(names map[string]bool, start, end time.Time) int {
-	n := 0
+// from start to end, in all and by resource and verb.
+func (in *splitInput) writesOn(names map[string]bool, start, end time.Time) (int, []Rate) {
+	n, kinds := 0, map[string]int{}
 	for _, a := range in.writes {
 		if a.received.Before(start) || a.received.After(end) || a.agent != actuatorAgent {
 			continue
@@ -258,9 +260,15 @@ func (in *splitInput) writesOn(names map[string]bool, start, end time.Time) int 
 		}
 		if names[name] {
 			n++
+			kinds[a.what+" "+a.verb]++
 		}
 	}
-	return n
+	var by []Rate
+	for k, c := range kinds {
+		by = append(by, Rate{k, float64(c)})
+	}
+	sort.Slice(by, func(i, j int) bool { return by[i].PerSec > by[j].PerSec })
+	return n, by
 }
 
 // writeRates counts the writes of the steady phase by client.
@@ -316,6 +324,13 @@ func (r *Readers) write(w io.Writer) {
 func (u *Unchanged) write(w io.Writer) {
 	fmt.Fprintf(w, "targets whose load never changed: %d (%d not at their level a switch period into the steady phase); from then, spec.replicas of the others moved %d times on %d targets, and the actuator wrote to their objects %d times",
 		u.Targets, u.NotAtLevel, u.Moves, u.Moved, u.ActuatorWrites)
+	if len(u.ActuatorKinds) > 0 {
+		var parts []string
+		for _, k := range u.ActuatorKinds {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k.Key, k.PerSec))
+		}
+		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+	}
 	if len(u.Examples) > 0 {
 		fmt.Fprintf(w, "; first: %s", strings.Join(u.Examples, "; "))
 	}
