@@ -198,9 +198,11 @@ func TestTemplate(t *testing.T) {
 			m := manifest(render(t, sc.release))
 			for _, o := range m {
 				// Only the Roles granting broker Secrets live where those
-				// are, and Knative's autoscaler Service in Knative's namespace.
+				// are, and Knative's autoscaler Service and the Roles on its
+				// ConfigMaps in Knative's namespace.
 				knativeService := sc.knativeNS != "" && o.GetKind() == "Service" && o.GetName() == "autoscaler" && o.GetNamespace() == sc.knativeNS
-				if ns := o.GetNamespace(); ns != "" && ns != sc.release.namespace && !strings.HasSuffix(o.GetName(), "-collector-brokers") && !knativeService {
+				knativeConfig := sc.knativeNS != "" && isKnativeConfigRBAC(o) && o.GetNamespace() == sc.knativeNS
+				if ns := o.GetNamespace(); ns != "" && ns != sc.release.namespace && !strings.HasSuffix(o.GetName(), "-collector-brokers") && !knativeService && !knativeConfig {
 					t.Errorf("%s %s: namespace %q, want the release's %q", o.GetKind(), o.GetName(), ns, sc.release.namespace)
 				}
 				if got := o.GetLabels()["app.kubernetes.io/instance"]; got != sc.release.name {

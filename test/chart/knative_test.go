@@ -19,11 +19,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/tidalscale/tidal/actuator/knative"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/collector/activator"
+	"github.com/tidalscale/tidal/knativeconfig"
 	rel "github.com/tidalscale/tidal/test/chart/release"
 )
 
@@ -389,12 +391,23 @@ func TestKnativeTemplate(t *testing.T) {
 			t.Parallel()
 			m := manifest(render(t, tt.want.release))
 			checkKnative(t, m, tt.want)
+			configRoles := 0
 			for _, o := range m {
 				ns := o.GetNamespace()
 				knativeService := o.GetKind() == "Service" && o.GetName() == "autoscaler" && ns == tt.want.namespace
-				if ns != "" && ns != tt.want.release.namespace && !knativeService {
-					t.Errorf("%s %s in namespace %q; only Knative's autoscaler Service leaves the release's", o.GetKind(), o.GetName(), ns)
+				knativeConfig := isKnativeConfigRBAC(o) && ns == tt.want.namespace
+				if ns != "" && ns != tt.want.release.namespace && !knativeService && !knativeConfig {
+					t.Errorf("%s %s in namespace %q; only Knative's autoscaler Service and the Roles on its ConfigMaps leave the release's", o.GetKind(), o.GetName(), ns)
 				}
+				if knativeConfig && o.GetKind() == "Role" {
+					configRoles++
+					if got, want := triples(typed[rbacv1.Role](t, o).Rules), triples(knativeconfig.Rules()); !maps.Equal(got, want) {
+						t.Errorf("Role %s: %v, want knativeconfig.Rules(): %v", o.GetName(), slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+					}
+				}
+			}
+			if want := map[bool]int{true: 2}[tt.want.namespace != ""]; configRoles != want {
+				t.Errorf("%d Roles on Knative's ConfigMaps, want %d (the collector's and the actuator's with Knative mode on)", configRoles, want)
 			}
 		})
 	}
@@ -471,4 +484,11 @@ func TestKnativeActivatorFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// isKnativeConfigRBAC reports whether o is the Role or RoleBinding that
+// lets the collector or the actuator follow Knative's ConfigMaps
+// (rbac-knative-config.yaml), which lives in Knative's namespace.
+func isKnativeConfigRBAC(o *unstructured.Unstructured) bool {
+	return (o.GetKind() == "Role" || o.GetKind() == "RoleBinding") && strings.HasSuffix(o.GetName(), "-knative-config")
 }
