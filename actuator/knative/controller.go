@@ -44,6 +44,8 @@ type Config struct {
 	// Classes are the PodAutoscaler classes reconciled; empty means
 	// Knative's KPA class alone.
 	Classes []string
+	// Namespaces are the namespaces watched; empty means every one.
+	Namespaces []string
 	// Autoscaler is config-autoscaler; Deployment is config-deployment.
 	Autoscaler kpaconfig.Config
 	Deployment kpaconfig.DeploymentConfig
@@ -112,8 +114,8 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		scaler:      scaler,
 		recorder:    recorder,
 		probe:       newProber(cfg.ProbeTransport, cfg.ProbeTimeout, cfg.ClusterDomain),
-		paInformer:  knclient.NewPodAutoscalerInformer(client, cfg.Resync),
-		sksInformer: knclient.NewServerlessServiceInformer(client, cfg.Resync),
+		paInformer:  knclient.NewPodAutoscalerInformer(client, cfg.Namespaces, cfg.Resync),
+		sksInformer: knclient.NewServerlessServiceInformer(client, cfg.Namespaces, cfg.Resync),
 	}
 	c, err := podautoscaler.NewReconciler(podautoscaler.Spec[*knautoscaling.PodAutoscaler, *knnetworking.ServerlessService]{
 		Kind:        k,

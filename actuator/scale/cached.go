@@ -88,12 +88,26 @@ func selectorOf(d *appsv1.Deployment) (string, error) {
 	return sel.String(), nil
 }
 
+// cacheOnlyKey marks a context whose reads the cache alone answers.
+type cacheOnlyKey struct{}
+
+// CacheOnly marks ctx's reads as answered from the cache alone: a
+// Deployment the cache does not hold is not found rather than read live.
+// Callers who may be anyone (GetScale) read this way, so no loop of theirs
+// spends the API budget writes need.
+func CacheOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, cacheOnlyKey{}, true)
+}
+
 // GetScale reads t's scale, from the cache for a cached Deployment.
 func (c *Cached) GetScale(ctx context.Context, t Target) (Scale, error) {
 	if isDeployment(t) {
 		s, ok, err := c.cachedDeployment(t)
 		if err != nil || ok {
 			return s, err
+		}
+		if ctx.Value(cacheOnlyKey{}) != nil {
+			return Scale{}, fmt.Errorf("deployment %s: not in the actuator's cache: %w", t, ErrNotFound)
 		}
 	}
 	return c.Kube.GetScale(ctx, t)

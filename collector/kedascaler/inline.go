@@ -232,9 +232,18 @@ func (t *Triggers) ensure(namespace, name string, k *Kafka) (*trigger, error) {
 
 // lagTarget is what the lag reader measures for trigger k.
 func (t *Triggers) lagTarget(ref *commonv1.TargetRef, k *Kafka) lag.Target {
+	// The server checked the seeds against the broker policy; it also
+	// checks every broker they advertise. Were a seed refused after all,
+	// every dial is checked, and refused.
+	c := lag.Cluster{Brokers: k.Brokers, Auth: k.Auth}
+	if checked, err := t.cfg.Brokers.Cluster(c); err == nil {
+		c = checked
+	} else {
+		c.Allow = t.cfg.Brokers.Allows
+	}
 	return lag.Target{
 		Ref:     ref,
-		Cluster: lag.Cluster{Brokers: k.Brokers, Auth: k.Auth, Allow: t.cfg.allowBroker},
+		Cluster: c,
 		Topic:   k.Topic,
 		Group:   k.Group,
 		// Without a topic, keda mode sums every topic the group commits

@@ -314,18 +314,19 @@ func TestInlineKEDAErrors(t *testing.T) {
 	}
 }
 
-// TestInlineBrokerPolicy: with --keda-allowed-brokers a trigger naming
-// another broker is refused before anything is made.
+// TestInlineBrokerPolicy: a trigger naming a broker the collector's
+// policy (--kafka-brokers, --allowed-brokers) refuses is refused before
+// anything is made.
 func TestInlineBrokerPolicy(t *testing.T) {
 	cfg := testConfig()
-	cfg.AllowedBrokers = []string{"*.kafka.svc:9092"}
+	cfg.Brokers = lag.BrokerPolicy{Patterns: lag.BrokerPatterns{"*.kafka.svc:9092"}}
 	f := newInlineFixture(t, cfg, nil, nil)
 	f.reader.set([2]int64{10, 0})
 	if _, err := f.metrics(t, billing()); err != nil {
 		t.Fatalf("an allowed broker: %v", err)
 	}
 	_, err := f.metrics(t, billing("bootstrapServers", "kafka-0.kafka.svc:9092,evil.example.com:9092"))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "evil.example.com:9092") || !strings.Contains(err.Error(), "--keda-allowed-brokers") {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "evil.example.com:9092") || !strings.Contains(err.Error(), "--allowed-brokers") {
 		t.Errorf("a broker outside the policy: %v, want INVALID_ARGUMENT naming it and the flag", err)
 	}
 	if f.tr.Len() != 1 {
@@ -346,34 +347,41 @@ func (t *Triggers) anyKey() string {
 	return ""
 }
 
-// TestInlineRateLimit: each caller has its own bucket of inline calls.
+// TestInlineRateLimit: the ScaledObjects of each namespace have their own
+// bucket of inline calls, whoever makes them (KEDA has one identity for
+// every tenant).
 func TestInlineRateLimit(t *testing.T) {
 	cfg := testConfig()
 	cfg.PollRate, cfg.PollBurst = 0.001, 2
 	f := newInlineFixture(t, cfg, nil, nil)
 	f.reader.set([2]int64{10, 0})
-	call := func(caller string) error {
+	call := func(caller, ns string) error {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("caller", caller))
-		_, err := f.s.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: soRef(billing())})
+		ref := soRef(billing())
+		ref.Namespace = ns
+		_, err := f.s.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: ref})
 		return err
 	}
 	for i := range 2 {
-		if err := call("keda"); err != nil {
+		if err := call("keda", "shop"); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	if err := call("keda"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--keda-poll-rate") {
-		t.Errorf("a third call in the burst: %v, want RESOURCE_EXHAUSTED naming --keda-poll-rate", err)
+	if err := call("keda", "shop"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--keda-poll-rate") || !strings.Contains(err.Error(), `"shop"`) {
+		t.Errorf("a third call in the burst: %v, want RESOURCE_EXHAUSTED naming --keda-poll-rate and the namespace", err)
 	}
-	if err := call("operator"); err != nil {
-		t.Errorf("another caller: %v, want its own bucket", err)
+	if err := call("operator", "shop"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("another caller for the same namespace: %v, want the namespace's bucket empty", err)
+	}
+	if err := call("keda", "books"); err != nil {
+		t.Errorf("the same caller for another namespace: %v, want its own bucket", err)
 	}
 	// GetMetricSpec reads nothing and is not counted.
 	if _, err := f.s.GetMetricSpec(metadata.NewIncomingContext(context.Background(), metadata.Pairs("caller", "keda")), soRef(billing())); err != nil {
 		t.Errorf("GetMetricSpec over the rate: %v", err)
 	}
-	if v := value(t, f.reg, "tidal_collector_keda_streams_refused_total", "reason", "poll-rate"); v != 1 {
-		t.Errorf("poll-rate refusals counted %v, want 1", v)
+	if v := value(t, f.reg, "tidal_collector_keda_streams_refused_total", "reason", "poll-rate"); v != 2 {
+		t.Errorf("poll-rate refusals counted %v, want 2", v)
 	}
 }
 

@@ -61,20 +61,20 @@ type Server struct {
 
 	refused *prometheus.CounterVec
 
-	// mu guards streams, perCaller and rates.
-	mu        sync.Mutex
-	streams   int
-	perCaller map[string]int
-	// rates are the callers' token buckets for inline Kafka calls, at
-	// most maxCallers of them.
-	rates map[string]*rate.Limiter
+	// mu guards streams, perCaller, perNamespace, calls and polls.
+	mu           sync.Mutex
+	streams      int
+	perCaller    map[string]int
+	perNamespace map[string]int
+	// calls and polls are the ScaledObject namespaces' token buckets for
+	// every call and for inline Kafka calls, at most maxCallers of each.
+	calls, polls map[string]*rate.Limiter
 }
 
 var _ externalscaler.ExternalScalerServer = (*Server)(nil)
 
-// maxCallers bounds the callers whose inline Kafka rate is kept: beyond it
-// one is forgotten, and its next call starts with a full bucket. Under
-// mutual TLS the callers are the few identities allowed to call at all.
+// maxCallers bounds the namespaces whose rates are kept: beyond it one is
+// forgotten, and its next call starts with a full bucket.
 const maxCallers = 4096
 
 // New returns a Server. caller names a call's caller for the per-caller
@@ -85,7 +85,7 @@ func New(cfg Config, targets Targets, decisions Decisions, inline *Inline, calle
 		inline = &Inline{}
 	}
 	s := &Server{cfg: cfg, targets: targets, decisions: decisions, inline: inline, caller: caller, log: log,
-		perCaller: map[string]int{}, rates: map[string]*rate.Limiter{}}
+		perCaller: map[string]int{}, perNamespace: map[string]int{}, calls: map[string]*rate.Limiter{}, polls: map[string]*rate.Limiter{}}
 	f := promauto.With(reg)
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidal_collector_keda_streams",
@@ -97,9 +97,9 @@ func New(cfg Config, targets Targets, decisions Decisions, inline *Inline, calle
 	})
 	s.refused = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "tidal_collector_keda_streams_refused_total",
-		Help: "KEDA calls refused, by reason: server-limit, caller-limit, watch-limit (streams); poll-rate (inline Kafka calls over --keda-poll-rate).",
+		Help: "KEDA calls refused, by reason: server-limit, caller-limit, namespace-limit, watch-limit (streams); namespace-rate (calls over --keda-namespace-call-rate); poll-rate (inline Kafka calls over --keda-poll-rate); other-namespace (a trigger naming another namespace's target).",
 	}, []string{"reason"})
-	for _, r := range []string{"server-limit", "caller-limit", "watch-limit", "poll-rate"} {
+	for _, r := range []string{"server-limit", "caller-limit", "namespace-limit", "watch-limit", "namespace-rate", "poll-rate", "other-namespace"} {
 		s.refused.WithLabelValues(r)
 	}
 	return s
@@ -108,7 +108,10 @@ func New(cfg Config, targets Targets, decisions Decisions, inline *Inline, calle
 // trigger reads ref's trigger, refusing with INVALID_ARGUMENT what cannot
 // be right: bad metadata; for inline Kafka, a ScaledObject without a valid
 // namespace and name (its target is named after it) or a broker this
-// collector may not reach.
+// collector may not reach. A follow trigger naming an object of another
+// namespace is PERMISSION_DENIED: one KEDA identity answers every tenant's
+// ScaledObjects, so a ScaledObject may learn only about its own
+// namespace's targets.
 func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 	if ref == nil {
 		return Trigger{}, status.Error(codes.InvalidArgument, "scaledObjectRef: required")
@@ -117,6 +120,11 @@ func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 	if err != nil {
 		return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if f := trig.Follow; f != nil && f.Namespace != ref.GetNamespace() {
+		s.refused.WithLabelValues("other-namespace").Inc()
+		return Trigger{}, status.Errorf(codes.PermissionDenied, "%s: %s of namespace %q: a ScaledObject of namespace %q may follow only its own namespace's PodAutoscalers and Functions",
+			field(KeyNamespace), f, commonv1.Prefix(f.Namespace), commonv1.Prefix(ref.GetNamespace()))
+	}
 	if k := trig.Kafka; k != nil {
 		if err := commonv1.ValidateLabel("scaledObjectRef.namespace", ref.GetNamespace()); err != nil {
 			return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
@@ -124,10 +132,8 @@ func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 		if err := commonv1.ValidateSubdomain("scaledObjectRef.name", ref.GetName()); err != nil {
 			return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
 		}
-		for _, b := range k.Brokers {
-			if !s.cfg.allowBroker(b) {
-				return Trigger{}, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--keda-allowed-brokers)").Error())
-			}
+		if b, refused := s.cfg.Brokers.Refused(k.Brokers); refused {
+			return Trigger{}, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--kafka-brokers, --allowed-brokers)").Error())
 		}
 	}
 	return trig, nil
@@ -159,7 +165,7 @@ func (s *Server) kafka(ctx context.Context, ref *externalscaler.ScaledObjectRef,
 	if s.inline.Triggers == nil {
 		return nil, nil, errNoInline
 	}
-	if err := s.allow(s.caller(ctx)); err != nil {
+	if err := s.allowPoll(ref.GetNamespace()); err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
@@ -167,27 +173,46 @@ func (s *Server) kafka(ctx context.Context, ref *externalscaler.ScaledObjectRef,
 	return s.inline.serve(ctx, ref.GetNamespace(), ref.GetName(), ref.GetScalerMetadata(), k, call)
 }
 
-// allow takes a token from caller's bucket: each inline Kafka call may
-// read Kafka, here or at another replica.
-func (s *Server) allow(caller string) error {
+// take takes a token from key's bucket in buckets, making it on first use.
+func (s *Server) take(buckets map[string]*rate.Limiter, key string, r float64, burst int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.rates[caller]
+	l, ok := buckets[key]
 	if !ok {
-		if len(s.rates) >= maxCallers {
-			for c := range s.rates {
-				delete(s.rates, c)
+		if len(buckets) >= maxCallers {
+			for k := range buckets {
+				delete(buckets, k)
 				break
 			}
 		}
-		l = rate.NewLimiter(rate.Limit(s.cfg.PollRate), s.cfg.PollBurst)
-		s.rates[caller] = l
+		l = rate.NewLimiter(rate.Limit(r), burst)
+		buckets[key] = l
 	}
-	if !l.Allow() {
-		s.refused.WithLabelValues("poll-rate").Inc()
-		return status.Errorf(codes.ResourceExhausted, "inline Kafka calls: this caller made more than --keda-poll-rate (%g per second, bursts of %d); retry later", s.cfg.PollRate, s.cfg.PollBurst)
+	return l.Allow()
+}
+
+// admit takes a token from the bucket of the ScaledObject's namespace:
+// every call and stream costs a decider call or a Kafka read, and one
+// tenant's ScaledObjects must not spend what KEDA needs for another's.
+func (s *Server) admit(ref *externalscaler.ScaledObjectRef) error {
+	ns := ref.GetNamespace()
+	if s.take(s.calls, ns, s.cfg.CallRate, s.cfg.CallBurst) {
+		return nil
 	}
-	return nil
+	s.refused.WithLabelValues("namespace-rate").Inc()
+	return status.Errorf(codes.ResourceExhausted, "KEDA calls for the ScaledObjects of namespace %q: more than --keda-namespace-call-rate (%g per second, bursts of %d); retry later",
+		commonv1.Prefix(ns), s.cfg.CallRate, s.cfg.CallBurst)
+}
+
+// allowPoll takes a token from the inline Kafka bucket of namespace ns:
+// each inline Kafka call may read Kafka, here or at another replica.
+func (s *Server) allowPoll(ns string) error {
+	if s.take(s.polls, ns, s.cfg.PollRate, s.cfg.PollBurst) {
+		return nil
+	}
+	s.refused.WithLabelValues("poll-rate").Inc()
+	return status.Errorf(codes.ResourceExhausted, "inline Kafka calls for the ScaledObjects of namespace %q: more than --keda-poll-rate (%g per second, bursts of %d); retry later",
+		commonv1.Prefix(ns), s.cfg.PollRate, s.cfg.PollBurst)
 }
 
 // latest is the target's latest decision, or the status KEDA gets: never a
@@ -220,6 +245,9 @@ func decisionStatus(what string, target *commonv1.TargetRef, err error) error {
 func (s *Server) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
 	trig, err := s.trigger(ref)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.admit(ref); err != nil {
 		return nil, err
 	}
 	if k := trig.Kafka; k != nil && k.KEDAMode() {
@@ -283,6 +311,14 @@ func metricNameOf(trig Trigger) string {
 // GetMetricSpec returns the trigger's metric once its object is found. It
 // measures nothing and asks no decider.
 func (s *Server) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
+	if err := s.admit(ref); err != nil {
+		return nil, err
+	}
+	return s.metricSpecOf(ref)
+}
+
+// metricSpecOf is GetMetricSpec within a call already admitted.
+func (s *Server) metricSpecOf(ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
 	trig, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
@@ -306,6 +342,9 @@ func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsR
 	ref := req.GetScaledObjectRef()
 	trig, err := s.trigger(ref)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.admit(ref); err != nil {
 		return nil, err
 	}
 	name := metricNameOf(trig)
@@ -334,7 +373,7 @@ func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsR
 }
 
 // acquire takes a stream's place under the bounds; release gives it back.
-func (s *Server) acquire(caller string) error {
+func (s *Server) acquire(caller, ns string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -344,18 +383,25 @@ func (s *Server) acquire(caller string) error {
 	case s.perCaller[caller] >= s.cfg.MaxStreamsPerCaller:
 		s.refused.WithLabelValues("caller-limit").Inc()
 		return status.Errorf(codes.ResourceExhausted, "KEDA stream refused: this caller has %d streams open (--keda-max-streams-per-caller); close one or retry later", s.cfg.MaxStreamsPerCaller)
+	case s.perNamespace[ns] >= s.cfg.MaxStreamsPerNamespace:
+		s.refused.WithLabelValues("namespace-limit").Inc()
+		return status.Errorf(codes.ResourceExhausted, "KEDA stream refused: the ScaledObjects of namespace %q have %d streams open (--keda-max-streams-per-namespace); close one or retry later", commonv1.Prefix(ns), s.cfg.MaxStreamsPerNamespace)
 	}
 	s.streams++
 	s.perCaller[caller]++
+	s.perNamespace[ns]++
 	return nil
 }
 
-func (s *Server) release(caller string) {
+func (s *Server) release(caller, ns string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streams--
 	if s.perCaller[caller]--; s.perCaller[caller] <= 0 {
 		delete(s.perCaller, caller)
+	}
+	if s.perNamespace[ns]--; s.perNamespace[ns] <= 0 {
+		delete(s.perNamespace, ns)
 	}
 }
 
@@ -380,6 +426,9 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 	if err != nil {
 		return err
 	}
+	if err := s.admit(ref); err != nil {
+		return err
+	}
 	var (
 		what   string
 		target *commonv1.TargetRef
@@ -401,11 +450,11 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 		}
 		what = trig.Follow.String()
 	}
-	caller := s.caller(ctx)
-	if err := s.acquire(caller); err != nil {
+	caller, ns := s.caller(ctx), ref.GetNamespace()
+	if err := s.acquire(caller, ns); err != nil {
 		return err
 	}
-	defer s.release(caller)
+	defer s.release(caller, ns)
 	w, err := s.decisions.Watch(target)
 	if err != nil {
 		if errors.Is(err, ErrTooManyWatches) {
@@ -458,15 +507,18 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 // a trigger's spec never changes (new metadata is a new trigger).
 func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamMetricSpecServer) error {
 	ctx := st.Context()
-	spec, err := s.GetMetricSpec(ctx, ref)
+	if err := s.admit(ref); err != nil {
+		return err
+	}
+	spec, err := s.metricSpecOf(ref)
 	if err != nil {
 		return err
 	}
-	caller := s.caller(ctx)
-	if err := s.acquire(caller); err != nil {
+	caller, ns := s.caller(ctx), ref.GetNamespace()
+	if err := s.acquire(caller, ns); err != nil {
 		return err
 	}
-	defer s.release(caller)
+	defer s.release(caller, ns)
 	if err := st.Send(spec); err != nil {
 		return err
 	}

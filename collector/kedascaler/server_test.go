@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -138,9 +139,10 @@ var (
 )
 
 func testConfig() Config {
-	return Config{CallTimeout: time.Second, MaxStreams: 4, MaxStreamsPerCaller: 2, MaxWatches: 4, OwnerCheck: 10 * time.Millisecond,
+	return Config{CallTimeout: time.Second, MaxStreams: 4, MaxStreamsPerCaller: 2, MaxStreamsPerNamespace: 4, CallRate: 1000, CallBurst: 1000, MaxWatches: 4, OwnerCheck: 10 * time.Millisecond,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-		TargetTTL: time.Minute, MaxTargets: 4, MaxPolls: 2, PollRate: 1000, PollBurst: 1000, ActivityReuse: time.Second}
+		TargetTTL: time.Minute, MaxTargets: 4, MaxPolls: 2, PollRate: 1000, PollBurst: 1000, ActivityReuse: time.Second,
+		Brokers: lag.BrokerPolicy{Patterns: lag.BrokerPatterns{"*"}}}
 }
 
 // callerOf names callers by the "caller" metadata key, as the identity
@@ -539,4 +541,100 @@ func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 	}
 	t.Fatalf("no metric %s%v", name, labels)
 	return 0
+}
+
+// TestNamespaceTenancy: KEDA calls for every tenant's ScaledObjects under
+// one identity, so the scaler answers a ScaledObject only about its own
+// namespace's targets, and keeps streams and calls per namespace: one
+// tenant's ScaledObjects use up their own budget, never another's.
+func TestNamespaceTenancy(t *testing.T) {
+	dec := newFakeDecisions()
+	booksRef := &commonv1.TargetRef{Namespace: "books", Name: "shelf", ApiVersion: "apps/v1", Kind: "Deployment"}
+	targets := fakeTargets{webPA: webRef, {KindPodAutoscaler, "books", "shelf"}: booksRef}
+	cfg := testConfig()
+	cfg.MaxStreams, cfg.MaxStreamsPerCaller, cfg.MaxStreamsPerNamespace = 8, 8, 2
+	reg := prometheus.NewRegistry()
+	s := New(cfg, targets, dec, nil, callerOf, reg, zap.NewNop())
+	client := serve(t, s)
+	dec.set(webRef, 1, 1)
+	dec.set(booksRef, 1, 2)
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "caller", "keda"))
+	defer cancel()
+	in := func(ns string, md map[string]string) *externalscaler.ScaledObjectRef {
+		return &externalscaler.ScaledObjectRef{Name: "so", Namespace: ns, ScalerMetadata: md}
+	}
+	shelf := map[string]string{"podAutoscaler": "shelf"}
+
+	// A ScaledObject of shop may not follow books' PodAutoscaler, by any
+	// call; books' own may.
+	crossing := in("shop", map[string]string{"podAutoscaler": "shelf", "namespace": "books"})
+	_, err := client.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: crossing})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"books"`) || !strings.Contains(err.Error(), `"shop"`) {
+		t.Errorf("GetMetrics of another namespace's PodAutoscaler: %v, want PERMISSION_DENIED naming both namespaces", err)
+	}
+	for name, call := range map[string]func() error{
+		"IsActive":      func() error { _, err := client.IsActive(ctx, crossing); return err },
+		"GetMetricSpec": func() error { _, err := client.GetMetricSpec(ctx, crossing); return err },
+		"StreamIsActive": func() error {
+			st, err := client.StreamIsActive(ctx, crossing)
+			if err == nil {
+				_, err = recvTimeout(t, st.Recv)
+			}
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s of another namespace's PodAutoscaler: %v, want PERMISSION_DENIED", name, err)
+		}
+	}
+	m, err := client.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: in("books", shelf)})
+	if err != nil || m.GetMetricValues()[0].GetMetricValue() != 2 {
+		t.Errorf("GetMetrics of books' own PodAutoscaler: %v, %v; want 2", m, err)
+	}
+	if v := value(t, reg, "tidal_collector_keda_streams_refused_total", "reason", "other-namespace"); v != 4 {
+		t.Errorf("other-namespace refusals counted %v, want 4", v)
+	}
+
+	// Streams: shop holds its two, and a third is refused; books' streams
+	// still open, under the same identity.
+	open := func(ref *externalscaler.ScaledObjectRef) error {
+		st, err := client.StreamIsActive(ctx, ref)
+		if err != nil {
+			return err
+		}
+		_, err = recvTimeout(t, st.Recv)
+		return err
+	}
+	for i := range 2 {
+		if err := open(in("shop", followWeb)); err != nil {
+			t.Fatalf("shop's stream %d: %v", i, err)
+		}
+	}
+	if err := open(in("shop", followWeb)); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--keda-max-streams-per-namespace") {
+		t.Errorf("shop's third stream: %v, want RESOURCE_EXHAUSTED naming --keda-max-streams-per-namespace", err)
+	}
+	if err := open(in("books", shelf)); err != nil {
+		t.Errorf("books' stream while shop is at its bound: %v, want it open", err)
+	}
+	cancel()
+	waitFor(t, "every stream to end", func() bool { return len(dec.open()) == 0 })
+
+	// Calls: shop's bucket empties, books' does not.
+	cfg.CallRate, cfg.CallBurst = 0.001, 3
+	s = New(cfg, targets, dec, nil, callerOf, prometheus.NewRegistry(), zap.NewNop())
+	call := func(ns string, md map[string]string) error {
+		_, err := s.IsActive(context.Background(), in(ns, md))
+		return err
+	}
+	for i := range 3 {
+		if err := call("shop", followWeb); err != nil {
+			t.Fatalf("shop's call %d: %v", i, err)
+		}
+	}
+	if err := call("shop", followWeb); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--keda-namespace-call-rate") {
+		t.Errorf("shop's fourth call: %v, want RESOURCE_EXHAUSTED naming --keda-namespace-call-rate", err)
+	}
+	if err := call("books", shelf); err != nil {
+		t.Errorf("books' call after shop's ran out: %v, want it answered", err)
+	}
 }

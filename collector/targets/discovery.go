@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -64,11 +63,22 @@ type LagFetcher interface {
 type Config struct {
 	// KafkaBrokers are the bootstrap servers of Functions' topics.
 	KafkaBrokers []string
+	// AllowedBrokers are the patterns of the other brokers a tenant's lag
+	// source may name (BrokerPolicy).
+	AllowedBrokers lag.BrokerPatterns
 	// Resync replays every object to the handlers this often (a changed
 	// Secret is picked up then); 0 means never.
 	Resync time.Duration
 	// Knative makes Knative Serving's PodAutoscalers targets (UseKnative).
 	Knative KnativeConfig
+	// Namespaces are the namespaces watched; empty means every one.
+	Namespaces kubecache.Namespaces
+}
+
+// BrokerPolicy is the collector's one policy for the Kafka brokers lag
+// sources may name.
+func (c *Config) BrokerPolicy() lag.BrokerPolicy {
+	return lag.BrokerPolicy{Listed: c.KafkaBrokers, Patterns: c.AllowedBrokers}
 }
 
 // RegisterFlagsWithPrefix registers the discovery flags with their defaults.
@@ -82,7 +92,9 @@ func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.Var(&c.AllowedBrokers, p+"allowed-brokers", "Comma-separated host:port patterns (Go path.Match, e.g. *.kafka.svc.cluster.local:9092) of the Kafka brokers, besides --kafka-brokers, that lag sources tenants write (a PodAutoscaler's or Metric's spec.lag and its Secret, a KEDA trigger's bootstrapServers) may make the collector connect to, seed and advertised brokers alike; empty means --kafka-brokers alone.")
 	fs.DurationVar(&c.Resync, p+"resync", 10*time.Minute, "How often informers replay every object (picks up changed Secrets); 0 means never.")
+	fs.Var(&c.Namespaces, p+"namespaces", "Comma-separated namespaces whose PodAutoscalers, Metrics, Functions and pods are watched (Roles in each suffice); empty means every namespace (a ClusterRole).")
 	c.Knative.registerFlags(p, fs)
 }
 
@@ -186,12 +198,12 @@ type active struct {
 
 // New returns a Discovery; nothing is watched before Start.
 func New(cfg Config, kube kubernetes.Interface, tidal tidalclient.Interface, sink Sink, scraper Scraper, fetcher LagFetcher, log *zap.Logger) *Discovery {
-	podFactory := informers.NewSharedInformerFactory(kube, cfg.Resync)
+	podFactory := kubecache.NewKubeInformers(kube, cfg.Resync, cfg.Namespaces)
 	podInformer := podFactory.Core().V1().Pods().Informer()
 	// Neither fails on an informer that has not started.
 	utilruntime.Must(podInformer.SetTransform(pods.Trim))
 	utilruntime.Must(pods.AddLabelIndex(podInformer))
-	tidalFactory := tidalinformers.NewSharedInformerFactoryWithOptions(tidal, cfg.Resync, tidalinformers.WithTransform(kubecache.DropManagedFields))
+	tidalFactory := kubecache.NewTidalInformers(tidal, cfg.Resync, cfg.Namespaces, tidalinformers.WithTransform(kubecache.DropManagedFields))
 	metrics := tidalFactory.Autoscaling().V1alpha1().Metrics()
 	pas := tidalFactory.Autoscaling().V1alpha1().PodAutoscalers()
 	functions := tidalFactory.Functions().V1alpha1().Functions()
@@ -529,8 +541,22 @@ func (d *Discovery) lagRefused(ref *commonv1.TargetRef, err error) error {
 
 // lagCluster resolves a lag source's brokers and credentials, reading its
 // Secret when it names one (KEDA's keys: tls, ca, cert, key, sasl,
-// username, password beside the brokers key).
+// username, password beside the brokers key), and checks them against the
+// broker policy: a tenant wrote them.
 func (d *Discovery) lagCluster(ctx context.Context, ns string, src *autoscalingv1alpha1.LagSource) (lag.Cluster, error) {
+	c, err := d.lagBrokers(ctx, ns, src)
+	if err != nil {
+		return c, err
+	}
+	c, err = d.cfg.BrokerPolicy().Cluster(c)
+	if err != nil {
+		return c, fmt.Errorf("spec.lag: %w", err)
+	}
+	return c, nil
+}
+
+// lagBrokers is lagCluster before the policy.
+func (d *Discovery) lagBrokers(ctx context.Context, ns string, src *autoscalingv1alpha1.LagSource) (lag.Cluster, error) {
 	c := lag.Cluster{Brokers: src.Brokers}
 	ref := src.BrokersSecretRef
 	if ref == nil {

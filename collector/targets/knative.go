@@ -161,7 +161,7 @@ func (d *Discovery) useKnative(kn knclient.Interface) {
 	if len(d.cfg.Knative.Classes) == 0 {
 		d.cfg.Knative.Classes = []string{knautoscaling.ClassKPA}
 	}
-	inf := knclient.NewPodAutoscalerInformer(kn, d.cfg.Resync)
+	inf := knclient.NewPodAutoscalerInformer(kn, d.cfg.Namespaces, d.cfg.Resync)
 	h := func(obj any) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -14,16 +13,15 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/knative"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
-	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/targetkey"
 )
 
 // engine applies decisions: in memory, or through the PodAutoscaler
@@ -86,12 +84,12 @@ func (k *kubeEngine) Status(ctx context.Context, t scale.Target) (scale.Status, 
 // functionService serves Deploy, Undeploy and Update.
 type functionService struct {
 	deployer *deployer.Deployer
-	tidal    tidalclient.Interface
 }
 
-// function converts a request to the Deployer's Function; a Function object
-// of the same name, if any, becomes the Deployment's owner.
-func (f *functionService) function(ctx context.Context, ref *actuatorv1.FunctionRef, spec *actuatorv1.FunctionSpec) (deployer.Function, error) {
+// function converts a request to the Deployer's Function; the Function
+// object of the same name, obj, when there is one, becomes the
+// Deployment's owner.
+func (f *functionService) function(ref *actuatorv1.FunctionRef, obj *functionsv1alpha1.Function, spec *actuatorv1.FunctionSpec) deployer.Function {
 	fn := deployer.Function{
 		Namespace:     ref.GetNamespace(),
 		Name:          ref.GetName(),
@@ -109,14 +107,10 @@ func (f *functionService) function(ctx context.Context, ref *actuatorv1.Function
 	for _, k := range keys {
 		fn.Container.Env = append(fn.Container.Env, corev1.EnvVar{Name: k, Value: spec.GetEnv()[k]})
 	}
-	obj, err := f.tidal.FunctionsV1alpha1().Functions(fn.Namespace).Get(ctx, fn.Name, metav1.GetOptions{})
-	switch {
-	case err == nil:
+	if obj != nil {
 		fn.OwnerUID = obj.UID
-	case !apierrors.IsNotFound(err):
-		return fn, fmt.Errorf("get function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
-	return fn, nil
+	return fn
 }
 
 func splitBrokers(s string) []string {
@@ -139,6 +133,9 @@ type handler struct {
 	now     func() time.Time
 	// kinds are the target kinds Scale and GetScale may reach.
 	kinds *scaleKinds
+	// access is what tidal manages, from the caches; nil without a
+	// cluster (--scaler memory), where every target is the caller's.
+	access *access
 }
 
 var _ actuatorv1.ActuatorServiceServer = (*handler)(nil)
@@ -163,6 +160,11 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 	if limit := uint64(h.now().Add(maxSequenceAhead).UnixMilli()); req.GetDecisionSequence() > limit {
 		return nil, status.Errorf(codes.InvalidArgument, "invalid decision_sequence %d: want at most %d (Unix milliseconds, at most %s ahead of the actuator's clock)",
 			req.GetDecisionSequence(), limit, maxSequenceAhead)
+	}
+	if h.access != nil {
+		if err := h.access.scalable(req.GetTarget()); err != nil {
+			return nil, err
+		}
 	}
 	r := podautoscaler.Request{Decision: scale.Decision{
 		Target:   targetOf(req.GetTarget()),
@@ -208,6 +210,18 @@ func (h *handler) GetScale(ctx context.Context, req *actuatorv1.GetScaleRequest)
 	if err := h.kinds.check("target", req.GetTarget()); err != nil {
 		return nil, err
 	}
+	if h.access != nil {
+		// Anyone of the trust domain may read: only what tidal manages,
+		// from the cache, so no loop of reads spends the API budget.
+		if err := h.access.scalable(req.GetTarget()); err != nil {
+			return nil, err
+		}
+		if group, kind := targetkey.GroupKind(req.GetTarget().GetApiVersion(), req.GetTarget().GetKind()); group == "apps" && kind == "Deployment" {
+			ctx = scale.CacheOnly(ctx)
+		} else if err := h.access.liveRead(req.GetTarget()); err != nil {
+			return nil, err
+		}
+	}
 	st, err := h.engine.Status(ctx, targetOf(req.GetTarget()))
 	if err != nil {
 		return nil, toStatus(err)
@@ -228,10 +242,11 @@ func (h *handler) Deploy(ctx context.Context, req *actuatorv1.DeployRequest) (*a
 	if h.functions == nil {
 		return nil, errDeployerNotWired
 	}
-	fn, err := h.functions.function(ctx, req.GetFunction(), req.GetSpec())
+	obj, _, err := h.access.function("Deploy", req.GetFunction().GetNamespace(), req.GetFunction().GetName())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
+	fn := h.functions.function(req.GetFunction(), obj, req.GetSpec())
 	name, _, err := h.functions.deployer.Deploy(ctx, &fn)
 	if err != nil {
 		return nil, toStatus(err)
@@ -242,6 +257,13 @@ func (h *handler) Deploy(ctx context.Context, req *actuatorv1.DeployRequest) (*a
 func (h *handler) Undeploy(ctx context.Context, req *actuatorv1.UndeployRequest) (*actuatorv1.UndeployResponse, error) {
 	if h.functions == nil {
 		return nil, errDeployerNotWired
+	}
+	_, exists, err := h.access.function("Undeploy", req.GetFunction().GetNamespace(), req.GetFunction().GetName())
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return &actuatorv1.UndeployResponse{}, nil
 	}
 	deleted, err := h.functions.deployer.Undeploy(ctx, req.GetFunction().GetNamespace(), req.GetFunction().GetName())
 	if err != nil {
@@ -254,10 +276,11 @@ func (h *handler) Update(ctx context.Context, req *actuatorv1.UpdateRequest) (*a
 	if h.functions == nil {
 		return nil, errDeployerNotWired
 	}
-	fn, err := h.functions.function(ctx, req.GetFunction(), req.GetSpec())
+	obj, _, err := h.access.function("Update", req.GetFunction().GetNamespace(), req.GetFunction().GetName())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
+	fn := h.functions.function(req.GetFunction(), obj, req.GetSpec())
 	var replicas *int32
 	if req.Replicas != nil {
 		r := req.GetReplicas()

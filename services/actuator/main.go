@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -73,6 +74,13 @@ type kubeConfig struct {
 	knativeClasses   string
 	knativeNamespace string
 	clusterDomain    string
+	// namespaces are the namespaces watched and acted in; empty means
+	// every one.
+	namespaces kubecache.Namespaces
+	// liveReadRate bounds GetScale's live reads of kinds the actuator does
+	// not cache.
+	liveReadRate  float64
+	liveReadBurst int
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -95,6 +103,9 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.knativeClasses, "knative-classes", knautoscaling.ClassKPA, "Comma-separated PodAutoscaler classes (autoscaling.knative.dev/class) reconciled with --knative; "+knautoscaling.ClassTidal+" selects tidal beside Knative's autoscaler.")
 	fs.StringVar(&k.knativeNamespace, "knative-namespace", "knative-serving", "Knative Serving's namespace, whose config-autoscaler and config-deployment the actuator follows with --knative (edits apply at once; --config-autoscaler and --config-deployment stand until each is read).")
 	fs.StringVar(&k.clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain of the Services the activator probe dials (--knative).")
+	fs.Var(&k.namespaces, "namespaces", "Comma-separated namespaces this actuator watches and acts in (Roles in each suffice); Scale, GetScale, Deploy, Update and Undeploy of anything elsewhere are refused. Empty means every namespace (a ClusterRole).")
+	fs.Float64Var(&k.liveReadRate, "live-read-rate", 5, "GetScale reads the scale of a kind the actuator does not cache (StatefulSets, ReplicaSets, custom resources) from the API server: at most this many a second across all callers, more get RESOURCE_EXHAUSTED. Deployments are always answered from the cache.")
+	fs.IntVar(&k.liveReadBurst, "live-read-burst", 10, "Live GetScale reads at once above --live-read-rate.")
 }
 
 func (c *config) Validate() error {
@@ -123,6 +134,9 @@ func (c *config) Validate() error {
 	}
 	if k.targetRetry <= 0 {
 		return fmt.Errorf("--target-retry %s: want > 0", k.targetRetry)
+	}
+	if !(k.liveReadRate > 0) || k.liveReadBurst < 1 {
+		return fmt.Errorf("--live-read-rate %g, --live-read-burst %d: want a rate above 0 and a burst of at least 1", k.liveReadRate, k.liveReadBurst)
 	}
 	if _, err := c.autoscalerConfig(); err != nil {
 		return err
@@ -263,8 +277,8 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	// Every cached object without its managed fields (pods are trimmed
 	// further by the controllers that watch them).
-	tidalInf := tidalinformers.NewSharedInformerFactoryWithOptions(tidal, cfg.kube.resync, tidalinformers.WithTransform(kubecache.DropManagedFields))
-	kubeInf := informers.NewSharedInformerFactoryWithOptions(kube, cfg.kube.resync, informers.WithTransform(kubecache.DropManagedFields))
+	tidalInf := kubecache.NewTidalInformers(tidal, cfg.kube.resync, cfg.kube.namespaces, tidalinformers.WithTransform(kubecache.DropManagedFields))
+	kubeInf := kubecache.NewKubeInformers(kube, cfg.kube.resync, cfg.kube.namespaces, informers.WithTransform(kubecache.DropManagedFields))
 	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
 	if err != nil {
 		return err
@@ -317,8 +331,11 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 			eng.knative.Resync()
 		})
 	}
-	h := newHandler(eng, &functionService{deployer: dep, tidal: tidal}, log)
+	h := newHandler(eng, &functionService{deployer: dep}, log)
 	h.useKinds(&cfg.kinds, reg)
+	if h.access, err = newAccess(cfg, tidalInf, kubeInf, eng); err != nil {
+		return err
+	}
 	var buckets *bucket.Set
 	if cfg.kube.bucket.Buckets > 0 {
 		buckets = bucket.New(cfg.kube.bucket, kube, func() {
@@ -379,6 +396,29 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	return g.Wait()
 }
 
+// newAccess is what the handler may act on, from the informers the
+// controllers share.
+func newAccess(cfg *config, tidalInf tidalinformers.SharedInformerFactory, kubeInf informers.SharedInformerFactory, eng *kubeEngine) (*access, error) {
+	pas := tidalInf.Autoscaling().V1alpha1().PodAutoscalers().Informer()
+	if err := pas.AddIndexers(cache.Indexers{indexManaged: managedTargetIndex}); err != nil {
+		return nil, fmt.Errorf("podautoscaler managed-target index: %w", err)
+	}
+	fns := tidalInf.Functions().V1alpha1().Functions()
+	deps := kubeInf.Apps().V1().Deployments()
+	a := &access{
+		namespaces:  cfg.kube.namespaces,
+		pas:         pas.GetIndexer(),
+		functions:   fns.Lister(),
+		deployments: deps.Lister(),
+		synced:      []cache.InformerSynced{pas.HasSynced, fns.Informer().HasSynced, deps.Informer().HasSynced},
+		liveReads:   rate.NewLimiter(rate.Limit(cfg.kube.liveReadRate), cfg.kube.liveReadBurst),
+	}
+	if eng.knative != nil {
+		a.knative = eng.knative
+	}
+	return a, nil
+}
+
 // newKnative returns the reconciler of Knative's PodAutoscalers (--knative).
 func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpaconfig.DeploymentConfig,
 	live func() (kpaconfig.Config, kpaconfig.DeploymentConfig), kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder, log *zap.Logger,
@@ -394,6 +434,7 @@ func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpa
 	log.Info("knative mode", zap.Strings("classes", classes))
 	return knative.New(knative.Config{
 		Classes:       classes,
+		Namespaces:    cfg.kube.namespaces,
 		Autoscaler:    ascfg,
 		Deployment:    depcfg,
 		Live:          live,

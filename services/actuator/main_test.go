@@ -158,7 +158,7 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
-	client := startActuator(t, restrictedKubeconfig(t, c, ns))
+	client := startActuator(t, restrictedKubeconfig(t, c, ns), "--namespaces="+ns)
 	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +235,30 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: -1, DecisionSequence: 1_700_000_001_000})
 	wantCode(t, "negative", err, codes.InvalidArgument, "desired_replicas")
 	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "ghost"}, DesiredReplicas: 1, DecisionSequence: 1})
-	wantCode(t, "missing target", err, codes.NotFound, "ghost")
+	wantCode(t, "missing target", err, codes.PermissionDenied, "no PodAutoscaler, Function or Knative PodAutoscaler names it")
+	// A Deployment tidal does not manage is neither scaled nor read, nor
+	// written or deleted as a function's; nor is anything outside the
+	// namespaces the actuator watches.
+	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment("plain", nil, 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plain := &commonv1.TargetRef{Namespace: ns, Name: "plain"}
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: plain, DesiredReplicas: 5, DecisionSequence: 1_700_000_001_000})
+	wantCode(t, "Scale of a Deployment no PodAutoscaler names", err, codes.PermissionDenied, "the actuator scales only what tidal manages")
+	_, err = client.GetScale(ctx, &actuatorv1.GetScaleRequest{Target: plain})
+	wantCode(t, "GetScale of a Deployment no PodAutoscaler names", err, codes.PermissionDenied, "no PodAutoscaler")
+	_, err = client.Undeploy(ctx, &actuatorv1.UndeployRequest{Function: &actuatorv1.FunctionRef{Namespace: ns, Name: "plain"}})
+	wantCode(t, "Undeploy of a Deployment no Function owns", err, codes.PermissionDenied, "is not a function's")
+	_, err = client.Deploy(ctx, &actuatorv1.DeployRequest{Function: &actuatorv1.FunctionRef{Namespace: ns, Name: "plain"},
+		Spec: &actuatorv1.FunctionSpec{Image: "evil.test/miner:1", InputTopic: "in", Brokers: "127.0.0.1:9092"}})
+	wantCode(t, "Deploy over a Deployment no Function owns", err, codes.PermissionDenied, "is not a function's")
+	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: "kube-system", Name: "coredns"}, DesiredReplicas: 0, DecisionSequence: 1})
+	wantCode(t, "Scale outside the watched namespaces", err, codes.PermissionDenied, "--namespaces")
+	_, err = client.Undeploy(ctx, &actuatorv1.UndeployRequest{Function: &actuatorv1.FunctionRef{Namespace: "kube-system", Name: "coredns"}})
+	wantCode(t, "Undeploy outside the watched namespaces", err, codes.PermissionDenied, "--namespaces")
+	if d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "plain", metav1.GetOptions{}); err != nil || *d.Spec.Replicas != 1 || d.Spec.Template.Spec.Containers[0].Image == "evil.test/miner:1" {
+		t.Errorf("the unmanaged Deployment after the refused calls: %v, %v; want it as it was", d, err)
+	}
 	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "cfg", ApiVersion: "v1", Kind: "ConfigMap"}, DesiredReplicas: 1, DecisionSequence: 1})
 	wantCode(t, "a kind not in --scale-kinds", err, codes.PermissionDenied, `target.kind "ConfigMap"`)
 	_, err = client.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: ns, Name: "web-0", ApiVersion: "v1", Kind: "Pod"}, DesiredReplicas: 1, DecisionSequence: 1})

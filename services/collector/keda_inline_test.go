@@ -50,7 +50,9 @@ func TestKEDAInlineKafkaVectors(t *testing.T) {
 	}
 	sort.Strings(files)
 	dec, _ := startDeciderAndActuator(t)
-	col := runCollector(t, "--discovery", "push", "--decider-addr", dec.GRPCAddr)
+	// The vectors' brokers are kfake listeners on loopback, which the
+	// operator allows as a deployment would its Kafka.
+	col := runCollector(t, "--discovery", "push", "--decider-addr", dec.GRPCAddr, "--allowed-brokers", "127.0.0.1:*")
 	conn := dialPlain(t, col)
 	waitServing(t, conn)
 	keda := externalscaler.NewExternalScalerClient(conn)
@@ -333,7 +335,7 @@ func TestKEDAInlineKafkaSharded(t *testing.T) {
 	var replicas []*grpc.ClientConn
 	for range 2 {
 		addr := runCollector(t, "--kubeconfig", c.Kubeconfig, "--decider-addr", dec.GRPCAddr, "--buckets", "4", "--lease-namespace", leaseNS,
-			"--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms")
+			"--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms", "--allowed-brokers", "127.0.0.1:*")
 		conn := dialPlain(t, addr)
 		waitServing(t, conn)
 		replicas = append(replicas, conn)

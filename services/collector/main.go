@@ -111,6 +111,8 @@ func (c *config) Validate() error {
 	if err := c.kube.Validate(); err != nil {
 		return err
 	}
+	// One broker policy for every lag source, KEDA's inline triggers too.
+	c.keda.Brokers = c.targets.BrokerPolicy()
 	switch c.discovery {
 	case discoveryAuto:
 		c.discovery = discoveryPush

@@ -15,6 +15,7 @@ import (
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
 
@@ -33,7 +34,18 @@ const (
 	// RoleKEDA is KEDA calling the collector's external scaler (the client
 	// certificate of its TriggerAuthentication).
 	RoleKEDA
+	// RoleDeployer deploys, updates and undeploys Functions (riff's function
+	// deployer calls); it may not scale.
+	RoleDeployer
+	// RoleReader reads every namespace's targets and decisions; an
+	// identity without any role reads only its bound namespaces.
+	RoleReader
 )
+
+// serviceRoles are tidal's own services: their reads are driven by calls
+// already budgeted (KEDA's, the deciders' ticks), so they have no read
+// budget of their own.
+const serviceRoles = RoleCollector | RoleDecider | RoleActuator
 
 // roleNames are the roles in label order: a caller holding several is
 // counted under the first.
@@ -43,6 +55,7 @@ var roleNames = []struct {
 }{
 	{RoleCollector, "collector"}, {RoleDecider, "decider"}, {RoleActuator, "actuator"},
 	{RolePusher, "pusher"}, {RoleOperator, "operator"}, {RoleKEDA, "keda"},
+	{RoleDeployer, "deployer"}, {RoleReader, "reader"},
 }
 
 // Labels a refusal is counted under besides the roles: an identity that
@@ -81,10 +94,13 @@ func (r Role) label() string {
 // starts with Get, List, Watch or Explain) or is refused; see classify.
 var mutating = map[string]Role{
 	// Actuators forward Scale to the replica that owns the target.
-	actuatorv1.ActuatorService_Scale_FullMethodName:             RoleDecider | RoleActuator | RoleOperator,
-	actuatorv1.ActuatorService_Deploy_FullMethodName:            RoleDecider | RoleOperator,
-	actuatorv1.ActuatorService_Undeploy_FullMethodName:          RoleDecider | RoleOperator,
-	actuatorv1.ActuatorService_Update_FullMethodName:            RoleDecider | RoleOperator,
+	actuatorv1.ActuatorService_Scale_FullMethodName: RoleDecider | RoleActuator | RoleOperator,
+	// Functions are deployed by whoever owns them; deciders only scale,
+	// and a decider parses what tenants write, so it is the likeliest to
+	// be taken over.
+	actuatorv1.ActuatorService_Deploy_FullMethodName:            RoleDeployer | RoleOperator,
+	actuatorv1.ActuatorService_Undeploy_FullMethodName:          RoleDeployer | RoleOperator,
+	actuatorv1.ActuatorService_Update_FullMethodName:            RoleDeployer | RoleOperator,
 	deciderv1.DeciderService_Ingest_FullMethodName:              RoleCollector,
 	collectorv1.CollectorService_PushStats_FullMethodName:       RolePusher,
 	collectorv1.CollectorService_PushStatsStream_FullMethodName: RolePusher,
@@ -154,15 +170,15 @@ func classify(method string) (methodClass, Role) {
 }
 
 // AuthzConfig is who may call what once mutual TLS is on. Identities are
-// SPIFFE IDs. The built-in policy lets any identity of the trust domain
-// read (Get*, List*, Watch*, Explain, health, reflection); Scale, Deploy,
-// Undeploy and Update only deciders and operators (and actuators Scale,
-// which they forward to each other); Ingest, EnsureKEDATarget (a KEDA
-// trigger forwarded to its collector) and ForwardActivatorStats (activator
-// stats forwarded to their collector) only collectors; PushStats and
+// SPIFFE IDs. The built-in policy: Scale only deciders, operators (and
+// actuators, which forward it to each other); Deploy, Undeploy and Update
+// only deployers and operators; Ingest, EnsureKEDATarget (a KEDA trigger
+// forwarded to its collector) and ForwardActivatorStats (activator stats
+// forwarded to their collector) only collectors; PushStats and
 // PushStatsStream only pushers; the ExternalScaler methods only KEDA and
-// operators. With plaintext no caller has an identity and nothing is
-// checked.
+// operators; reads (Get*, List*, Watch*, Explain, health, reflection) any
+// identity of the trust domain, within its namespaces (see Namespaces).
+// With plaintext no caller has an identity and nothing is checked.
 type AuthzConfig struct {
 	// TrustDomain, Namespace and AccountPrefix make the default identities
 	// of tidal's services: spiffe://TrustDomain/ns/Namespace/sa/AccountPrefix-collector,
@@ -170,23 +186,35 @@ type AuthzConfig struct {
 	TrustDomain   string
 	Namespace     string
 	AccountPrefix string
-	// Collectors, Deciders, Actuators, Pushers, Operators and KEDA are the
-	// identities holding each role; empty Collectors, Deciders or Actuators
-	// mean the default one.
-	Collectors, Deciders, Actuators, Pushers, Operators, KEDA idList
+	// Collectors, Deciders, Actuators, Pushers, Operators, KEDA, Deployers
+	// and Readers are the identities holding each role; empty Collectors,
+	// Deciders or Actuators mean the default one.
+	Collectors, Deciders, Actuators, Pushers, Operators, KEDA, Deployers, Readers idList
+	// Namespaces binds identities to namespaces: every target, namespace
+	// and object a bound identity's request names must be in its
+	// namespaces. An identity that holds no role and is bound nowhere is
+	// bound to the namespace of its ServiceAccount ID
+	// (/ns/NAMESPACE/sa/NAME), or to none.
+	Namespaces bindingList
 	// Allow are extra rules, METHOD_PREFIX=ID,ID...: identities allowed
 	// every method starting with the prefix.
 	Allow allowList
 	// File is a YAML or JSON file of more identities and rules (authzFile).
 	File string
 	// CommonName takes a certificate's identity from its subject's common
-	// name when it has no URI SAN (the chart's generated certificates).
+	// name when it has no URI SAN (certificates made by Helm's template
+	// functions, which cannot write URI SANs).
 	CommonName bool
 	// MutatingRate and MutatingBurst bound each identity's calls of
 	// non-read methods (a stream counts once, when opened); 0 turns the
 	// bound off.
 	MutatingRate  float64
 	MutatingBurst int
+	// ReadRate and ReadBurst bound each identity's reads, the same way;
+	// tidal's own services are not bound (their reads follow from calls
+	// that are). 0 turns the bound off.
+	ReadRate  float64
+	ReadBurst int
 
 	// policy is built by Validate.
 	policy *policy
@@ -228,6 +256,74 @@ func parseIDs(v string) ([]identity.ID, error) {
 		ids = append(ids, id)
 	}
 	return ids, nil
+}
+
+// binding restricts an identity to namespaces.
+type binding struct {
+	id         identity.ID
+	namespaces []string
+}
+
+// bindingList is the repeatable --authz-namespaces flag:
+// SPIFFE_ID=NAMESPACE,NAMESPACE..., several separated by ';'.
+type bindingList []binding
+
+func (l *bindingList) String() string {
+	if l == nil {
+		return ""
+	}
+	var s []string
+	for _, b := range *l {
+		s = append(s, b.id.String()+"="+strings.Join(b.namespaces, ","))
+	}
+	return strings.Join(s, ";")
+}
+
+func (l *bindingList) Set(v string) error {
+	for _, part := range strings.Split(v, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		id, nss, ok := strings.Cut(part, "=")
+		if !ok {
+			return fmt.Errorf("binding %s: want SPIFFE_ID=NAMESPACE[,NAMESPACE]", identity.Quote(part))
+		}
+		b, err := newBinding(id, strings.Split(nss, ","))
+		if err != nil {
+			return err
+		}
+		*l = append(*l, b)
+	}
+	return nil
+}
+
+// maxBoundNamespaces bounds one identity's namespaces: a tenant has a few.
+const maxBoundNamespaces = 1024
+
+func newBinding(idText string, namespaces []string) (binding, error) {
+	id, err := identity.Parse(strings.TrimSpace(idText))
+	if err != nil {
+		return binding{}, err
+	}
+	b := binding{id: id}
+	for _, ns := range namespaces {
+		if ns = strings.TrimSpace(ns); ns == "" {
+			continue
+		}
+		if !commonv1.IsLabel(ns) || ns == "" {
+			return binding{}, fmt.Errorf("binding of %s: namespace %s: want a Kubernetes namespace name (a-z, 0-9, '-', at most 63 bytes)", identity.Quote(id.String()), identity.Quote(ns))
+		}
+		if !slices.Contains(b.namespaces, ns) {
+			b.namespaces = append(b.namespaces, ns)
+		}
+	}
+	if len(b.namespaces) == 0 {
+		return binding{}, fmt.Errorf("binding of %s: no namespace", identity.Quote(id.String()))
+	}
+	if len(b.namespaces) > maxBoundNamespaces {
+		return binding{}, fmt.Errorf("binding of %s: %d namespaces; want at most %d", identity.Quote(id.String()), len(b.namespaces), maxBoundNamespaces)
+	}
+	return b, nil
 }
 
 // allowRule lets identities call every method starting with prefix.
@@ -302,7 +398,14 @@ type authzFile struct {
 	Pushers    []string `json:"pushers,omitempty"`
 	Operators  []string `json:"operators,omitempty"`
 	KEDA       []string `json:"keda,omitempty"`
-	Allow      []struct {
+	Deployers  []string `json:"deployers,omitempty"`
+	Readers    []string `json:"readers,omitempty"`
+	// Namespaces binds identities to namespaces (AuthzConfig.Namespaces).
+	Namespaces []struct {
+		Identity   string   `json:"identity"`
+		Namespaces []string `json:"namespaces"`
+	} `json:"namespaces,omitempty"`
+	Allow []struct {
 		Method     string   `json:"method"`
 		Identities []string `json:"identities"`
 	} `json:"allow,omitempty"`
@@ -321,6 +424,11 @@ const (
 	// all decider replicas share one identity.
 	defaultMutatingRate  = 5000
 	defaultMutatingBurst = 20000
+	// A person's grpcurl or a tenant's dashboard reads a few times a
+	// second; a read costs no API call, but a loop of them still costs
+	// CPU that Scale needs.
+	defaultReadRate  = 50
+	defaultReadBurst = 200
 )
 
 // RegisterFlags registers the authorization flags on fs.
@@ -329,16 +437,21 @@ func (c *AuthzConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Namespace, "authz-namespace", defaultNamespace, "Namespace of tidal's ServiceAccounts, for the default identities spiffe://TRUST-DOMAIN/ns/NAMESPACE/sa/PREFIX-{collector,decider,actuator}.")
 	fs.StringVar(&c.AccountPrefix, "authz-account-prefix", defaultAccountPrefix, "Prefix of tidal's ServiceAccount names (the chart's full name), for the default identities.")
 	fs.Var(&c.Collectors, "authz-collectors", "Comma-separated SPIFFE IDs of collectors, which may call Ingest; empty means the default identity.")
-	fs.Var(&c.Deciders, "authz-deciders", "Comma-separated SPIFFE IDs of deciders, which may call Scale, Deploy, Undeploy and Update; empty means the default identity.")
+	fs.Var(&c.Deciders, "authz-deciders", "Comma-separated SPIFFE IDs of deciders, which may call Scale; empty means the default identity.")
 	fs.Var(&c.Actuators, "authz-actuators", "Comma-separated SPIFFE IDs of actuators, which may forward Scale to each other; empty means the default identity.")
 	fs.Var(&c.Pushers, "authz-pushers", "Comma-separated SPIFFE IDs allowed to call PushStats and PushStatsStream (activators); none by default.")
-	fs.Var(&c.Operators, "authz-operators", "Comma-separated SPIFFE IDs of operators, who may call Scale, Deploy, Undeploy and Update; none by default.")
+	fs.Var(&c.Operators, "authz-operators", "Comma-separated SPIFFE IDs of operators, who may call Scale (of what tidal manages), Deploy, Undeploy and Update (of Functions) and KEDA's external scaler; none by default.")
+	fs.Var(&c.Deployers, "authz-deployers", "Comma-separated SPIFFE IDs that may call Deploy, Undeploy and Update (riff's function deployer calls), for Functions only; none by default.")
+	fs.Var(&c.Readers, "authz-readers", "Comma-separated SPIFFE IDs that may read every namespace (dashboards, the chart's reader certificate); an identity holding no role reads only its --authz-namespaces, by default its ServiceAccount's namespace.")
+	fs.Var(&c.Namespaces, "authz-namespaces", "Binds identities to namespaces, SPIFFE_ID=NAMESPACE,...: every target, namespace and object the identity's calls name must be in them (a List or Watch must name one); repeatable, or bindings separated by ';'. An identity holding no role and no binding is bound to its ServiceAccount's namespace.")
 	fs.Var(&c.KEDA, "authz-keda", "Comma-separated SPIFFE IDs of KEDA (its TriggerAuthentication's client certificate), which may call the collector's externalscaler.ExternalScaler methods; none by default.")
 	fs.Var(&c.Allow, "authz-allow", "Extra rule METHOD_PREFIX=SPIFFE_ID,...: the identities may call every method whose full name starts with the prefix, e.g. /tidal.decider.v1.DeciderService/Ingest=spiffe://cluster.local/ns/x/sa/y; repeatable, or rules separated by ';'.")
-	fs.StringVar(&c.File, "authz-file", "", "YAML or JSON file adding identities to roles and rules: {collectors, deciders, actuators, pushers, operators, keda: [SPIFFE_ID...], allow: [{method: PREFIX, identities: [SPIFFE_ID...]}]}.")
+	fs.StringVar(&c.File, "authz-file", "", "YAML or JSON file adding identities to roles, bindings and rules: {collectors, deciders, actuators, pushers, operators, keda, deployers, readers: [SPIFFE_ID...], namespaces: [{identity: SPIFFE_ID, namespaces: [NAMESPACE...]}], allow: [{method: PREFIX, identities: [SPIFFE_ID...]}]}.")
 	fs.BoolVar(&c.CommonName, "authz-common-name-identity", false, "Take a certificate's SPIFFE ID from its subject's common name when it has no URI SAN; only for a CA that signs nothing else (the chart's generated certificates).")
 	fs.Float64Var(&c.MutatingRate, "authz-mutating-rate", defaultMutatingRate, "Calls per second each identity may make to methods that change something (a stream counts when opened); more get RESOURCE_EXHAUSTED. 0 means no bound.")
 	fs.IntVar(&c.MutatingBurst, "authz-mutating-burst", defaultMutatingBurst, "Calls an identity may make at once above --authz-mutating-rate.")
+	fs.Float64Var(&c.ReadRate, "authz-read-rate", defaultReadRate, "Reads per second each identity but tidal's own services may make (a stream counts when opened); more get RESOURCE_EXHAUSTED. 0 means no bound.")
+	fs.IntVar(&c.ReadBurst, "authz-read-burst", defaultReadBurst, "Reads an identity may make at once above --authz-read-rate.")
 }
 
 // Validate checks the flags and the file and builds the policy.
@@ -348,6 +461,12 @@ func (c *AuthzConfig) Validate() error {
 	}
 	if c.MutatingRate > 0 && c.MutatingBurst < 1 {
 		return fmt.Errorf("--authz-mutating-burst %d: want at least 1 with a rate", c.MutatingBurst)
+	}
+	if c.ReadRate < 0 {
+		return fmt.Errorf("--authz-read-rate %g: want at least 0", c.ReadRate)
+	}
+	if c.ReadRate > 0 && c.ReadBurst < 1 {
+		return fmt.Errorf("--authz-read-burst %d: want at least 1 with a rate", c.ReadBurst)
 	}
 	for _, f := range []struct{ flag, v string }{{"authz-namespace", c.Namespace}, {"authz-account-prefix", c.AccountPrefix}} {
 		if f.v != "" && !k8sName.MatchString(f.v) {
@@ -369,9 +488,14 @@ type policy struct {
 	// roles holds every identity with a role, by its URI form.
 	roles map[string]Role
 	allow []allowRule
-	// named holds every identity a role or rule names, whatever its trust
-	// domain.
+	// named holds every identity a role, binding or rule names, whatever
+	// its trust domain.
 	named map[string]bool
+	// bound holds the namespaces of every explicitly bound identity.
+	bound map[string]map[string]bool
+	// ruled holds the identities an allow rule names: like a role, a rule
+	// is the administrator's grant, not a tenant's.
+	ruled map[string]bool
 }
 
 func (c *AuthzConfig) build() (*policy, error) {
@@ -393,7 +517,7 @@ func (c *AuthzConfig) build() (*policy, error) {
 		}
 		return []identity.ID{id}, nil
 	}
-	p := &policy{trustDomain: td, roles: map[string]Role{}, named: map[string]bool{}}
+	p := &policy{trustDomain: td, roles: map[string]Role{}, named: map[string]bool{}, bound: map[string]map[string]bool{}, ruled: map[string]bool{}}
 	add := func(role Role, ids []identity.ID) {
 		for _, id := range ids {
 			p.roles[id.String()] |= role
@@ -412,6 +536,8 @@ func (c *AuthzConfig) build() (*policy, error) {
 		{RolePusher, c.Pushers, "authz-pushers", "", false},
 		{RoleOperator, c.Operators, "authz-operators", "", false},
 		{RoleKEDA, c.KEDA, "authz-keda", "", false},
+		{RoleDeployer, c.Deployers, "authz-deployers", "", false},
+		{RoleReader, c.Readers, "authz-readers", "", false},
 	} {
 		ids := r.ids
 		if len(ids) == 0 && r.hasDefault {
@@ -423,6 +549,9 @@ func (c *AuthzConfig) build() (*policy, error) {
 		add(r.role, ids)
 	}
 	p.allow = slices.Clone(c.Allow)
+	for _, b := range c.Namespaces {
+		p.bind(b)
+	}
 	if c.File != "" {
 		if err := p.addFile(c.File, add); err != nil {
 			return nil, err
@@ -431,6 +560,7 @@ func (c *AuthzConfig) build() (*policy, error) {
 	for _, r := range p.allow {
 		for _, id := range r.ids {
 			p.named[id.String()] = true
+			p.ruled[id.String()] = true
 		}
 	}
 	return p, nil
@@ -452,13 +582,20 @@ func (p *policy) addFile(path string, add func(Role, []identity.ID)) error {
 	}{
 		{RoleCollector, "collectors", f.Collectors}, {RoleDecider, "deciders", f.Deciders},
 		{RoleActuator, "actuators", f.Actuators}, {RolePusher, "pushers", f.Pushers}, {RoleOperator, "operators", f.Operators},
-		{RoleKEDA, "keda", f.KEDA},
+		{RoleKEDA, "keda", f.KEDA}, {RoleDeployer, "deployers", f.Deployers}, {RoleReader, "readers", f.Readers},
 	} {
 		ids, err := parseIDs(strings.Join(r.ids, ","))
 		if err != nil {
 			return fmt.Errorf("--authz-file %s: %s: %w", path, r.key, err)
 		}
 		add(r.role, ids)
+	}
+	for i, n := range f.Namespaces {
+		b, err := newBinding(n.Identity, n.Namespaces)
+		if err != nil {
+			return fmt.Errorf("--authz-file %s: namespaces[%d]: %w", path, i, err)
+		}
+		p.bind(b)
 	}
 	for i, a := range f.Allow {
 		r, err := newAllowRule(a.Method, a.Identities)
@@ -468,6 +605,35 @@ func (p *policy) addFile(path string, add func(Role, []identity.ID)) error {
 		p.allow = append(p.allow, r)
 	}
 	return nil
+}
+
+// bind adds b's namespaces to its identity's.
+func (p *policy) bind(b binding) {
+	key := b.id.String()
+	set := p.bound[key]
+	if set == nil {
+		set = map[string]bool{}
+		p.bound[key] = set
+	}
+	for _, ns := range b.namespaces {
+		set[ns] = true
+	}
+	p.named[key] = true
+}
+
+// scope is the namespaces a caller's requests may name; nil is every
+// namespace.
+func (p *policy) scope(id identity.ID, roles Role) map[string]bool {
+	if set, ok := p.bound[id.String()]; ok {
+		return set
+	}
+	if roles != 0 || p.ruled[id.String()] {
+		return nil
+	}
+	if ns, _, ok := id.ServiceAccount(); ok {
+		return map[string]bool{ns: true}
+	}
+	return map[string]bool{}
 }
 
 // ids returns the identities holding role.
@@ -486,6 +652,11 @@ type decision struct {
 	allowed bool
 	// limited says the call counts against the caller's rate.
 	limited bool
+	// read says a limited call counts against the read budget, not the
+	// mutating one; unlimited reads are tidal's own services'.
+	read bool
+	// scope is the namespaces the call's request may name; nil is any.
+	scope map[string]bool
 	// label is the caller's bounded metric label.
 	label string
 	// reason says why a call is refused.
@@ -506,9 +677,10 @@ func (p *policy) decide(method string, id identity.ID, idErr error) decision {
 		d.reason = fmt.Sprintf("trust domain %s is not %s", identity.Quote(id.TrustDomain()), identity.Quote(p.trustDomain))
 		return d
 	}
+	d.scope = p.scope(id, roles)
 	class, need := classify(method)
 	if class == classRead {
-		d.allowed = true
+		d.allowed, d.read, d.limited = true, true, roles&serviceRoles == 0
 		return d
 	}
 	d.limited = true

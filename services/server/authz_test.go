@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,13 @@ var (
 	idKEDA      = identity.MustNew("cluster.local", "keda", "keda-operator")
 	idStranger  = identity.MustNew("cluster.local", "default", "web")
 	idForeign   = identity.MustNew("other.example", "tidal", "tidal-decider")
+	idDeployer  = identity.MustNew("cluster.local", "ci", "riff")
+	idReader    = identity.MustNew("cluster.local", "ops", "dashboard")
+	// idTenant holds no role and is bound to team-a by --authz-namespaces;
+	// idStranger is bound to its own namespace, default, by no flag.
+	idTenant = identity.MustNew("cluster.local", "team-a", "grpcurl")
+	// idTenantOperator is an operator bound to team-a.
+	idTenantOperator = identity.MustNew("cluster.local", "team-a", "oncall")
 )
 
 // callers name the identities of the matrix; "no identity" is a verified
@@ -36,20 +44,30 @@ var callers = []struct {
 }{
 	{"collector", idCollector}, {"decider", idDecider}, {"actuator", idActuator},
 	{"pusher", idPusher}, {"operator", idOperator}, {"keda", idKEDA}, {"stranger", idStranger},
-	{"foreign", idForeign}, {"no identity", identity.ID{}},
+	{"foreign", idForeign}, {"no identity", identity.ID{}}, {"deployer", idDeployer}, {"reader", idReader},
+	{"tenant", idTenant}, {"tenant operator", idTenantOperator},
 }
 
-// readers are the callers any read is open to.
-var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "stranger"}
+// readers are the callers any read is open to (within their namespaces).
+var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "stranger", "deployer", "reader", "tenant", "tenant operator"}
+
+// scoped are the callers bound to namespaces, and to which: every
+// namespace a request of theirs names must be one of them.
+var scoped = map[string][]string{
+	"stranger": {"default"}, "tenant": {"team-a"}, "tenant operator": {"team-a"},
+}
+
+// services are the roles of tidal's own services, whose reads have no budget.
+var services = []string{"collector", "decider", "actuator"}
 
 // wantAllowed is the policy the issue asks for, method by method, written
 // out apart from the code's table so that a change to either shows here.
 // Every method of the three services must be listed (TestMatrixCoversEveryMethod).
 var wantAllowed = map[string][]string{
-	"/tidal.actuator.v1.ActuatorService/Scale":                       {"decider", "actuator", "operator"},
-	"/tidal.actuator.v1.ActuatorService/Deploy":                      {"decider", "operator"},
-	"/tidal.actuator.v1.ActuatorService/Undeploy":                    {"decider", "operator"},
-	"/tidal.actuator.v1.ActuatorService/Update":                      {"decider", "operator"},
+	"/tidal.actuator.v1.ActuatorService/Scale":                       {"decider", "actuator", "operator", "tenant operator"},
+	"/tidal.actuator.v1.ActuatorService/Deploy":                      {"deployer", "operator", "tenant operator"},
+	"/tidal.actuator.v1.ActuatorService/Undeploy":                    {"deployer", "operator", "tenant operator"},
+	"/tidal.actuator.v1.ActuatorService/Update":                      {"deployer", "operator", "tenant operator"},
 	"/tidal.actuator.v1.ActuatorService/GetScale":                    readers,
 	"/tidal.decider.v1.DeciderService/Ingest":                        {"collector"},
 	"/tidal.decider.v1.DeciderService/GetDecision":                   readers,
@@ -62,11 +80,11 @@ var wantAllowed = map[string][]string{
 	"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
 	"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget":         {"collector"},
 	"/tidal.collector.v1.ActivatorStatService/ForwardActivatorStats": {"collector"},
-	"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator"},
-	"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator"},
-	"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator"},
-	"/externalscaler.ExternalScaler/GetMetrics":                      {"keda", "operator"},
-	"/externalscaler.ExternalScaler/StreamMetricSpec":                {"keda", "operator"},
+	"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/GetMetrics":                      {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/StreamMetricSpec":                {"keda", "operator", "tenant operator"},
 	"/grpc.health.v1.Health/Check":                                   readers,
 	"/grpc.health.v1.Health/Watch":                                   readers,
 	"/grpc.health.v1.Health/List":                                    readers,
@@ -75,14 +93,17 @@ var wantAllowed = map[string][]string{
 }
 
 // testAuthz is the configuration of the matrix: the defaults, plus the
-// pusher, the operator and KEDA.
+// pusher, the operators, KEDA, the deployer, the reader and the tenants'
+// bindings.
 func testAuthz(t *testing.T, args ...string) *AuthzConfig {
 	t.Helper()
 	var c AuthzConfig
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.RegisterFlags(fs)
-	base := []string{"--authz-pushers", idPusher.String(), "--authz-operators", idOperator.String(), "--authz-keda", idKEDA.String()}
+	base := []string{"--authz-pushers", idPusher.String(), "--authz-operators", idOperator.String() + "," + idTenantOperator.String(),
+		"--authz-keda", idKEDA.String(), "--authz-deployers", idDeployer.String(), "--authz-readers", idReader.String(),
+		"--authz-namespaces", idTenant.String() + "=team-a;" + idTenantOperator.String() + "=team-a"}
 	if err := fs.Parse(append(base, args...)); err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +129,22 @@ func TestPolicyMatrix(t *testing.T) {
 			if !d.allowed && d.reason == "" {
 				t.Errorf("%s by %s: refused without a reason", method, c.name)
 			}
-			// Reads are never rate limited; everything else that passes is.
-			if d.allowed && d.limited != (len(allowed) != len(readers)) {
-				t.Errorf("%s by %s: limited = %v", method, c.name, d.limited)
+			// Everything that passes is rate limited, but reads of tidal's
+			// own services; reads count against the read budget.
+			isRead := len(allowed) == len(readers)
+			unlimited := isRead && contains(services, c.name)
+			if d.allowed && (d.limited == unlimited || d.read != isRead) {
+				t.Errorf("%s by %s: limited = %v, read = %v", method, c.name, d.limited, d.read)
+			}
+			if d.allowed {
+				var want []string
+				for ns := range d.scope {
+					want = append(want, ns)
+				}
+				slices.Sort(want)
+				if got := scoped[c.name]; (d.scope == nil) != (got == nil) || !slices.Equal(want, got) {
+					t.Errorf("%s by %s: scope %v, want %v (nil: every namespace)", method, c.name, d.scope, got)
+				}
 			}
 		}
 	}
@@ -138,6 +172,8 @@ func TestPolicyLabels(t *testing.T) {
 		{idOperator, nil, "operator"},
 		{idKEDA, nil, "keda"},
 		{idStranger, nil, "other"},
+		{idDeployer, nil, "deployer"},
+		{idReader, nil, "reader"},
 		{idForeign, nil, "unknown"},
 		{identity.ID{}, identity.ErrNoIdentity, "unknown"},
 	} {
@@ -176,7 +212,13 @@ func TestAuthzFlags(t *testing.T) {
 		{name: "explicit deciders replace the default", args: []string{"--authz-deciders", custom.String()},
 			method: "/tidal.actuator.v1.ActuatorService/Scale", id: idDecider, want: false},
 		{name: "explicit decider of another trust domain", args: []string{"--authz-deciders", custom.String()},
-			method: "/tidal.actuator.v1.ActuatorService/Deploy", id: custom, want: true},
+			method: "/tidal.actuator.v1.ActuatorService/Scale", id: custom, want: true},
+		{name: "deciders may not deploy", args: []string{"--authz-deciders", custom.String()},
+			method: "/tidal.actuator.v1.ActuatorService/Deploy", id: custom, want: false},
+		{name: "deployers may not scale", method: "/tidal.actuator.v1.ActuatorService/Scale", id: idDeployer, want: false},
+		{name: "bad binding", args: []string{"--authz-namespaces", idTenant.String() + "=a/b"}, wantErr: "namespace"},
+		{name: "negative read rate", args: []string{"--authz-read-rate", "-1"}, wantErr: "--authz-read-rate"},
+		{name: "read rate without burst", args: []string{"--authz-read-burst", "0"}, wantErr: "--authz-read-burst"},
 		{name: "allow rule by prefix", args: []string{"--authz-allow", "tidal.decider.v1.DeciderService/=" + idStranger.String()},
 			method: "/tidal.decider.v1.DeciderService/Ingest", id: idStranger, want: true},
 		{name: "allow rules separated by ;", args: []string{"--authz-allow", "/a/=" + idPusher.String() + ";/tidal.actuator.v1.ActuatorService/Scale=" + idStranger.String() + "," + idCollector.String()},
@@ -228,6 +270,11 @@ pushers: [spiffe://cluster.local/ns/default/sa/web]
 operators:
   - spiffe://cluster.local/ns/ops/sa/oncall
 keda: [spiffe://cluster.local/ns/keda/sa/keda-metrics]
+deployers: [spiffe://cluster.local/ns/ci/sa/tekton]
+readers: [spiffe://cluster.local/ns/monitoring/sa/grafana]
+namespaces:
+  - identity: spiffe://cluster.local/ns/default/sa/web
+    namespaces: [team-a, team-b]
 allow:
   - method: /tidal.decider.v1.DeciderService/Ingest
     identities: [spiffe://cluster.local/ns/knative-serving/sa/activator]
@@ -248,10 +295,17 @@ allow:
 		{"/externalscaler.ExternalScaler/GetMetrics", identity.MustNew("cluster.local", "keda", "keda-metrics"), true},
 		{"/externalscaler.ExternalScaler/GetMetrics", idKEDA, true}, // the flag's still holds
 		{"/externalscaler.ExternalScaler/GetMetrics", idStranger, false},
+		{"/tidal.actuator.v1.ActuatorService/Undeploy", identity.MustNew("cluster.local", "ci", "tekton"), true},
 	} {
 		if got := c.policy.decide(tt.method, tt.id, nil).allowed; got != tt.want {
 			t.Errorf("yaml: %s by %s: allowed = %v, want %v", tt.method, tt.id, got, tt.want)
 		}
+	}
+	if got := c.policy.scope(identity.MustNew("cluster.local", "monitoring", "grafana"), RoleReader); got != nil {
+		t.Errorf("yaml: the reader's scope is %v, want every namespace", got)
+	}
+	if got := c.policy.scope(idStranger, 0); len(got) != 2 || !got["team-a"] || !got["team-b"] {
+		t.Errorf("yaml: the bound identity's scope is %v, want team-a and team-b", got)
 	}
 	c = testAuthz(t, "--authz-file", jsonFile)
 	if !c.policy.decide("/tidal.actuator.v1.ActuatorService/Scale", idStranger, nil).allowed {
@@ -262,6 +316,7 @@ allow:
 		"unknown key": "pusher: [x]\n",
 		"bad ID":      "operators: [spiffe://cluster.local/ns//x]\n",
 		"bad rule":    "allow: [{method: /x, identities: []}]\n",
+		"bad binding": "namespaces: [{identity: spiffe://cluster.local/ns/a/sa/b, namespaces: [A]}]\n",
 	} {
 		var c AuthzConfig
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)

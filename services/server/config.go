@@ -33,6 +33,8 @@ type Config struct {
 	// MaxConcurrentStreams bounds the calls one client connection may have
 	// open at once; 0 means gRPC's default (no bound).
 	MaxConcurrentStreams uint
+	// Conn bounds connections to both ports.
+	Conn ConnConfig
 	// AdvertiseAddr is the gRPC address other replicas reach this one at
 	// (named in bucket Leases); empty means Advertise's default.
 	AdvertiseAddr string
@@ -65,8 +67,64 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultGRPC, defaultHTTP string
 	fs.StringVar(&c.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "gRPC address other replicas reach this one at, named in bucket Leases; empty means $POD_IP with the --grpc-addr port, else --grpc-addr.")
 	fs.UintVar(&c.MaxConcurrentStreams, "max-concurrent-streams", defaultMaxConcurrentStreams, "Calls one client connection may have open at once (HTTP/2 streams); more wait in the client. At least the decider's --scale-workers.")
+	c.Conn.RegisterFlags(fs)
 	c.TLS.RegisterFlags(fs)
 	c.Authz.RegisterFlags(fs)
+}
+
+// ConnConfig bounds the connections a server holds and how long it keeps
+// them: every caller's connection costs memory and a goroutine or two, and
+// mutual TLS says who a caller is only after the handshake, so these bounds
+// apply to everyone alike.
+type ConnConfig struct {
+	// MaxConnections bounds the gRPC connections open at once; one more
+	// waits unaccepted until one closes. HTTPMaxConnections bounds the HTTP
+	// port's. 0 means no bound.
+	MaxConnections, HTTPMaxConnections int
+	// HandshakeTimeout bounds a new gRPC connection's TLS and HTTP/2
+	// handshakes.
+	HandshakeTimeout time.Duration
+	// MaxIdle closes a gRPC connection without a call for this long.
+	MaxIdle time.Duration
+	// KeepaliveTime is how long a connection may be silent before the
+	// server pings it; KeepaliveTimeout how long the ping may go
+	// unanswered before the connection is closed.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// MinPingInterval is the most often a client may ping; one pinging more
+	// often is disconnected.
+	MinPingInterval time.Duration
+}
+
+// RegisterFlags registers the connection flags on fs.
+func (c *ConnConfig) RegisterFlags(fs *flag.FlagSet) {
+	// KEDA holds a connection per scaler address and trigger; thousands of
+	// ScaledObjects fit.
+	fs.IntVar(&c.MaxConnections, "max-connections", 4096, "gRPC connections this server holds at once; one more waits unaccepted until one closes. 0 means no bound.")
+	fs.IntVar(&c.HTTPMaxConnections, "http-max-connections", 256, "Connections to --http-addr (metrics, probes) held at once; one more waits. 0 means no bound.")
+	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", 10*time.Second, "Longest TLS and HTTP/2 handshake of a new gRPC connection.")
+	fs.DurationVar(&c.MaxIdle, "max-connection-idle", 5*time.Minute, "A gRPC connection without a call for this long is closed (the client reconnects when it next calls).")
+	fs.DurationVar(&c.KeepaliveTime, "keepalive-time", 2*time.Minute, "A gRPC connection silent this long is pinged, so a peer gone without a word is noticed.")
+	fs.DurationVar(&c.KeepaliveTimeout, "keepalive-timeout", 20*time.Second, "How long the server waits for a ping's answer before it closes the connection.")
+	fs.DurationVar(&c.MinPingInterval, "keepalive-min-ping-interval", 30*time.Second, "Most often a client may ping, with or without calls; a client pinging more often is disconnected.")
+}
+
+// Validate refuses negative bounds. A zero duration keeps gRPC's default
+// (a Config built by hand); the flags' defaults are never zero.
+func (c *ConnConfig) Validate() error {
+	for _, f := range []struct {
+		flag string
+		v    int64
+	}{
+		{"max-connections", int64(c.MaxConnections)}, {"http-max-connections", int64(c.HTTPMaxConnections)},
+		{"handshake-timeout", int64(c.HandshakeTimeout)}, {"max-connection-idle", int64(c.MaxIdle)},
+		{"keepalive-time", int64(c.KeepaliveTime)}, {"keepalive-timeout", int64(c.KeepaliveTimeout)},
+		{"keepalive-min-ping-interval", int64(c.MinPingInterval)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("--%s: want at least 0, have a negative value", f.flag)
+		}
+	}
+	return nil
 }
 
 // defaultMaxConcurrentStreams lets a decider's largest --scale-workers
@@ -90,6 +148,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConcurrentStreams > math.MaxUint32 {
 		return fmt.Errorf("--max-concurrent-streams %d: want at most %d", c.MaxConcurrentStreams, uint32(math.MaxUint32))
+	}
+	if err := c.Conn.Validate(); err != nil {
+		return err
 	}
 	if err := c.TLS.Validate(); err != nil {
 		return err

@@ -36,11 +36,14 @@ const refusalLogPeriod = 10 * time.Second
 type guard struct {
 	policy     *policy
 	commonName bool
-	limiter    *rateLimiter
-	log        *zap.Logger
-	logLimit   *logkey.Limiter
-	refused    *prometheus.CounterVec
-	now        func() time.Time
+	// limiter bounds mutating calls, reads reads, per identity; nil
+	// means no bound.
+	limiter  *rateLimiter
+	reads    *rateLimiter
+	log      *zap.Logger
+	logLimit *logkey.Limiter
+	refused  *prometheus.CounterVec
+	now      func() time.Time
 }
 
 func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
@@ -50,7 +53,7 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 		now:      time.Now,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_grpc_refused_total",
-			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, keda, other, unknown) and reason (permission_denied, rate_limited).",
+			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, keda, deployer, reader, other, unknown) and reason (permission_denied, namespace, rate_limited).",
 		}, []string{"method", "role", "reason"}),
 	}
 	reg.MustRegister(g.refused)
@@ -64,7 +67,7 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 		if p, err = cfg.Authz.build(); err != nil {
 			// Validate would have refused it; fail closed.
 			log.Error("authorization policy unusable; refusing every call", zap.Error(err))
-			p = &policy{trustDomain: "", roles: map[string]Role{}, named: map[string]bool{}}
+			p = &policy{trustDomain: "", roles: map[string]Role{}, named: map[string]bool{}, bound: map[string]map[string]bool{}, ruled: map[string]bool{}}
 		}
 	}
 	g.policy = p
@@ -72,14 +75,25 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 	if cfg.Authz.MutatingRate > 0 {
 		g.limiter = newRateLimiter(rate.Limit(cfg.Authz.MutatingRate), cfg.Authz.MutatingBurst, maxTrackedIdentities)
 	}
+	if cfg.Authz.ReadRate > 0 {
+		g.reads = newRateLimiter(rate.Limit(cfg.Authz.ReadRate), cfg.Authz.ReadBurst, maxTrackedIdentities)
+	}
 	return g
 }
 
+// verdict is an allowed call's caller and the namespaces its requests
+// may name.
+type verdict struct {
+	caller string
+	scope  map[string]bool
+}
+
 // check refuses a call the caller may not make, or may not make now; an
-// allowed call's context carries the caller's identity (Caller).
-func (g *guard) check(ctx context.Context, method string) (context.Context, error) {
+// allowed call's context carries the caller's identity (Caller), and its
+// verdict says what its requests may name.
+func (g *guard) check(ctx context.Context, method string) (context.Context, verdict, error) {
 	if g.policy == nil {
-		return ctx, nil
+		return ctx, verdict{}, nil
 	}
 	id, idErr := peerIdentity(ctx, g.commonName)
 	d := g.policy.decide(method, id, idErr)
@@ -93,27 +107,52 @@ func (g *guard) check(ctx context.Context, method string) (context.Context, erro
 			g.log.Warn("call refused: caller may not call this method",
 				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.String("reason", d.reason))
 		}
-		return ctx, status.Errorf(codes.PermissionDenied, "%s: caller %s may not call it: %s", method, identity.Quote(caller), d.reason)
+		return ctx, verdict{}, status.Errorf(codes.PermissionDenied, "%s: caller %s may not call it: %s", method, identity.Quote(caller), d.reason)
 	}
-	if d.limited && g.limiter != nil && !g.limiter.allow(caller, g.now()) {
+	limiter, kind := g.limiter, "mutating calls"
+	if d.read {
+		limiter, kind = g.reads, "reads"
+	}
+	if d.limited && limiter != nil && !limiter.allow(caller, g.now()) {
 		g.refused.WithLabelValues(method, d.label, "rate_limited").Inc()
-		if g.logLimit.Allow("limited "+caller, g.now()) {
-			g.log.Warn("call refused: caller over its rate of mutating calls",
-				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.Float64("rate", float64(g.limiter.rate)))
+		if g.logLimit.Allow("limited "+kind+" "+caller, g.now()) {
+			g.log.Warn("call refused: caller over its rate of "+kind,
+				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.Float64("rate", float64(limiter.rate)))
 		}
-		return ctx, status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g mutating calls per second; retry later", method, identity.Quote(caller), float64(g.limiter.rate))
+		return ctx, verdict{}, status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g %s per second; retry later", method, identity.Quote(caller), float64(limiter.rate), kind)
 	}
 	if idErr == nil {
 		ctx = withCaller(ctx, caller)
 	}
-	return ctx, nil
+	return ctx, verdict{caller: caller, scope: d.scope}, nil
+}
+
+// checkRequest refuses a request naming a namespace outside the caller's
+// scope, counting and logging it as check does.
+func (g *guard) checkRequest(method string, v verdict, req any) error {
+	err := checkScope(method, v.caller, req, v.scope)
+	if err == nil {
+		return nil
+	}
+	role := g.policy.roles[v.caller].label()
+	g.refused.WithLabelValues(method, role, "namespace").Inc()
+	if g.logLimit.Allow("namespace "+method+" "+v.caller, g.now()) {
+		g.log.Warn("call refused: request outside the caller's namespaces",
+			zap.String("method", method), zap.String("caller", identity.Quote(v.caller)), zap.String("role", role), zap.String("reason", status.Convert(err).Message()))
+	}
+	return err
 }
 
 func (g *guard) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := g.check(ctx, info.FullMethod)
+		ctx, v, err := g.check(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
+		}
+		if v.scope != nil {
+			if err := g.checkRequest(info.FullMethod, v, req); err != nil {
+				return nil, err
+			}
 		}
 		return handler(ctx, req)
 	}
@@ -121,14 +160,32 @@ func (g *guard) unary() grpc.UnaryServerInterceptor {
 
 func (g *guard) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := g.check(ss.Context(), info.FullMethod)
+		ctx, v, err := g.check(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
 		}
 		w := middleware.WrapServerStream(ss)
 		w.WrappedContext = ctx
-		return handler(srv, w)
+		if v.scope == nil {
+			return handler(srv, w)
+		}
+		return handler(srv, &scopedStream{WrappedServerStream: w, g: g, method: info.FullMethod, v: v})
 	}
+}
+
+// scopedStream checks every message a namespace-bound caller sends.
+type scopedStream struct {
+	*middleware.WrappedServerStream
+	g      *guard
+	method string
+	v      verdict
+}
+
+func (s *scopedStream) RecvMsg(m any) error {
+	if err := s.WrappedServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.g.checkRequest(s.method, s.v, m)
 }
 
 // errNoClientCert is a caller without a verified certificate; the TLS

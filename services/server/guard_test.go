@@ -17,7 +17,11 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/tidalscale/tidal/identity"
@@ -108,6 +112,10 @@ func (d *fakeDecider) WatchDecisions(_ *deciderv1.WatchDecisionsRequest, s grpc.
 	d.entered.Add(1)
 	d.watching.Add(1)
 	defer d.watching.Add(-1)
+	// A first message tells the caller it got through.
+	if err := s.Send(&deciderv1.WatchDecisionsResponse{}); err != nil {
+		return err
+	}
 	<-s.Context().Done()
 	return nil
 }
@@ -161,8 +169,13 @@ func (p *testPKI) dialAs(t *testing.T, caller, addr string) *grpc.ClientConn {
 // call invokes method with an empty message (every request type decodes
 // from it) and returns the status the server ended the call with.
 func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.StreamDesc) error {
+	return callWith(ctx, conn, method, desc, &emptypb.Empty{})
+}
+
+// callWith is call with req as the request.
+func callWith(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.StreamDesc, req proto.Message) error {
 	if desc == nil {
-		return conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{})
+		return conn.Invoke(ctx, method, req, &emptypb.Empty{})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -170,10 +183,8 @@ func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.
 	if err != nil {
 		return err
 	}
-	if desc.ClientStreams {
-		if err := s.SendMsg(&emptypb.Empty{}); err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
+	if err := s.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
+		return err
 	}
 	if err := s.CloseSend(); err != nil {
 		return err
@@ -185,6 +196,54 @@ func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.
 		return nil
 	}
 	return err
+}
+
+// requestIn is a request of method whose every namespace is ns: every
+// namespace field set, every message field filled, every list of
+// messages given one, a few levels deep.
+func requestIn(t *testing.T, method, ns string) proto.Message {
+	t.Helper()
+	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	md := d.(protoreflect.ServiceDescriptor).Methods().ByName(protoreflect.Name(name))
+	if md == nil {
+		t.Fatalf("%s: no such method", method)
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	msg := mt.New()
+	var fill func(m protoreflect.Message, depth int)
+	fill = func(m protoreflect.Message, depth int) {
+		fields := m.Descriptor().Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			switch {
+			case fd.IsMap() || depth > 3:
+			case fd.Name() == namespaceField && fd.Kind() == protoreflect.StringKind:
+				m.Set(fd, protoreflect.ValueOfString(ns))
+			case fd.Kind() == protoreflect.MessageKind && fd.IsList():
+				l := m.Mutable(fd).List()
+				el := l.NewElement()
+				fill(el.Message(), depth+1)
+				l.Append(el)
+			case fd.Kind() == protoreflect.MessageKind:
+				fill(m.Mutable(fd).Message(), depth+1)
+			}
+		}
+	}
+	fill(msg, 0)
+	return msg.Interface()
+}
+
+// namesNoNamespace are the methods whose requests name no namespace.
+var namesNoNamespace = []string{
+	"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List",
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 }
 
 // methods lists every method the server serves, with its stream shape.
@@ -236,23 +295,37 @@ func TestAuthzOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
+	// Every caller calls every method with a request naming a namespace
+	// of its own (team-a for an unbound caller) and with one naming
+	// kube-system: it passes exactly when the matrix lets it call the
+	// method and the request names only namespaces it may reach.
 	for _, c := range callers {
 		conn := p.dialAs(t, c.name, addr)
+		in := "team-a"
+		if nss := scoped[c.name]; len(nss) > 0 {
+			in = nss[0]
+		}
 		for method, desc := range methods() {
-			want := contains(wantAllowed[method], c.name)
-			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-			err := call(cctx, conn, method, desc)
-			ccancel()
-			code := status.Code(err)
-			switch {
-			case want && (code == codes.PermissionDenied || code == codes.Unauthenticated || code == codes.Unavailable):
-				t.Errorf("%s by %s: %v, want it let through", method, c.name, err)
-			case !want && code != codes.PermissionDenied:
-				t.Errorf("%s by %s: %v, want PERMISSION_DENIED", method, c.name, err)
-			case !want && !strings.Contains(err.Error(), method):
-				t.Errorf("%s by %s: refusal %q does not name the method", method, c.name, err)
-			case !want && !c.id.IsZero() && !strings.Contains(err.Error(), c.id.String()):
-				t.Errorf("%s by %s: refusal %q does not name the caller", method, c.name, err)
+			for _, ns := range []string{in, "kube-system"} {
+				role := contains(wantAllowed[method], c.name)
+				bound := role && scoped[c.name] != nil && ns != in && !contains(namesNoNamespace, method)
+				want := role && !bound
+				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+				err := callWith(cctx, conn, method, desc, requestIn(t, method, ns))
+				ccancel()
+				code := status.Code(err)
+				switch {
+				case want && (code == codes.PermissionDenied || code == codes.Unauthenticated || code == codes.Unavailable || code == codes.ResourceExhausted):
+					t.Errorf("%s by %s in %s: %v, want it let through", method, c.name, ns, err)
+				case !want && code != codes.PermissionDenied:
+					t.Errorf("%s by %s in %s: %v, want PERMISSION_DENIED", method, c.name, ns, err)
+				case !want && !strings.Contains(err.Error(), method):
+					t.Errorf("%s by %s in %s: refusal %q does not name the method", method, c.name, ns, err)
+				case !want && !c.id.IsZero() && !strings.Contains(err.Error(), c.id.String()):
+					t.Errorf("%s by %s in %s: refusal %q does not name the caller", method, c.name, ns, err)
+				case !want && bound && !strings.Contains(err.Error(), `"kube-system"`):
+					t.Errorf("%s by %s in %s: refusal %q does not name the namespace", method, c.name, ns, err)
+				}
 			}
 		}
 	}
@@ -266,11 +339,14 @@ func TestAuthzOverTLS(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), idCollector.String()) {
 		t.Errorf("Scale by the collector: %v, want PERMISSION_DENIED naming %s", err, idCollector)
 	}
-	if got := refusals(t, reg, "/tidal.actuator.v1.ActuatorService/Scale", "collector", "permission_denied"); got != 2 {
-		t.Errorf("refusals of Scale counted for role collector = %v, want 2 (matrix and this call)", got)
+	if got := refusals(t, reg, "/tidal.actuator.v1.ActuatorService/Scale", "collector", "permission_denied"); got != 3 {
+		t.Errorf("refusals of Scale counted for role collector = %v, want 3 (matrix twice and this call)", got)
 	}
-	if got := refusals(t, reg, "/tidal.decider.v1.DeciderService/Ingest", "unknown", "permission_denied"); got != 2 {
-		t.Errorf("refusals of Ingest counted for role unknown = %v, want 2 (foreign and no identity)", got)
+	if got := refusals(t, reg, "/tidal.decider.v1.DeciderService/Ingest", "unknown", "permission_denied"); got != 4 {
+		t.Errorf("refusals of Ingest counted for role unknown = %v, want 4 (foreign and no identity, twice)", got)
+	}
+	if got := refusals(t, reg, "/tidal.decider.v1.DeciderService/ListDecisions", "operator", "namespace"); got != 1 {
+		t.Errorf("refusals of ListDecisions counted for role operator, reason namespace = %v, want 1 (the tenant operator in kube-system)", got)
 	}
 	logged := logs.FilterMessageSnippet("call refused").FilterField(zap.String("caller", identity.Quote(idCollector.String()))).All()
 	if len(logged) == 0 {
@@ -440,5 +516,87 @@ func TestCallerIsTheAuthenticatedIdentity(t *testing.T) {
 	got := dec.caller.Load()
 	if got == nil || *got != idDecider.String() {
 		t.Errorf("Caller in the handler = %v, want %s", got, idDecider)
+	}
+}
+
+// TestReadRateLimit: reads have a budget per identity too, apart from the
+// mutating one; tidal's own services read without one.
+func TestReadRateLimit(t *testing.T) {
+	p := newTestPKI(t)
+	reg := prometheus.NewRegistry()
+	addr, _ := startServer(t, p.config(t, "actuator", "--authz-read-rate", "0.001", "--authz-read-burst", "2"), zap.NewNop(), reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	get := &actuatorv1.GetScaleRequest{Target: &commonv1.TargetRef{Namespace: "team-a", Name: "web"}}
+	reader := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "reader", addr))
+	for i := range 2 {
+		if _, err := reader.GetScale(ctx, get); status.Code(err) != codes.Unimplemented {
+			t.Fatalf("GetScale %d within the burst: %v, want it through to the handler", i+1, err)
+		}
+	}
+	_, err := reader.GetScale(ctx, get)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "reads") || !strings.Contains(err.Error(), idReader.String()) {
+		t.Errorf("GetScale over the read rate: %v, want RESOURCE_EXHAUSTED naming the reader and its reads", err)
+	}
+	// Its mutating budget is another: the operator's reads and Scale.
+	op := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "operator", addr))
+	for range 2 {
+		_, _ = op.GetScale(ctx, get)
+	}
+	if _, err := op.Scale(ctx, &actuatorv1.ScaleRequest{Target: get.Target, DecisionSequence: 1}); err != nil {
+		t.Errorf("Scale by an operator out of reads: %v, want OK", err)
+	}
+	dec := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "decider", addr))
+	for i := range 10 {
+		if _, err := dec.GetScale(ctx, get); status.Code(err) != codes.Unimplemented {
+			t.Fatalf("GetScale %d by the decider: %v, want no read budget for tidal's services", i+1, err)
+		}
+	}
+	if got := refusals(t, reg, "/tidal.actuator.v1.ActuatorService/GetScale", "reader", "rate_limited"); got != 1 {
+		t.Errorf("rate-limited reads counted = %v, want 1", got)
+	}
+}
+
+// TestConnectionBounds: a server holds at most --max-connections; the
+// next waits unaccepted until one closes. A connection without a call for
+// --max-connection-idle is closed by the server.
+func TestConnectionBounds(t *testing.T) {
+	p := newTestPKI(t)
+	cfg := p.config(t, "actuator")
+	cfg.Conn = ConnConfig{MaxConnections: 2, HandshakeTimeout: time.Second, MaxIdle: time.Hour, KeepaliveTime: time.Hour, KeepaliveTimeout: time.Second, MinPingInterval: time.Second}
+	addr, _ := startServer(t, cfg, zap.NewNop(), prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	check := func(conn *grpc.ClientConn, within time.Duration) error {
+		cctx, ccancel := context.WithTimeout(ctx, within)
+		defer ccancel()
+		return call(cctx, conn, "/grpc.health.v1.Health/Check", nil)
+	}
+	first, second := p.dialAs(t, "reader", addr), p.dialAs(t, "reader", addr)
+	for _, c := range []*grpc.ClientConn{first, second} {
+		if err := check(c, 10*time.Second); err != nil {
+			t.Fatalf("a connection within the bound: %v", err)
+		}
+	}
+	third := p.dialAs(t, "reader", addr)
+	if err := check(third, 500*time.Millisecond); status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Unavailable {
+		t.Fatalf("a third connection: %v, want it held unaccepted", err)
+	}
+	_ = first.Close()
+	if err := check(third, 10*time.Second); err != nil {
+		t.Errorf("the third connection after the first closed: %v, want it served", err)
+	}
+
+	cfg.Conn = ConnConfig{MaxIdle: 200 * time.Millisecond, KeepaliveTime: time.Hour, KeepaliveTimeout: time.Second, MinPingInterval: time.Second}
+	addr, _ = startServer(t, cfg, zap.NewNop(), prometheus.NewRegistry())
+	conn := p.dialAs(t, "reader", addr)
+	if err := check(conn, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The server's GOAWAY moves the client's connection to IDLE.
+	for st := conn.GetState(); st != connectivity.Idle; st = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, st) {
+			t.Fatalf("the idle connection stayed %s; want the server to close it after 200ms", st)
+		}
 	}
 }

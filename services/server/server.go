@@ -21,12 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
@@ -80,6 +82,7 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 	if cfg.MaxConcurrentStreams > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(cfg.MaxConcurrentStreams, math.MaxUint32))))
 	}
+	opts = append(opts, connOpts(cfg.Conn)...)
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
@@ -126,8 +129,42 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// A CPU profile takes 30 s by default.
+		WriteTimeout:   2 * time.Minute,
+		IdleTimeout:    time.Minute,
+		MaxHeaderBytes: 16 << 10,
+	}
 	return s
+}
+
+// connOpts are the keepalive and idle policies of a gRPC server. A zero
+// ConnConfig (tests building a Config by hand) keeps gRPC's defaults.
+func connOpts(c ConnConfig) []grpc.ServerOption {
+	var opts []grpc.ServerOption
+	if c.HandshakeTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(c.HandshakeTimeout))
+	}
+	if c.MaxIdle > 0 || c.KeepaliveTime > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: c.MaxIdle, Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout,
+		}))
+	}
+	if c.MinPingInterval > 0 {
+		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.MinPingInterval, PermitWithoutStream: true}))
+	}
+	return opts
+}
+
+// limit bounds the connections l accepts at once; 0 is no bound.
+func limit(l net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return l
+	}
+	return netutil.LimitListener(l, n)
 }
 
 // tlsOpts returns the server's TLS option, if any. Validate has loaded the
@@ -160,6 +197,8 @@ func (s *Server) Listen() (grpcAddr, httpAddr net.Addr, err error) {
 		_ = s.grpcLis.Close()
 		return nil, nil, fmt.Errorf("listen http %s: %w", s.cfg.HTTPAddr, err)
 	}
+	s.grpcLis = limit(s.grpcLis, s.cfg.Conn.MaxConnections)
+	s.httpLis = limit(s.httpLis, s.cfg.Conn.HTTPMaxConnections)
 	// Handlers are registered by now: give each service its health status.
 	s.SetReady(s.ready.Load())
 	return s.grpcLis.Addr(), s.httpLis.Addr(), nil

@@ -63,10 +63,12 @@ func TestParseFlagsEnv(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	base := Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownGrace: time.Second, LogLevel: "info"}
 	for name, mutate := range map[string]func(*Config){
-		"grpc-addr":      func(c *Config) { c.GRPCAddr = "nohost" },
-		"http-addr":      func(c *Config) { c.HTTPAddr = "" },
-		"shutdown-grace": func(c *Config) { c.ShutdownGrace = -1 },
-		"log-level":      func(c *Config) { c.LogLevel = "loud" },
+		"grpc-addr":           func(c *Config) { c.GRPCAddr = "nohost" },
+		"http-addr":           func(c *Config) { c.HTTPAddr = "" },
+		"shutdown-grace":      func(c *Config) { c.ShutdownGrace = -1 },
+		"log-level":           func(c *Config) { c.LogLevel = "loud" },
+		"max-connections":     func(c *Config) { c.Conn.MaxConnections = -1 },
+		"max-connection-idle": func(c *Config) { c.Conn.MaxIdle = -time.Second },
 	} {
 		c := base
 		mutate(&c)

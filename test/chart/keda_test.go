@@ -47,22 +47,22 @@ func TestKEDACertificate(t *testing.T) {
 	}
 }
 
-// TestKEDAAllowedBrokers: collector.keda.allowedBrokers reaches the
-// collector alone as --keda-allowed-brokers, and an empty list sets nothing,
-// leaving the binary's default (any broker).
-func TestKEDAAllowedBrokers(t *testing.T) {
+// TestAllowedBrokers: collector.allowedBrokers reaches the collector alone
+// as --allowed-brokers, and an empty list sets nothing, leaving the
+// binary's default (kafka.brokers alone).
+func TestAllowedBrokers(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
 		release  release
 		fullname string
-		// want is the collector's TIDAL_KEDA_ALLOWED_BROKERS; "" means unset.
+		// want is the collector's TIDAL_ALLOWED_BROKERS; "" means unset.
 		want string
 	}{
 		{"defaults", release{name: "tidal", namespace: "tidal-system"}, "tidal", ""},
 		{"all options", release{name: "prod", namespace: "autoscaling", valuesFiles: []string{"test/chart/testdata/all-options.yaml"}}, "tidal-all",
 			"*.kafka.svc.cluster.local:9092,kafka-[0-2].example.com:9093"},
-		{"one pattern", release{name: "tidal", namespace: "tidal-system", set: []string{"collector.keda.allowedBrokers={kafka.team-a.svc:9092}"}}, "tidal",
+		{"one pattern", release{name: "tidal", namespace: "tidal-system", set: []string{"collector.allowedBrokers={kafka.team-a.svc:9092}"}}, "tidal",
 			"kafka.team-a.svc:9092"},
 	}
 	for _, tt := range tests {
@@ -73,7 +73,7 @@ func TestKEDAAllowedBrokers(t *testing.T) {
 				dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", tt.fullname+"-"+c))
 				var got *corev1.EnvVar
 				for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
-					if e.Name == "TIDAL_KEDA_ALLOWED_BROKERS" {
+					if e.Name == "TIDAL_ALLOWED_BROKERS" {
 						got = &e
 					}
 				}
@@ -83,11 +83,11 @@ func TestKEDAAllowedBrokers(t *testing.T) {
 				}
 				switch {
 				case want == "" && got != nil:
-					t.Errorf("%s: TIDAL_KEDA_ALLOWED_BROKERS = %q, want it unset", c, got.Value)
+					t.Errorf("%s: TIDAL_ALLOWED_BROKERS = %q, want it unset", c, got.Value)
 				case want != "" && got == nil:
-					t.Errorf("%s: TIDAL_KEDA_ALLOWED_BROKERS unset, want %q", c, want)
+					t.Errorf("%s: TIDAL_ALLOWED_BROKERS unset, want %q", c, want)
 				case want != "" && got.Value != want:
-					t.Errorf("%s: TIDAL_KEDA_ALLOWED_BROKERS = %q, want %q", c, got.Value, want)
+					t.Errorf("%s: TIDAL_ALLOWED_BROKERS = %q, want %q", c, got.Value, want)
 				}
 			}
 		})

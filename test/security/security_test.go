@@ -78,9 +78,9 @@ var ids = map[string]identity.ID{
 // identity of the trust domain.
 var allowed = map[string][]string{
 	"/tidal.actuator.v1.ActuatorService/Scale":             {"decider", "actuator", "operator"},
-	"/tidal.actuator.v1.ActuatorService/Deploy":            {"decider", "operator"},
-	"/tidal.actuator.v1.ActuatorService/Undeploy":          {"decider", "operator"},
-	"/tidal.actuator.v1.ActuatorService/Update":            {"decider", "operator"},
+	"/tidal.actuator.v1.ActuatorService/Deploy":            {"operator"},
+	"/tidal.actuator.v1.ActuatorService/Undeploy":          {"operator"},
+	"/tidal.actuator.v1.ActuatorService/Update":            {"operator"},
 	"/tidal.decider.v1.DeciderService/Ingest":              {"collector"},
 	"/tidal.collector.v1.CollectorService/PushStats":       {"pusher"},
 	"/tidal.collector.v1.CollectorService/PushStatsStream": {"pusher"},
@@ -144,7 +144,8 @@ func startFleet(t *testing.T) *fleet {
 		files := pki.DirFiles(f.dirs[svc])
 		args = append(args,
 			"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-ca-file", files.CA,
-			"--authz-pushers", ids["pusher"].String(), "--authz-operators", ids["operator"].String(), "--authz-keda", ids["keda"].String())
+			"--authz-pushers", ids["pusher"].String(), "--authz-operators", ids["operator"].String(), "--authz-keda", ids["keda"].String(),
+			"--authz-readers", ids["reader"].String())
 		p, err := system.NewProc(svc, binDir, svc, logDir, args...)
 		if err != nil {
 			t.Fatal(err)

@@ -77,9 +77,13 @@ func TestWatchStreamFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Refused by the decider's watch bounds, or before them by the
+	// callers' read budgets (--authz-read-rate).
 	refused, _ := f.decider.Metric("tidal_decider_watch_refused_total")
-	t.Logf("decider with 1,000 targets: RSS %d MiB before, %d MiB after 5,000 silent watchers; %d goroutines; %d watchers refused",
-		before>>20, after>>20, int(g), int(refused))
+	limited, _ := f.decider.Metric("tidal_grpc_refused_total")
+	t.Logf("decider with 1,000 targets: RSS %d MiB before, %d MiB after 5,000 silent watchers; %d goroutines; %d watchers refused by the watch bounds, %d by the read budgets",
+		before>>20, after>>20, int(g), int(refused), int(limited))
+	refused += limited
 	if after > watchRSSBound {
 		t.Errorf("decider RSS %d MiB, want at most %d MiB", after>>20, watchRSSBound>>20)
 	}

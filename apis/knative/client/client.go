@@ -132,16 +132,21 @@ func newInformer[L runtime.Object](c lister[L], obj runtime.Object, resync time.
 	return inf
 }
 
-// NewPodAutoscalerInformer returns an informer of every namespace's
-// PodAutoscalers; the caller runs it.
-func NewPodAutoscalerInformer(c Interface, resync time.Duration) cache.SharedIndexInformer {
-	return newInformer(c.PodAutoscalers(""), &autoscalingv1alpha1.PodAutoscaler{}, resync)
+// NewPodAutoscalerInformer returns an informer of the PodAutoscalers of
+// namespaces (every namespace's when empty); the caller runs it.
+func NewPodAutoscalerInformer(c Interface, namespaces []string, resync time.Duration) cache.SharedIndexInformer {
+	return kubecache.NewNamespacedInformer(namespaces, func(ns string) cache.SharedIndexInformer {
+		return newInformer(c.PodAutoscalers(ns), &autoscalingv1alpha1.PodAutoscaler{}, resync)
+	})
 }
 
-// NewServerlessServiceInformer returns an informer of every namespace's
-// ServerlessServices; the caller runs it.
-func NewServerlessServiceInformer(c Interface, resync time.Duration) cache.SharedIndexInformer {
-	return newInformer(c.ServerlessServices(""), &networkingv1alpha1.ServerlessService{}, resync)
+// NewServerlessServiceInformer returns an informer of the
+// ServerlessServices of namespaces (every namespace's when empty); the
+// caller runs it.
+func NewServerlessServiceInformer(c Interface, namespaces []string, resync time.Duration) cache.SharedIndexInformer {
+	return kubecache.NewNamespacedInformer(namespaces, func(ns string) cache.SharedIndexInformer {
+		return newInformer(c.ServerlessServices(ns), &networkingv1alpha1.ServerlessService{}, resync)
+	})
 }
 
 // Get returns the object namespace/name of type T from an informer's store:

@@ -1,0 +1,496 @@
+package kubecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Namespaced joins one informer per namespace into one: the informer a
+// controller sees when tidal watches a list of namespaces (--namespaces)
+// rather than the whole cluster, so that its RBAC can be Roles in those
+// namespaces instead of a ClusterRole. Handlers, indexers and transforms go
+// to every part; the store answers from the part of an object's namespace,
+// and a listing is the parts' listings joined. Add indexers and handlers
+// before the parts start, as with any informer.
+type Namespaced struct {
+	namespaces []string
+	parts      []cache.SharedIndexInformer
+	indexer    *namespacedIndexer
+}
+
+var _ cache.SharedIndexInformer = (*Namespaced)(nil)
+
+// NewNamespaced joins parts, the informers of namespaces in the same order.
+func NewNamespaced(namespaces []string, parts []cache.SharedIndexInformer) *Namespaced {
+	n := &Namespaced{namespaces: slices.Clone(namespaces), parts: slices.Clone(parts)}
+	n.indexer = &namespacedIndexer{byNS: map[string]cache.Indexer{}}
+	for i, ns := range n.namespaces {
+		n.indexer.order = append(n.indexer.order, parts[i].GetIndexer())
+		n.indexer.byNS[ns] = parts[i].GetIndexer()
+	}
+	return n
+}
+
+// Parts are the per-namespace informers, in the order of the namespaces.
+func (n *Namespaced) Parts() []cache.SharedIndexInformer { return slices.Clone(n.parts) }
+
+// AddEventHandler adds h to every part.
+func (n *Namespaced) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	return n.add(func(p cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
+		return p.AddEventHandler(h)
+	})
+}
+
+// AddEventHandlerWithResyncPeriod adds h to every part.
+func (n *Namespaced) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, resync time.Duration) (cache.ResourceEventHandlerRegistration, error) {
+	return n.add(func(p cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
+		return p.AddEventHandlerWithResyncPeriod(h, resync)
+	})
+}
+
+// AddEventHandlerWithOptions adds h to every part.
+func (n *Namespaced) AddEventHandlerWithOptions(h cache.ResourceEventHandler, o cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
+	return n.add(func(p cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
+		return p.AddEventHandlerWithOptions(h, o)
+	})
+}
+
+func (n *Namespaced) add(f func(cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error)) (cache.ResourceEventHandlerRegistration, error) {
+	reg := &namespacedRegistration{}
+	for _, p := range n.parts {
+		r, err := f(p)
+		if err != nil {
+			_ = n.RemoveEventHandler(reg)
+			return nil, err
+		}
+		reg.parts = append(reg.parts, r)
+	}
+	return reg, nil
+}
+
+// RemoveEventHandler removes a handler AddEventHandler added.
+func (n *Namespaced) RemoveEventHandler(handle cache.ResourceEventHandlerRegistration) error {
+	reg, ok := handle.(*namespacedRegistration)
+	if !ok {
+		return fmt.Errorf("kubecache: registration %T is not a namespaced informer's", handle)
+	}
+	var errs []error
+	for i, r := range reg.parts {
+		errs = append(errs, n.parts[i].RemoveEventHandler(r))
+	}
+	return errors.Join(errs...)
+}
+
+// GetStore is the joined store.
+func (n *Namespaced) GetStore() cache.Store { return n.indexer }
+
+// GetIndexer is the joined indexer.
+func (n *Namespaced) GetIndexer() cache.Indexer { return n.indexer }
+
+// GetController is a controller over the parts.
+func (n *Namespaced) GetController() cache.Controller { return namespacedController{n} }
+
+// Run runs every part until stopCh closes, and returns when they all have.
+func (n *Namespaced) Run(stopCh <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	n.RunWithContext(ctx)
+}
+
+// RunWithContext runs every part until ctx ends, and returns when they
+// all have.
+func (n *Namespaced) RunWithContext(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, p := range n.parts {
+		wg.Go(func() { p.RunWithContext(ctx) })
+	}
+	wg.Wait()
+}
+
+// HasSynced reports whether every part has synced.
+func (n *Namespaced) HasSynced() bool {
+	for _, p := range n.parts {
+		if !p.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// HasSyncedChecker is done when every part's is.
+func (n *Namespaced) HasSyncedChecker() cache.DoneChecker {
+	cs := make([]cache.DoneChecker, len(n.parts))
+	for i, p := range n.parts {
+		cs[i] = p.HasSyncedChecker()
+	}
+	return allDone{name: "namespaces " + strings.Join(n.namespaces, ","), parts: cs}
+}
+
+// LastSyncResourceVersion is the parts' versions joined; it is opaque to
+// callers, as a single informer's is.
+func (n *Namespaced) LastSyncResourceVersion() string {
+	vs := make([]string, len(n.parts))
+	for i, p := range n.parts {
+		vs[i] = p.LastSyncResourceVersion()
+	}
+	return strings.Join(vs, ",")
+}
+
+// SetWatchErrorHandler sets h on every part.
+func (n *Namespaced) SetWatchErrorHandler(h cache.WatchErrorHandler) error {
+	return n.each(func(p cache.SharedIndexInformer) error { return p.SetWatchErrorHandler(h) })
+}
+
+// SetWatchErrorHandlerWithContext sets h on every part.
+func (n *Namespaced) SetWatchErrorHandlerWithContext(h cache.WatchErrorHandlerWithContext) error {
+	return n.each(func(p cache.SharedIndexInformer) error { return p.SetWatchErrorHandlerWithContext(h) })
+}
+
+// SetTransform sets t on every part.
+func (n *Namespaced) SetTransform(t cache.TransformFunc) error {
+	return n.each(func(p cache.SharedIndexInformer) error { return p.SetTransform(t) })
+}
+
+// IsStopped reports whether every part has stopped.
+func (n *Namespaced) IsStopped() bool {
+	for _, p := range n.parts {
+		if !p.IsStopped() {
+			return false
+		}
+	}
+	return true
+}
+
+// AddIndexers adds indexers to every part.
+func (n *Namespaced) AddIndexers(indexers cache.Indexers) error {
+	return n.each(func(p cache.SharedIndexInformer) error { return p.AddIndexers(indexers) })
+}
+
+func (n *Namespaced) each(f func(cache.SharedIndexInformer) error) error {
+	for i, p := range n.parts {
+		if err := f(p); err != nil {
+			return fmt.Errorf("informer of namespace %s: %w", n.namespaces[i], err)
+		}
+	}
+	return nil
+}
+
+// namespacedRegistration is a handler's registration on every part.
+type namespacedRegistration struct {
+	parts []cache.ResourceEventHandlerRegistration
+}
+
+func (r *namespacedRegistration) HasSynced() bool {
+	for _, p := range r.parts {
+		if !p.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *namespacedRegistration) HasSyncedChecker() cache.DoneChecker {
+	cs := make([]cache.DoneChecker, len(r.parts))
+	for i, p := range r.parts {
+		cs[i] = p.HasSyncedChecker()
+	}
+	return allDone{name: "namespaced handler", parts: cs}
+}
+
+// allDone is done when every one of parts is.
+type allDone struct {
+	name  string
+	parts []cache.DoneChecker
+}
+
+func (a allDone) Name() string { return a.name }
+
+// Done returns a channel closed once every part is done. Its goroutine
+// ends then; callers wait on it only for informers that run.
+func (a allDone) Done() <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for _, p := range a.parts {
+			<-p.Done()
+		}
+		close(done)
+	}()
+	return done
+}
+
+// namespacedController is the cache.Controller view of a Namespaced.
+type namespacedController struct{ n *Namespaced }
+
+func (c namespacedController) Run(stopCh <-chan struct{})          { c.n.Run(stopCh) }
+func (c namespacedController) RunWithContext(ctx context.Context)  { c.n.RunWithContext(ctx) }
+func (c namespacedController) HasSynced() bool                     { return c.n.HasSynced() }
+func (c namespacedController) HasSyncedChecker() cache.DoneChecker { return c.n.HasSyncedChecker() }
+func (c namespacedController) LastSyncResourceVersion() string {
+	return c.n.LastSyncResourceVersion()
+}
+
+// errNotWatched is an object of a namespace no part holds.
+var errNotWatched = errors.New("namespace not watched")
+
+// namespacedIndexer answers from the part of an object's namespace, and
+// joins the parts for listings.
+type namespacedIndexer struct {
+	byNS  map[string]cache.Indexer
+	order []cache.Indexer
+}
+
+var _ cache.Indexer = (*namespacedIndexer)(nil)
+
+func (x *namespacedIndexer) of(obj any) (cache.Indexer, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	ix, ok := x.byNS[m.GetNamespace()]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", errNotWatched, m.GetNamespace())
+	}
+	return ix, nil
+}
+
+func (x *namespacedIndexer) route(obj any, f func(cache.Indexer) error) error {
+	ix, err := x.of(obj)
+	if err != nil {
+		return err
+	}
+	return f(ix)
+}
+
+func (x *namespacedIndexer) Add(obj any) error {
+	return x.route(obj, func(ix cache.Indexer) error { return ix.Add(obj) })
+}
+
+func (x *namespacedIndexer) Update(obj any) error {
+	return x.route(obj, func(ix cache.Indexer) error { return ix.Update(obj) })
+}
+
+func (x *namespacedIndexer) Delete(obj any) error {
+	return x.route(obj, func(ix cache.Indexer) error { return ix.Delete(obj) })
+}
+
+func (x *namespacedIndexer) List() []any {
+	var out []any
+	for _, ix := range x.order {
+		out = append(out, ix.List()...)
+	}
+	return out
+}
+
+func (x *namespacedIndexer) ListKeys() []string {
+	var out []string
+	for _, ix := range x.order {
+		out = append(out, ix.ListKeys()...)
+	}
+	return out
+}
+
+// LastStoreSyncResourceVersion is opaque, as LastSyncResourceVersion.
+func (x *namespacedIndexer) LastStoreSyncResourceVersion() string {
+	vs := make([]string, len(x.order))
+	for i, ix := range x.order {
+		vs[i] = ix.LastStoreSyncResourceVersion()
+	}
+	return strings.Join(vs, ",")
+}
+
+// Bookmark is for a reflector, which writes to the parts, never here.
+func (x *namespacedIndexer) Bookmark(string) {}
+
+func (x *namespacedIndexer) Get(obj any) (any, bool, error) {
+	ix, err := x.of(obj)
+	if errors.Is(err, errNotWatched) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return ix.Get(obj)
+}
+
+func (x *namespacedIndexer) GetByKey(key string) (any, bool, error) {
+	ns, _, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, false, err
+	}
+	ix, ok := x.byNS[ns]
+	if !ok {
+		return nil, false, nil
+	}
+	return ix.GetByKey(key)
+}
+
+// Replace is for a reflector, which writes to the parts, never here.
+func (x *namespacedIndexer) Replace([]any, string) error {
+	return errors.New("kubecache: a namespaced store is replaced part by part")
+}
+
+func (x *namespacedIndexer) Resync() error {
+	for _, ix := range x.order {
+		if err := ix.Resync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *namespacedIndexer) Index(name string, obj any) ([]any, error) {
+	var out []any
+	for _, ix := range x.order {
+		objs, err := ix.Index(name, obj)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+func (x *namespacedIndexer) IndexKeys(name, value string) ([]string, error) {
+	if name == cache.NamespaceIndex {
+		ix, ok := x.byNS[value]
+		if !ok {
+			return nil, nil
+		}
+		return ix.IndexKeys(name, value)
+	}
+	var out []string
+	for _, ix := range x.order {
+		keys, err := ix.IndexKeys(name, value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, keys...)
+	}
+	return out, nil
+}
+
+func (x *namespacedIndexer) ListIndexFuncValues(name string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, ix := range x.order {
+		for _, v := range ix.ListIndexFuncValues(name) {
+			if !seen[v] {
+				seen[v] = true
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+func (x *namespacedIndexer) ByIndex(name, value string) ([]any, error) {
+	if name == cache.NamespaceIndex {
+		ix, ok := x.byNS[value]
+		if !ok {
+			return nil, nil
+		}
+		return ix.ByIndex(name, value)
+	}
+	var out []any
+	for _, ix := range x.order {
+		objs, err := ix.ByIndex(name, value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+func (x *namespacedIndexer) GetIndexers() cache.Indexers {
+	if len(x.order) == 0 {
+		return cache.Indexers{}
+	}
+	return x.order[0].GetIndexers()
+}
+
+func (x *namespacedIndexer) AddIndexers(indexers cache.Indexers) error {
+	for _, ix := range x.order {
+		if err := ix.AddIndexers(indexers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Namespaces is the --namespaces flag of the services that watch the
+// cluster: a comma-separated list of namespaces, empty for every one.
+type Namespaces []string
+
+// maxNamespaces bounds the list: one informer per namespace and resource.
+const maxNamespaces = 256
+
+// String implements flag.Value.
+func (n *Namespaces) String() string {
+	if n == nil {
+		return ""
+	}
+	return strings.Join(*n, ",")
+}
+
+// Set implements flag.Value: names, each a Kubernetes namespace name,
+// duplicates dropped.
+func (n *Namespaces) Set(v string) error {
+	var out []string
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "":
+			continue
+		case len(name) > 63 || !isLabel(name):
+			return fmt.Errorf("namespace %q: want a Kubernetes namespace name (a-z, 0-9, '-', at most 63 bytes)", truncate(name))
+		case !slices.Contains(out, name):
+			out = append(out, name)
+		}
+	}
+	if len(out) > maxNamespaces {
+		return fmt.Errorf("%d namespaces: want at most %d", len(out), maxNamespaces)
+	}
+	*n = out
+	return nil
+}
+
+// Watches reports whether ns is watched: every namespace is, with none
+// listed.
+func (n Namespaces) Watches(ns string) bool { return len(n) == 0 || slices.Contains(n, ns) }
+
+func isLabel(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(s)-1
+		if !ok {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
