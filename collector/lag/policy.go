@@ -45,13 +45,18 @@ func (p BrokerPolicy) Refused(brokers []string) (string, bool) {
 
 // Cluster returns c under the policy: an error wrapping
 // ErrBrokerNotAllowed and naming the first seed it refuses; else c with
-// Allow set, so that the brokers the cluster advertises are checked before
-// every connection too (a fake Kafka cannot send the collector elsewhere),
-// unless every seed is one the operator listed: that is the operator's own
-// Kafka, whose advertised brokers it need not list.
+// Allow set, so that the brokers the cluster advertises (and an OAuth token
+// endpoint) are checked before every connection too: a fake Kafka cannot
+// send the collector elsewhere. Allow stays unset only when every seed is
+// one the operator listed and no token endpoint is named: that is the
+// operator's own Kafka, whose advertised brokers it need not list.
 func (p BrokerPolicy) Cluster(c Cluster) (Cluster, error) {
 	if b, refused := p.Refused(c.Brokers); refused {
 		return c, fmt.Errorf("broker %q: %w: want one of --kafka-brokers or a match of --allowed-brokers", commonv1.Prefix(b), ErrBrokerNotAllowed)
+	}
+	if c.Auth.TokenURL != "" {
+		c.Allow = p.Allows
+		return c, nil
 	}
 	for _, b := range c.Brokers {
 		if !slices.Contains(p.Listed, b) {

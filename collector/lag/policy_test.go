@@ -40,6 +40,11 @@ func TestBrokerPolicy(t *testing.T) {
 	if err != nil || c.Allow == nil || c.Allow("evil.example.com:9092") {
 		t.Errorf("a tenant's Kafka: %v; want every dial checked", err)
 	}
+	// A token endpoint a tenant names is checked even on the operator's Kafka.
+	c, err = p.Cluster(Cluster{Brokers: []string{"kafka.ops:9092"}, Auth: Auth{SASL: SASLOAuthBearer, TokenURL: "https://169.254.169.254/token"}})
+	if err != nil || c.Allow == nil || c.Allow("169.254.169.254:443") {
+		t.Errorf("an OAuth token endpoint on the operator's Kafka: %v; want every dial checked", err)
+	}
 	_, err = p.Cluster(Cluster{Brokers: []string{"kafka.ops:9092", "169.254.169.254:80"}})
 	if !errors.Is(err, ErrBrokerNotAllowed) || !strings.Contains(err.Error(), "169.254.169.254:80") || !strings.Contains(err.Error(), "--allowed-brokers") {
 		t.Errorf("a seed outside the policy: %v, want ErrBrokerNotAllowed naming it and the flag", err)

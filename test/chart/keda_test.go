@@ -2,20 +2,28 @@ package chart_test
 
 import (
 	"crypto/x509"
+	"fmt"
+	"maps"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tidalscale/tidal/identity"
 )
 
 // TestKEDACertificate: with tls.keda the chart makes KEDA a client
-// certificate of its own identity, signed by the release's CA, and tells
-// the services that identity may call the external scaler.
+// certificate of its own identity, signed by the release's CA, in KEDA's
+// own namespace alone, where one ClusterTriggerAuthentication reads it for
+// every tenant's ScaledObjects (no copy in a tenant's namespace), tells the
+// services that identity may call the external scaler, and lets KEDA's
+// pods through the collector's NetworkPolicy.
 func TestKEDACertificate(t *testing.T) {
 	t.Parallel()
-	m := manifest(render(t, release{name: "tidal", namespace: "tidal-system", set: []string{"tls.keda=true", "authz.keda={spiffe://cluster.local/ns/keda/sa/keda-operator}"}}))
+	m := manifest(render(t, release{name: "tidal", namespace: "tidal-system", set: []string{"tls.keda=true", "keda.namespace=keda-system",
+		"networkPolicy.enabled=true", "authz.keda={spiffe://cluster.local/ns/keda/sa/keda-operator}"}}))
 	caSec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-tls-ca"))
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caSec.Data["tls.crt"]) {
@@ -35,14 +43,42 @@ func TestKEDACertificate(t *testing.T) {
 			t.Errorf("Secret tidal-keda-tls has no %s for the TriggerAuthentication", k)
 		}
 	}
-	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "tidal-collector"))
-	got := ""
-	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == "TIDAL_AUTHZ_KEDA" {
-			got = e.Value
+	if sec.Namespace != "keda-system" {
+		t.Errorf("Secret tidal-keda-tls in %q, want KEDA's namespace keda-system alone", sec.Namespace)
+	}
+	cta := m.get(t, "ClusterTriggerAuthentication", "tidal-keda")
+	refs, _, _ := unstructured.NestedSlice(cta.Object, "spec", "secretTargetRef")
+	got := map[string]string{}
+	for _, r := range refs {
+		r := r.(map[string]any)
+		if r["name"] != "tidal-keda-tls" {
+			t.Errorf("ClusterTriggerAuthentication reads Secret %v, want tidal-keda-tls", r["name"])
+		}
+		got[fmt.Sprint(r["parameter"])] = fmt.Sprint(r["key"])
+	}
+	if want := map[string]string{"caCert": "ca.crt", "tlsClientCert": "tls.crt", "tlsClientKey": "tls.key"}; !maps.Equal(got, want) {
+		t.Errorf("ClusterTriggerAuthentication parameters %v, want %v", got, want)
+	}
+	np := typed[networkingv1.NetworkPolicy](t, m.get(t, "NetworkPolicy", "tidal-collector"))
+	admitted := false
+	for _, rule := range np.Spec.Ingress {
+		for _, from := range rule.From {
+			if from.NamespaceSelector != nil && from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "keda-system" {
+				admitted = len(rule.Ports) == 1 && rule.Ports[0].Port.String() == "grpc"
+			}
 		}
 	}
-	if got != "spiffe://cluster.local/ns/keda/sa/keda-operator,"+want {
+	if !admitted {
+		t.Errorf("the collector's NetworkPolicy does not admit keda-system to its gRPC port: %+v", np.Spec.Ingress)
+	}
+	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "tidal-collector"))
+	authz := ""
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "TIDAL_AUTHZ_KEDA" {
+			authz = e.Value
+		}
+	}
+	if got := authz; got != "spiffe://cluster.local/ns/keda/sa/keda-operator,"+want {
 		t.Errorf("collector's TIDAL_AUTHZ_KEDA = %q, want authz.keda and the chart's KEDA identity", got)
 	}
 }

@@ -87,6 +87,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s.%s.svc" (include "tidal.componentName" .) .root.Release.Namespace }}
 {{- end }}
 
+{{/* Whether the NetworkPolicies are made: networkPolicy.enabled, where auto means in Knative mode. */}}
+{{- define "tidal.networkPolicyOn" -}}
+{{- $np := .Values.networkPolicy.enabled }}
+{{- if eq (toString $np) "auto" }}{{ $np = .Values.knative.enabled }}{{ end }}
+{{- if $np }}true{{ end }}
+{{- end }}
+
+{{/* Whether KEDA's pods call the collector: tls.keda's or authz.keda's identities. */}}
+{{- define "tidal.kedaOn" -}}
+{{- if and (include "tidal.tlsOn" .) (or .Values.tls.keda .Values.authz.keda) }}true{{ end }}
+{{- end }}
+
 {{/* Whether the services run mutual TLS. */}}
 {{- define "tidal.tlsOn" -}}
 {{- if ne .Values.tls.mode "disabled" }}true{{ end }}
