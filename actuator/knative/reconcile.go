@@ -29,7 +29,7 @@ import (
 // last decision applied to it (JSON of tidal's PodAutoscalerDecision), as
 // tidal's own PodAutoscaler records it in status.lastDecision: a decision
 // older than it is refused, across restarts and replicas.
-const AnnotationDecision = "autoscaling.tidal.dev/decision"
+const AnnotationDecision = autoscalingv1alpha1.AnnotationDecision
 
 // maxReason bounds the decision reason kept in status.
 const maxReason = 256
@@ -61,15 +61,7 @@ var ErrNotOwned = errors.New("serverlessservice not owned by the podautoscaler")
 // lastDecision reads the decision recorded in pa's status; nil when none
 // (or when what is there does not parse: the next decision replaces it).
 func lastDecision(pa *knautoscaling.PodAutoscaler) *autoscalingv1alpha1.PodAutoscalerDecision {
-	v, ok := pa.Status.Annotations[AnnotationDecision]
-	if !ok {
-		return nil
-	}
-	var d autoscalingv1alpha1.PodAutoscalerDecision
-	if err := json.Unmarshal([]byte(v), &d); err != nil || d.Sequence <= 0 {
-		return nil
-	}
-	return &d
+	return autoscalingv1alpha1.DecisionFromAnnotations(pa.Status.Annotations)
 }
 
 func recordDecision(st *knautoscaling.PodAutoscalerStatus, d *autoscalingv1alpha1.PodAutoscalerDecision) {

@@ -59,10 +59,13 @@ func startOp(req scale.Decision, kind string, name cache.ObjectName, maxScale in
 }
 
 // stamp makes the decision to record, made at now (once the caller holds
-// the PodAutoscaler's lock), with the decider's excess burst capacity.
-func (o *op) stamp(excessBurstCapacity *int32, now time.Time) {
+// the PodAutoscaler's lock), with the decider's excess burst capacity and
+// its keep-alive policy's memory and prediction: recorded with the
+// decision, they cost no write of their own.
+func (o *op) stamp(excessBurstCapacity *int32, keepAliveState string, predictedIdle bool, now time.Time) {
 	o.dec = Decision{Sequence: int64(o.req.Sequence), DesiredScale: o.req.Desired,
-		ExcessBurstCapacity: excessBurstCapacity, Reason: o.req.Reason, Time: metav1.NewTime(now)}
+		ExcessBurstCapacity: excessBurstCapacity, Reason: o.req.Reason, Time: metav1.NewTime(now),
+		KeepAliveState: keepAliveState, PredictedIdle: predictedIdle && o.req.Desired == 0}
 }
 
 // sequence is rec's sequence; 0 when none is recorded.

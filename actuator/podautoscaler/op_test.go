@@ -73,7 +73,7 @@ func TestAttemptComparesWithTheRecordedDecision(t *testing.T) {
 			}
 			ebc := int32(7)
 			now := time.Unix(1_800_000_000, 0)
-			op.stamp(&ebc, now)
+			op.stamp(&ebc, "", false, now)
 			dec, done := op.attempt(tt.rec)
 			if (dec != nil) != tt.record || done != tt.done || op.stale != tt.wantStale {
 				t.Fatalf("Attempt = %v, %v (stale %v); want a decision %v, done %v, stale %v", dec, done, op.stale, tt.record, tt.done, tt.wantStale)
@@ -135,7 +135,7 @@ func TestFinishMakesTheResult(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			op.stamp(nil, time.Now())
+			op.stamp(nil, "", false, time.Now())
 			op.attempt(recordedAt(tt.last))
 			rec := record.NewFakeRecorder(4)
 			var requeued time.Duration

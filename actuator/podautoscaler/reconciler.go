@@ -530,6 +530,7 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 		if d.ExcessBurstCapacity != nil {
 			p.Input.Decider.ExcessBurstCapacity = *d.ExcessBurstCapacity
 		}
+		p.Input.Decider.PredictedIdle = d.PredictedIdle && d.DesiredScale == 0
 	}
 	out := Outcome{Want: kpaspec.ScaleUnknown}
 

@@ -40,6 +40,11 @@ type Request struct {
 	scale.Decision
 	// ExcessBurstCapacity is the decider's, when known.
 	ExcessBurstCapacity *int32
+	// KeepAliveState is the decider's keep-alive memory of the target, to
+	// record with the decision; PredictedIdle marks a 0 the policy
+	// predicted (kpaspec.Status.PredictedIdle).
+	KeepAliveState string
+	PredictedIdle  bool
 }
 
 // podAutoscalerFor returns the PodAutoscaler this reconciler serves that
@@ -105,7 +110,7 @@ func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result
 	unlock := r.lock(name)
 	defer unlock()
 
-	op.stamp(req.ExcessBurstCapacity, r.clock.Now())
+	op.stamp(req.ExcessBurstCapacity, req.KeepAliveState, req.PredictedIdle, r.clock.Now())
 	// Each attempt compares with the newest copy this process knows; the
 	// status write that records the decision is made at that copy's
 	// resourceVersion, so a newer decision recorded elsewhere meanwhile

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -203,6 +204,10 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 		Strategy:             commonv1.Strategy_STRATEGY_KPA,
 		Annotations:          prefixed(ann, kpaPrefix),
 		ContainerConcurrency: int32(min(pa.Spec.ContainerConcurrency, kpaconfig.MaxContainerConcurrency)),
+		KeepAliveState:       keepAliveState(autoscalingv1alpha1.DecisionFromAnnotations(pa.Status.Annotations)),
+	}
+	if ka, ok := ann[kpaconfig.AnnotationKeepAlive]; ok {
+		spec.Annotations[kpaconfig.AnnotationKeepAlive] = ka
 	}
 	kr := &deciderv1.KnativeRevision{Revision: pa.Revision(), Configuration: pa.Labels[knautoscaling.LabelConfiguration],
 		Service: pa.Labels[knautoscaling.LabelService]}

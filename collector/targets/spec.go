@@ -57,6 +57,10 @@ func kpaSpec(pa *autoscalingv1alpha1.PodAutoscaler) *deciderv1.TargetSpec {
 	if pa.Spec.Metric != "" {
 		s.Annotations[kpaPrefix+"metric"] = string(pa.Spec.Metric)
 	}
+	if ka, ok := pa.Annotations[kpaconfig.AnnotationKeepAlive]; ok {
+		s.Annotations[kpaconfig.AnnotationKeepAlive] = ka
+	}
+	s.KeepAliveState = keepAliveState(pa.Status.LastDecision)
 	switch pa.Spec.Reachability {
 	case autoscalingv1alpha1.ReachabilityReachable:
 		s.Reachability = deciderv1.Reachability_REACHABILITY_REACHABLE
@@ -64,6 +68,16 @@ func kpaSpec(pa *autoscalingv1alpha1.PodAutoscaler) *deciderv1.TargetSpec {
 		s.Reachability = deciderv1.Reachability_REACHABILITY_UNREACHABLE
 	}
 	return s
+}
+
+// keepAliveState is the keep-alive memory recorded with a decision, for
+// the decider to start from; "" when there is none or it is not what the
+// decider accepts (it is status anyone with write access could set).
+func keepAliveState(d *autoscalingv1alpha1.PodAutoscalerDecision) string {
+	if d == nil || commonv1.ValidateKeepAliveState("keep_alive_state", d.KeepAliveState) != nil {
+		return ""
+	}
+	return d.KeepAliveState
 }
 
 // prefixed copies the annotations with prefix, at most one more than the

@@ -101,3 +101,41 @@ func TestLagSpec(t *testing.T) {
 		t.Error("lagThreshold 0 accepted")
 	}
 }
+
+func TestKPASpecCarriesTheKeepAlive(t *testing.T) {
+	pa := func(ann map[string]string, dec *autoscalingv1alpha1.PodAutoscalerDecision) *autoscalingv1alpha1.PodAutoscaler {
+		return &autoscalingv1alpha1.PodAutoscaler{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "fn", Annotations: ann},
+			Spec:       autoscalingv1alpha1.PodAutoscalerSpec{ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "fn"}},
+			Status:     autoscalingv1alpha1.PodAutoscalerStatus{LastDecision: dec},
+		}
+	}
+	predictive := map[string]string{kpaconfig.AnnotationKeepAlive: "predictive", "autoscaling.tidal.dev/paused": "false"}
+	for _, tc := range []struct {
+		name      string
+		pa        *autoscalingv1alpha1.PodAutoscaler
+		ann       map[string]string
+		state     string
+		wantState string
+	}{
+		{name: "no policy", pa: pa(nil, nil), ann: map[string]string{}},
+		{name: "the annotation, no decision yet", pa: pa(predictive, nil), ann: map[string]string{kpaconfig.AnnotationKeepAlive: "predictive"}},
+		{name: "the memory recorded with the last decision", pa: pa(predictive, &autoscalingv1alpha1.PodAutoscalerDecision{Sequence: 1, KeepAliveState: "CAEYAQ"}),
+			ann: map[string]string{kpaconfig.AnnotationKeepAlive: "predictive"}, wantState: "CAEYAQ"},
+		{name: "a memory the decider would refuse is left out", pa: pa(predictive, &autoscalingv1alpha1.PodAutoscalerDecision{Sequence: 1, KeepAliveState: "CA E="}),
+			ann: map[string]string{kpaconfig.AnnotationKeepAlive: "predictive"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := kpaSpec(tc.pa)
+			if s.GetKeepAliveState() != tc.wantState {
+				t.Errorf("keep_alive_state %q, want %q", s.GetKeepAliveState(), tc.wantState)
+			}
+			if len(s.GetAnnotations()) != len(tc.ann) || s.GetAnnotations()[kpaconfig.AnnotationKeepAlive] != tc.ann[kpaconfig.AnnotationKeepAlive] {
+				t.Errorf("annotations %v, want %v", s.GetAnnotations(), tc.ann)
+			}
+			if err := s.ValidateField("spec"); err != nil {
+				t.Errorf("the spec does not pass the decider's check: %v", err)
+			}
+		})
+	}
+}

@@ -6,9 +6,9 @@
 // hours, and when they are predictable keep the target at zero after a busy
 // period, pre-warm one pod shortly before the head of the distribution (its
 // 5th percentile) and keep it until past the tail (its 99th percentile).
-// When they are not predictable (too few idle times, a histogram too flat to
-// tell, a tail beyond its range) the policy stands aside and the target
-// keeps Knative's fixed scale-to-zero grace.
+// When they are not predictable (too few idle times, a histogram too flat or
+// too spread out to tell, a tail beyond its range) the policy stands aside
+// and the target keeps Knative's fixed scale-to-zero grace.
 //
 // The policy only acts while the target is idle: while requests arrive,
 // Knative's windows, panic mode and rate limits decide, untouched. The

@@ -8,12 +8,14 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
 
-// MaxEncoded bounds an encoded State: a full histogram (240 counts of up
-// to two bytes, a few bytes more) in base64 is about 660 characters.
-const MaxEncoded = 1024
+// MaxEncoded bounds an encoded State, as the API bounds it wherever it
+// travels: a full histogram (240 counts of up to two bytes, a few bytes
+// more) in base64 is about 660 characters.
+const MaxEncoded = commonv1.MaxKeepAliveState
 
 // maxUnix bounds a stored time: the year 9999, so a stored value never
 // overflows a time.Time's arithmetic.

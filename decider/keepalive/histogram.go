@@ -27,10 +27,17 @@ const (
 	// MinSamples is the fewest idle times the policy predicts from.
 	MinSamples = 10
 	// MinCV is the lowest coefficient of variation of the bin counts that
-	// counts as predictable: a histogram flatter than that (idle times
-	// spread evenly over more than about 48 of the 240 bins) says little
-	// about when the next request comes.
+	// counts as predictable (the paper's test of a representative
+	// histogram): a histogram flatter than that (idle times spread evenly
+	// over more than 48 of the 240 bins) says little about when the next
+	// request comes.
 	MinCV = 2.0
+	// MaxSpread bounds the span from the 5th percentile's bin to the 99th's:
+	// 48 minutes, the spread of a flat histogram whose CV is MinCV. The CV
+	// alone cannot tell a spread-out pattern from sampling noise when there
+	// are few idle times (ten idle times in ten bins anywhere in the four
+	// hours have a CV of 4.8); the span can.
+	MaxSpread = 48 * time.Minute
 	// MaxSamples bounds the idle times the histogram holds: when a new one
 	// would exceed it, every count is halved, so the histogram follows a
 	// pattern that changes and its counts fit 10 bits.
@@ -122,7 +129,8 @@ const (
 	Predictable Fallback = iota
 	// FewSamples: fewer than MinSamples idle times.
 	FewSamples
-	// TooWide: the bin counts' coefficient of variation is below MinCV.
+	// TooWide: the bin counts' coefficient of variation is below MinCV, or
+	// the 5th to 99th percentiles span more than MaxSpread.
 	TooWide
 	// OutOfRange: the tail percentile lies beyond the histogram's range.
 	OutOfRange
@@ -152,8 +160,10 @@ type Prediction struct {
 	// CV is the bin counts' coefficient of variation.
 	CV float64
 	// Head is the lower edge of the bin of the 5th percentile and Tail the
-	// upper edge of the bin of the 99th; set when Samples > 0 and in range.
-	Head, Tail time.Duration
+	// upper edge of the bin of the 99th, when HeadKnown and TailKnown: some
+	// idle times, and the percentile within the histogram's range.
+	Head, Tail           time.Duration
+	HeadKnown, TailKnown bool
 	// PreWarm is how long after a busy period ends the pod comes back
 	// (Head less the margin); 0 means the pod is kept from the end of the
 	// busy period (the head falls in the first minute). Until is how long
@@ -174,17 +184,17 @@ func (h *Histogram) Predict() Prediction {
 	}
 	head, tail := h.quantileBin(HeadQuantile), h.quantileBin(TailQuantile)
 	if head < Bins {
-		p.Head = time.Duration(head) * BinWidth
+		p.Head, p.HeadKnown = time.Duration(head)*BinWidth, true
 	}
 	if tail < Bins {
-		p.Tail = time.Duration(tail+1) * BinWidth
+		p.Tail, p.TailKnown = time.Duration(tail+1)*BinWidth, true
 	}
 	switch {
 	case p.Samples < MinSamples:
 		p.Fallback = FewSamples
 	case tail >= Bins:
 		p.Fallback = OutOfRange
-	case p.CV < MinCV-1e-9: // an even spread over 48 bins is 2 give or take rounding
+	case p.CV < MinCV-1e-9, p.Tail-p.Head > MaxSpread: // an even spread over 48 bins is 2 give or take rounding
 		p.Fallback = TooWide
 	default:
 		p.PreWarm = scale(p.Head, 1-Margin)

@@ -54,6 +54,10 @@ func TestPredict(t *testing.T) {
 		// 48 of 240 bins evenly: CV exactly 2, still predictable; 49 is too wide.
 		{name: "48 bins", h: hist(1, spread(48)...), head: 2 * m, tail: 48 * m, preWarm: 108 * time.Second, until: 52*m + 48*time.Second},
 		{name: "49 bins", h: hist(1, spread(49)...), fallback: TooWide, head: 2 * m, tail: 49 * m},
+		// Twelve idle times anywhere in three hours: a CV of 4.3 from
+		// sampling alone, but spread too far to predict.
+		{name: "sparse and spread", h: hist(1, 3*m, 20*m, 35*m, 51*m, 70*m, 88*m, 101*m, 120*m, 133*m, 150*m, 166*m, 179*m),
+			fallback: TooWide, head: 3 * m, tail: 180 * m},
 		// One in 50 beyond four hours: the 99th percentile is out of range.
 		{name: "tail out of range", h: hist(1, append(spread(1)[:0:0], append(repeat(49, 30*m), 5*time.Hour)...)...), fallback: OutOfRange, head: 30 * m},
 		// One in 100 beyond: the 99th percentile is the last in range.

@@ -206,6 +206,9 @@ func (p *Prediction) fallbackDetail() string {
 	case OutOfRange:
 		return fmt.Sprintf("out of range: the 99th percentile is beyond %s, %d of %d idle times", fmtDur(Range), p.OutOfRange, p.Samples)
 	case TooWide:
+		if p.Tail-p.Head > MaxSpread {
+			return fmt.Sprintf("too wide: p5 to p99 span %s, want at most %s", fmtDur(p.Tail-p.Head), fmtDur(MaxSpread))
+		}
 		return fmt.Sprintf("too wide: bin counts' CV %.2f, want at least %.0f", p.CV, MinCV)
 	}
 	return p.Fallback.String()
@@ -223,8 +226,11 @@ func (d *Decision) Explain() string {
 	fmt.Fprintf(&b, "  last request %s, idle %s; Knative's desired %d, policy's %d\n",
 		d.LastActive.UTC().Format(time.RFC3339), fmtDur(d.IdleFor), d.Knative, d.Desired)
 	fmt.Fprintf(&b, "  idle times: %d (%d beyond %s), bin counts' CV %.2f", p.Samples, p.OutOfRange, fmtDur(Range), p.CV)
-	if p.Samples > 0 {
-		fmt.Fprintf(&b, ", p5 bin from %s, p99 bin to %s", fmtDur(p.Head), fmtDur(p.Tail))
+	if p.HeadKnown {
+		fmt.Fprintf(&b, ", p5 bin from %s", fmtDur(p.Head))
+	}
+	if p.TailKnown {
+		fmt.Fprintf(&b, ", p99 bin to %s", fmtDur(p.Tail))
 	}
 	b.WriteString("\n")
 	if p.Predictable() {

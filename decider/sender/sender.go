@@ -193,6 +193,10 @@ func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
 		// The reconciler needs it to choose the activator mode.
 		ebc := float64(d.ExcessBurstCapacity)
 		req.ExcessBurstCapacity = &ebc
+		// The keep-alive policy's memory rides on the write this decision
+		// makes anyway; its prediction lets the last pod go without grace.
+		req.KeepAliveState = d.KeepAliveState
+		req.PredictedIdle = d.PredictedIdle() && req.DesiredReplicas == 0
 	}
 	began := time.Now()
 	resp, err := s.client.Scale(cctx, req)

@@ -178,6 +178,7 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 		e := int32(max(math.MinInt32, min(math.MaxInt32, math.Floor(req.GetExcessBurstCapacity()))))
 		r.ExcessBurstCapacity = &e
 	}
+	r.KeepAliveState, r.PredictedIdle = req.GetKeepAliveState(), req.GetPredictedIdle()
 	res, err := h.engine.Scale(ctx, r)
 	var notOwner *podautoscaler.NotOwnerError
 	if errors.As(err, &notOwner) {

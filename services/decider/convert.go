@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/keepalive"
 	"github.com/tidalscale/tidal/decider/sender"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -32,6 +33,7 @@ func specOf(s *deciderv1.TargetSpec) engine.Spec {
 		ContainerConcurrency: s.GetContainerConcurrency(),
 		Reachable:            s.GetReachability() != deciderv1.Reachability_REACHABILITY_UNREACHABLE,
 		Advisory:             s.GetAdvisory(),
+		KeepAliveState:       s.GetKeepAliveState(),
 	}
 	if kr := s.GetKnativeRevision(); kr != nil {
 		spec.Knative = &engine.KnativeRevision{Revision: kr.GetRevision(), Configuration: kr.GetConfiguration(), Service: kr.GetService()}
@@ -166,5 +168,35 @@ func explainOf(d engine.Decision) *deciderv1.ExplainResponse {
 			})
 		}
 	}
+	if ka := d.KeepAlive; ka != nil {
+		resp.KeepAlive = keepAliveOf(ka)
+	}
 	return resp
+}
+
+func keepAliveOf(ka *keepalive.Decision) *deciderv1.KeepAliveInputs {
+	p := &ka.Prediction
+	in := &deciderv1.KeepAliveInputs{
+		Phase:          ka.Phase.String(),
+		Reason:         ka.Reason(),
+		KnativeDesired: ka.Knative,
+		Desired:        ka.Desired,
+		PredictedIdle:  ka.Predicted,
+		LastActiveTime: tsOrNil(ka.LastActive),
+		Samples:        int32(p.Samples),
+		OutOfRange:     int32(p.OutOfRange),
+		Cv:             p.CV,
+	}
+	if p.HeadKnown {
+		in.Head = durationpb.New(p.Head)
+	}
+	if p.TailKnown {
+		in.Tail = durationpb.New(p.Tail)
+	}
+	if p.Predictable() {
+		in.PreWarm, in.Until = durationpb.New(p.PreWarm), durationpb.New(p.Until)
+	} else {
+		in.Fallback = p.Fallback.String()
+	}
+	return in
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	"github.com/tidalscale/tidal/decider/keepalive"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
@@ -271,5 +272,52 @@ func TestKnativeConfigFromACollector(t *testing.T) {
 	}
 	if _, err := st.CloseAndRecv(); err != nil {
 		t.Errorf("the stream after an invalid configuration: %v", err)
+	}
+}
+
+func TestKeepAliveThroughTheService(t *testing.T) {
+	client, act := startDecider(t)
+	ctx := context.Background()
+	// The memory a PodAutoscaler's status kept: twenty 10-minute gaps, the
+	// last request 30 s ago.
+	var mem keepalive.State
+	last := time.Now().Add(-30 * time.Second).Truncate(time.Second)
+	for i := 20; i >= 0; i-- {
+		mem.Observe(last.Add(-time.Duration(i) * 10 * time.Minute))
+	}
+	st, err := client.Ingest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&deciderv1.IngestRequest{CollectorId: "c1", Specs: []*deciderv1.TargetSpec{{
+		Target: hello, Strategy: commonv1.Strategy_STRATEGY_KPA, KeepAliveState: mem.Encode(),
+		Annotations: map[string]string{"autoscaling.tidal.dev/keep-alive": "predictive"},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	var req *actuatorv1.ScaleRequest
+	for deadline := time.Now().Add(10 * time.Second); req == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Scale call within 10 s")
+		}
+		req = act.last()
+	}
+	if req.GetDesiredReplicas() != 0 || !req.GetPredictedIdle() || req.GetKeepAliveState() != mem.Encode() {
+		t.Errorf("Scale request %v: want a predicted 0 with the memory", req)
+	}
+	ex, err := client.Explain(ctx, &deciderv1.ExplainRequest{Target: hello})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka := ex.GetKeepAlive()
+	if ka.GetPhase() != "unloaded" || ka.GetSamples() != 20 || ka.GetPreWarm().AsDuration() != 9*time.Minute || ka.GetUntil().AsDuration() != 12*time.Minute+6*time.Second ||
+		!ka.GetLastActiveTime().AsTime().Equal(last) || ka.GetFallback() != "" || !ka.GetPredictedIdle() {
+		t.Errorf("Explain keep_alive = %v, want unloaded, 20 idle times, window 9m to 12m6s from the last request", ka)
+	}
+	if r := ex.GetDecision().GetReason(); !strings.HasPrefix(r, "keep-alive: zero, pre-warm at 9m") {
+		t.Errorf("reason %q, want the policy's", r)
+	}
+	if _, err := st.CloseAndRecv(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -320,6 +320,21 @@ type PodAutoscalerDecision struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// PredictedIdle is true when DesiredScale 0 is the predictive
+	// keep-alive policy's prediction (autoscaling.tidal.dev/keep-alive:
+	// predictive) that no request comes before its pre-warm: the last pod
+	// goes as soon as nothing else holds it, without the fixed scale-to-zero
+	// grace and pod retention.
+	// +optional
+	PredictedIdle bool `json:"predictedIdle,omitempty"`
+	// KeepAliveState is the predictive keep-alive policy's memory of the
+	// target (its idle-time histogram and its last request), written by the
+	// decider and recorded here with each of its decisions, so a decider
+	// that restarts, or takes the target over, starts from it. Opaque.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]*$`
+	// +optional
+	KeepAliveState string `json:"keepAliveState,omitempty"`
 	// Time is when the actuator recorded the decision.
 	Time metav1.Time `json:"time"`
 }

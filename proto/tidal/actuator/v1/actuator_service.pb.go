@@ -46,8 +46,20 @@ type ScaleRequest struct {
 	// floored). The KPA reconciler uses its sign for the activator mode.
 	// Absent means 0. Must be finite.
 	ExcessBurstCapacity *float64 `protobuf:"fixed64,6,opt,name=excess_burst_capacity,json=excessBurstCapacity,proto3,oneof" json:"excess_burst_capacity,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The predictive keep-alive policy's memory of the target
+	// (autoscaling.tidal.dev/keep-alive: predictive; decider/keepalive), opaque
+	// text the actuator records with the decision in the PodAutoscaler's status,
+	// for the collector to hand back to a decider that restarts. Empty for a
+	// target without the policy. At most 1024 bytes of unpadded base64url.
+	KeepAliveState string `protobuf:"bytes,7,opt,name=keep_alive_state,json=keepAliveState,proto3" json:"keep_alive_state,omitempty"`
+	// True when desired_replicas is 0 by the predictive keep-alive policy's
+	// prediction: no request is expected before its pre-warm, so the reconciler
+	// removes the last pod as soon as the activator is in the path, without the
+	// fixed scale-to-zero grace, pod retention and stable window of activity.
+	// Only with desired_replicas 0.
+	PredictedIdle bool `protobuf:"varint,8,opt,name=predicted_idle,json=predictedIdle,proto3" json:"predicted_idle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScaleRequest) Reset() {
@@ -120,6 +132,20 @@ func (x *ScaleRequest) GetExcessBurstCapacity() float64 {
 		return *x.ExcessBurstCapacity
 	}
 	return 0
+}
+
+func (x *ScaleRequest) GetKeepAliveState() string {
+	if x != nil {
+		return x.KeepAliveState
+	}
+	return ""
+}
+
+func (x *ScaleRequest) GetPredictedIdle() bool {
+	if x != nil {
+		return x.PredictedIdle
+	}
+	return false
 }
 
 // ScaleResponse says what happened.
@@ -816,14 +842,16 @@ var File_tidal_actuator_v1_actuator_service_proto protoreflect.FileDescriptor
 
 const file_tidal_actuator_v1_actuator_service_proto_rawDesc = "" +
 	"\n" +
-	"(tidal/actuator/v1/actuator_service.proto\x12\x11tidal.actuator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctidal/common/v1/target.proto\"\x9e\x02\n" +
+	"(tidal/actuator/v1/actuator_service.proto\x12\x11tidal.actuator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctidal/common/v1/target.proto\"\xef\x02\n" +
 	"\fScaleRequest\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x12)\n" +
 	"\x10desired_replicas\x18\x02 \x01(\x05R\x0fdesiredReplicas\x12+\n" +
 	"\x11decision_sequence\x18\x03 \x01(\x04R\x10decisionSequence\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x127\n" +
-	"\x15excess_burst_capacity\x18\x06 \x01(\x01H\x00R\x13excessBurstCapacity\x88\x01\x01B\x18\n" +
+	"\x15excess_burst_capacity\x18\x06 \x01(\x01H\x00R\x13excessBurstCapacity\x88\x01\x01\x12(\n" +
+	"\x10keep_alive_state\x18\a \x01(\tR\x0ekeepAliveState\x12%\n" +
+	"\x0epredicted_idle\x18\b \x01(\bR\rpredictedIdleB\x18\n" +
 	"\x16_excess_burst_capacity\"\xcb\x01\n" +
 	"\rScaleResponse\x12)\n" +
 	"\x10applied_replicas\x18\x01 \x01(\x05R\x0fappliedReplicas\x12+\n" +

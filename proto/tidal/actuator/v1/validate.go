@@ -33,6 +33,12 @@ func (r *ScaleRequest) Validate() error {
 	if len(r.GetReason()) > 1024 {
 		return commonv1.Invalid("reason", r.GetReason()[:32]+"…", "at most 1024 bytes")
 	}
+	if err := commonv1.ValidateKeepAliveState("keep_alive_state", r.GetKeepAliveState()); err != nil {
+		return err
+	}
+	if r.GetPredictedIdle() && r.GetDesiredReplicas() != 0 {
+		return commonv1.Invalid("predicted_idle", true, fmt.Sprintf("only with desired_replicas 0, not %d", r.GetDesiredReplicas()))
+	}
 	return nil
 }
 

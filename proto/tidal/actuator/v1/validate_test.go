@@ -51,3 +51,34 @@ func TestFunctionSpecBounds(t *testing.T) {
 		t.Errorf("good spec refused: %v", err)
 	}
 }
+
+func TestScaleRequestKeepAlive(t *testing.T) {
+	good := func() *ScaleRequest {
+		return &ScaleRequest{Target: &commonv1.TargetRef{Namespace: "ns", Name: "a"}, DecisionSequence: 1,
+			KeepAliveState: strings.Repeat("Az09-_", commonv1.MaxKeepAliveState/6), PredictedIdle: true}
+	}
+	if err := good().Validate(); err != nil {
+		t.Fatalf("a request at the bounds refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*ScaleRequest)
+		field  string
+	}{
+		{"a 3 MB state", func(r *ScaleRequest) { r.KeepAliveState = strings.Repeat("A", 3<<20) }, "keep_alive_state"},
+		{"a state with a line break", func(r *ScaleRequest) { r.KeepAliveState = "AB\nC" }, "keep_alive_state"},
+		{"predicted idle with pods", func(r *ScaleRequest) { r.DesiredReplicas = 2 }, "predicted_idle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := good()
+			tc.mutate(r)
+			err := r.Validate()
+			if err == nil || !strings.Contains(err.Error(), "invalid "+tc.field) {
+				t.Fatalf("Validate = %.200v, want an error naming %s", err, tc.field)
+			}
+			if len(err.Error()) > 400 {
+				t.Errorf("error of %d bytes, want a bounded prefix", len(err.Error()))
+			}
+		})
+	}
+}

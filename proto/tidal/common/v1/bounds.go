@@ -24,7 +24,28 @@ const (
 	// MaxPartitionLags bounds the partitions of one lag sample (as
 	// lagconfig bounds partitionLimitation).
 	MaxPartitionLags = 10000
+	// MaxKeepAliveState bounds the keep-alive policy's memory of a target
+	// as it travels (decider → actuator → status → collector → decider):
+	// decider/keepalive encodes a full histogram in about 660 bytes.
+	MaxKeepAliveState = 1024
 )
+
+// ValidateKeepAliveState checks the keep-alive policy's encoded memory: at
+// most MaxKeepAliveState bytes of unpadded base64url. What it holds is the
+// decider's to check.
+func ValidateKeepAliveState(field, v string) error {
+	if len(v) > MaxKeepAliveState {
+		return Invalid(field, v, fmt.Sprintf("at most %d bytes", MaxKeepAliveState))
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return Invalid(field, v, "unpadded base64url (A-Z, a-z, 0-9, - and _)")
+		}
+	}
+	return nil
+}
 
 // Prefix returns v when it is at most MaxQuoted bytes long, else its first
 // MaxQuoted bytes (cut at a character boundary) followed by "…". Errors

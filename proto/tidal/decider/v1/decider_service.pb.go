@@ -106,8 +106,14 @@ type TargetSpec struct {
 	// exports its decisions under Knative's autoscaler metrics with these
 	// names as labels, so Knative's dashboards show them. Unset otherwise.
 	KnativeRevision *KnativeRevision `protobuf:"bytes,7,opt,name=knative_revision,json=knativeRevision,proto3" json:"knative_revision,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The predictive keep-alive policy's memory of the target as its
+	// PodAutoscaler's status keeps it (the last decision's keep_alive_state, see
+	// actuator.v1.ScaleRequest): a decider that does not hold the target's
+	// policy yet, or holds an older one, starts from it. Empty when none. At
+	// most 1024 bytes of unpadded base64url.
+	KeepAliveState string `protobuf:"bytes,8,opt,name=keep_alive_state,json=keepAliveState,proto3" json:"keep_alive_state,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TargetSpec) Reset() {
@@ -187,6 +193,13 @@ func (x *TargetSpec) GetKnativeRevision() *KnativeRevision {
 		return x.KnativeRevision
 	}
 	return nil
+}
+
+func (x *TargetSpec) GetKeepAliveState() string {
+	if x != nil {
+		return x.KeepAliveState
+	}
+	return ""
 }
 
 // KnativeRevision names a Knative Revision and what it belongs to (its
@@ -1563,7 +1576,10 @@ type ExplainResponse struct {
 	//	*ExplainResponse_Lag
 	Inputs isExplainResponse_Inputs `protobuf_oneof:"inputs"`
 	// Each rule that changed the number, in the order applied.
-	Clamps        []*Clamp `protobuf:"bytes,4,rep,name=clamps,proto3" json:"clamps,omitempty"`
+	Clamps []*Clamp `protobuf:"bytes,4,rep,name=clamps,proto3" json:"clamps,omitempty"`
+	// The predictive keep-alive policy's part, for a KPA target that uses it
+	// (autoscaling.tidal.dev/keep-alive: predictive); absent otherwise.
+	KeepAlive     *KeepAliveInputs `protobuf:"bytes,5,opt,name=keep_alive,json=keepAlive,proto3" json:"keep_alive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1637,6 +1653,13 @@ func (x *ExplainResponse) GetClamps() []*Clamp {
 	return nil
 }
 
+func (x *ExplainResponse) GetKeepAlive() *KeepAliveInputs {
+	if x != nil {
+		return x.KeepAlive
+	}
+	return nil
+}
+
 type isExplainResponse_Inputs interface {
 	isExplainResponse_Inputs()
 }
@@ -1655,11 +1678,178 @@ func (*ExplainResponse_Kpa) isExplainResponse_Inputs() {}
 
 func (*ExplainResponse_Lag) isExplainResponse_Inputs() {}
 
+// KeepAliveInputs say why a target with the predictive keep-alive policy is
+// warm or at zero: Knative's number while it is busy or its idle times are not
+// predictable, else the policy's from the idle-time histogram's percentiles.
+type KeepAliveInputs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the target stands: "unknown" (no request seen), "busy", "fallback"
+	// (not predictable: Knative's fixed grace), "keep-warm", "unloaded" (at zero
+	// until the pre-warm), "pre-warm" or "late" (past the predicted window).
+	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// The policy's explanation in words, e.g. "keep-alive: zero, pre-warm at
+	// 8m6s (idle 3m; p5 9m, p99 10m)".
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Knative's desired scale and the policy's (-1 when unknown).
+	KnativeDesired int32 `protobuf:"varint,3,opt,name=knative_desired,json=knativeDesired,proto3" json:"knative_desired,omitempty"`
+	Desired        int32 `protobuf:"varint,4,opt,name=desired,proto3" json:"desired,omitempty"`
+	// True when desired is 0 by the policy's prediction.
+	PredictedIdle bool `protobuf:"varint,5,opt,name=predicted_idle,json=predictedIdle,proto3" json:"predicted_idle,omitempty"`
+	// When the target last saw a request; absent when never.
+	LastActiveTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_active_time,json=lastActiveTime,proto3" json:"last_active_time,omitempty"`
+	// Idle times in the histogram, and those of four hours or more.
+	Samples    int32 `protobuf:"varint,7,opt,name=samples,proto3" json:"samples,omitempty"`
+	OutOfRange int32 `protobuf:"varint,8,opt,name=out_of_range,json=outOfRange,proto3" json:"out_of_range,omitempty"`
+	// Coefficient of variation of the histogram's minute-bin counts.
+	Cv float64 `protobuf:"fixed64,9,opt,name=cv,proto3" json:"cv,omitempty"`
+	// Lower edge of the 5th percentile's bin and upper edge of the 99th's;
+	// absent when there are no idle times or the percentile is beyond four hours.
+	Head *durationpb.Duration `protobuf:"bytes,10,opt,name=head,proto3" json:"head,omitempty"`
+	Tail *durationpb.Duration `protobuf:"bytes,11,opt,name=tail,proto3" json:"tail,omitempty"`
+	// The predicted warm window after the last request: from pre_warm (0: from
+	// the end of the busy period) until until. Absent when not predictable.
+	PreWarm *durationpb.Duration `protobuf:"bytes,12,opt,name=pre_warm,json=preWarm,proto3" json:"pre_warm,omitempty"`
+	Until   *durationpb.Duration `protobuf:"bytes,13,opt,name=until,proto3" json:"until,omitempty"`
+	// Why the idle times are not predictable: "too few idle times", "too wide",
+	// "out of range"; empty when they are.
+	Fallback      string `protobuf:"bytes,14,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveInputs) Reset() {
+	*x = KeepAliveInputs{}
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveInputs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveInputs) ProtoMessage() {}
+
+func (x *KeepAliveInputs) ProtoReflect() protoreflect.Message {
+	mi := &file_tidal_decider_v1_decider_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveInputs.ProtoReflect.Descriptor instead.
+func (*KeepAliveInputs) Descriptor() ([]byte, []int) {
+	return file_tidal_decider_v1_decider_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *KeepAliveInputs) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *KeepAliveInputs) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *KeepAliveInputs) GetKnativeDesired() int32 {
+	if x != nil {
+		return x.KnativeDesired
+	}
+	return 0
+}
+
+func (x *KeepAliveInputs) GetDesired() int32 {
+	if x != nil {
+		return x.Desired
+	}
+	return 0
+}
+
+func (x *KeepAliveInputs) GetPredictedIdle() bool {
+	if x != nil {
+		return x.PredictedIdle
+	}
+	return false
+}
+
+func (x *KeepAliveInputs) GetLastActiveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastActiveTime
+	}
+	return nil
+}
+
+func (x *KeepAliveInputs) GetSamples() int32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *KeepAliveInputs) GetOutOfRange() int32 {
+	if x != nil {
+		return x.OutOfRange
+	}
+	return 0
+}
+
+func (x *KeepAliveInputs) GetCv() float64 {
+	if x != nil {
+		return x.Cv
+	}
+	return 0
+}
+
+func (x *KeepAliveInputs) GetHead() *durationpb.Duration {
+	if x != nil {
+		return x.Head
+	}
+	return nil
+}
+
+func (x *KeepAliveInputs) GetTail() *durationpb.Duration {
+	if x != nil {
+		return x.Tail
+	}
+	return nil
+}
+
+func (x *KeepAliveInputs) GetPreWarm() *durationpb.Duration {
+	if x != nil {
+		return x.PreWarm
+	}
+	return nil
+}
+
+func (x *KeepAliveInputs) GetUntil() *durationpb.Duration {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *KeepAliveInputs) GetFallback() string {
+	if x != nil {
+		return x.Fallback
+	}
+	return ""
+}
+
 var File_tidal_decider_v1_decider_service_proto protoreflect.FileDescriptor
 
 const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\n" +
-	"&tidal/decider/v1/decider_service.proto\x12\x10tidal.decider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1etidal/common/v1/decision.proto\x1a\x1ctidal/common/v1/sample.proto\x1a\x1ctidal/common/v1/target.proto\"\xeb\x03\n" +
+	"&tidal/decider/v1/decider_service.proto\x12\x10tidal.decider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1etidal/common/v1/decision.proto\x1a\x1ctidal/common/v1/sample.proto\x1a\x1ctidal/common/v1/target.proto\"\x95\x04\n" +
 	"\n" +
 	"TargetSpec\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x125\n" +
@@ -1668,7 +1858,8 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\x15container_concurrency\x18\x04 \x01(\x05R\x14containerConcurrency\x12B\n" +
 	"\freachability\x18\x05 \x01(\x0e2\x1e.tidal.decider.v1.ReachabilityR\freachability\x12\x1a\n" +
 	"\badvisory\x18\x06 \x01(\bR\badvisory\x12L\n" +
-	"\x10knative_revision\x18\a \x01(\v2!.tidal.decider.v1.KnativeRevisionR\x0fknativeRevision\x1a>\n" +
+	"\x10knative_revision\x18\a \x01(\v2!.tidal.decider.v1.KnativeRevisionR\x0fknativeRevision\x12(\n" +
+	"\x10keep_alive_state\x18\b \x01(\tR\x0ekeepAliveState\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +
@@ -1789,13 +1980,32 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\vkeda_active\x18\x11 \x01(\bR\n" +
 	"kedaActive\x12!\n" +
 	"\fscale_needed\x18\x12 \x01(\bR\vscaleNeededB\x14\n" +
-	"\x12_observed_replicas\"\xe5\x01\n" +
+	"\x12_observed_replicas\"\xa7\x02\n" +
 	"\x0fExplainResponse\x125\n" +
 	"\bdecision\x18\x01 \x01(\v2\x19.tidal.common.v1.DecisionR\bdecision\x12/\n" +
 	"\x03kpa\x18\x02 \x01(\v2\x1b.tidal.decider.v1.KPAInputsH\x00R\x03kpa\x12/\n" +
 	"\x03lag\x18\x03 \x01(\v2\x1b.tidal.decider.v1.LagInputsH\x00R\x03lag\x12/\n" +
-	"\x06clamps\x18\x04 \x03(\v2\x17.tidal.decider.v1.ClampR\x06clampsB\b\n" +
-	"\x06inputs*f\n" +
+	"\x06clamps\x18\x04 \x03(\v2\x17.tidal.decider.v1.ClampR\x06clamps\x12@\n" +
+	"\n" +
+	"keep_alive\x18\x05 \x01(\v2!.tidal.decider.v1.KeepAliveInputsR\tkeepAliveB\b\n" +
+	"\x06inputs\"\x9c\x04\n" +
+	"\x0fKeepAliveInputs\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12'\n" +
+	"\x0fknative_desired\x18\x03 \x01(\x05R\x0eknativeDesired\x12\x18\n" +
+	"\adesired\x18\x04 \x01(\x05R\adesired\x12%\n" +
+	"\x0epredicted_idle\x18\x05 \x01(\bR\rpredictedIdle\x12D\n" +
+	"\x10last_active_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastActiveTime\x12\x18\n" +
+	"\asamples\x18\a \x01(\x05R\asamples\x12 \n" +
+	"\fout_of_range\x18\b \x01(\x05R\n" +
+	"outOfRange\x12\x0e\n" +
+	"\x02cv\x18\t \x01(\x01R\x02cv\x12-\n" +
+	"\x04head\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04head\x12-\n" +
+	"\x04tail\x18\v \x01(\v2\x19.google.protobuf.DurationR\x04tail\x124\n" +
+	"\bpre_warm\x18\f \x01(\v2\x19.google.protobuf.DurationR\apreWarm\x12/\n" +
+	"\x05until\x18\r \x01(\v2\x19.google.protobuf.DurationR\x05until\x12\x1a\n" +
+	"\bfallback\x18\x0e \x01(\tR\bfallback*f\n" +
 	"\fReachability\x12\x1c\n" +
 	"\x18REACHABILITY_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16REACHABILITY_REACHABLE\x10\x01\x12\x1c\n" +
@@ -1821,7 +2031,7 @@ func file_tidal_decider_v1_decider_service_proto_rawDescGZIP() []byte {
 }
 
 var file_tidal_decider_v1_decider_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tidal_decider_v1_decider_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tidal_decider_v1_decider_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tidal_decider_v1_decider_service_proto_goTypes = []any{
 	(Reachability)(0),              // 0: tidal.decider.v1.Reachability
 	(*TargetSpec)(nil),             // 1: tidal.decider.v1.TargetSpec
@@ -1843,59 +2053,66 @@ var file_tidal_decider_v1_decider_service_proto_goTypes = []any{
 	(*PartitionState)(nil),         // 17: tidal.decider.v1.PartitionState
 	(*LagInputs)(nil),              // 18: tidal.decider.v1.LagInputs
 	(*ExplainResponse)(nil),        // 19: tidal.decider.v1.ExplainResponse
-	nil,                            // 20: tidal.decider.v1.TargetSpec.AnnotationsEntry
-	nil,                            // 21: tidal.decider.v1.ConfigMapData.DataEntry
-	(*v1.TargetRef)(nil),           // 22: tidal.common.v1.TargetRef
-	(v1.Strategy)(0),               // 23: tidal.common.v1.Strategy
-	(*v1.MetricSample)(nil),        // 24: tidal.common.v1.MetricSample
-	(*v1.Decision)(nil),            // 25: tidal.common.v1.Decision
-	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*KeepAliveInputs)(nil),        // 20: tidal.decider.v1.KeepAliveInputs
+	nil,                            // 21: tidal.decider.v1.TargetSpec.AnnotationsEntry
+	nil,                            // 22: tidal.decider.v1.ConfigMapData.DataEntry
+	(*v1.TargetRef)(nil),           // 23: tidal.common.v1.TargetRef
+	(v1.Strategy)(0),               // 24: tidal.common.v1.Strategy
+	(*v1.MetricSample)(nil),        // 25: tidal.common.v1.MetricSample
+	(*v1.Decision)(nil),            // 26: tidal.common.v1.Decision
+	(*durationpb.Duration)(nil),    // 27: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
 }
 var file_tidal_decider_v1_decider_service_proto_depIdxs = []int32{
-	22, // 0: tidal.decider.v1.TargetSpec.target:type_name -> tidal.common.v1.TargetRef
-	23, // 1: tidal.decider.v1.TargetSpec.strategy:type_name -> tidal.common.v1.Strategy
-	20, // 2: tidal.decider.v1.TargetSpec.annotations:type_name -> tidal.decider.v1.TargetSpec.AnnotationsEntry
+	23, // 0: tidal.decider.v1.TargetSpec.target:type_name -> tidal.common.v1.TargetRef
+	24, // 1: tidal.decider.v1.TargetSpec.strategy:type_name -> tidal.common.v1.Strategy
+	21, // 2: tidal.decider.v1.TargetSpec.annotations:type_name -> tidal.decider.v1.TargetSpec.AnnotationsEntry
 	0,  // 3: tidal.decider.v1.TargetSpec.reachability:type_name -> tidal.decider.v1.Reachability
 	2,  // 4: tidal.decider.v1.TargetSpec.knative_revision:type_name -> tidal.decider.v1.KnativeRevision
-	22, // 5: tidal.decider.v1.TargetMetrics.target:type_name -> tidal.common.v1.TargetRef
-	24, // 6: tidal.decider.v1.TargetMetrics.samples:type_name -> tidal.common.v1.MetricSample
+	23, // 5: tidal.decider.v1.TargetMetrics.target:type_name -> tidal.common.v1.TargetRef
+	25, // 6: tidal.decider.v1.TargetMetrics.samples:type_name -> tidal.common.v1.MetricSample
 	1,  // 7: tidal.decider.v1.IngestRequest.specs:type_name -> tidal.decider.v1.TargetSpec
 	3,  // 8: tidal.decider.v1.IngestRequest.metrics:type_name -> tidal.decider.v1.TargetMetrics
-	22, // 9: tidal.decider.v1.IngestRequest.removed:type_name -> tidal.common.v1.TargetRef
+	23, // 9: tidal.decider.v1.IngestRequest.removed:type_name -> tidal.common.v1.TargetRef
 	5,  // 10: tidal.decider.v1.IngestRequest.knative_config:type_name -> tidal.decider.v1.KnativeConfig
 	6,  // 11: tidal.decider.v1.KnativeConfig.autoscaler:type_name -> tidal.decider.v1.ConfigMapData
 	6,  // 12: tidal.decider.v1.KnativeConfig.deployment:type_name -> tidal.decider.v1.ConfigMapData
-	21, // 13: tidal.decider.v1.ConfigMapData.data:type_name -> tidal.decider.v1.ConfigMapData.DataEntry
-	22, // 14: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
-	25, // 15: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
-	25, // 16: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
-	25, // 17: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
-	22, // 18: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
-	26, // 19: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
-	26, // 20: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
-	27, // 21: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
+	22, // 13: tidal.decider.v1.ConfigMapData.data:type_name -> tidal.decider.v1.ConfigMapData.DataEntry
+	23, // 14: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
+	26, // 15: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
+	26, // 16: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
+	26, // 17: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
+	23, // 18: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
+	27, // 19: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
+	27, // 20: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
+	28, // 21: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
 	17, // 22: tidal.decider.v1.LagInputs.partitions:type_name -> tidal.decider.v1.PartitionState
-	27, // 23: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
-	25, // 24: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
+	28, // 23: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
+	26, // 24: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
 	16, // 25: tidal.decider.v1.ExplainResponse.kpa:type_name -> tidal.decider.v1.KPAInputs
 	18, // 26: tidal.decider.v1.ExplainResponse.lag:type_name -> tidal.decider.v1.LagInputs
 	15, // 27: tidal.decider.v1.ExplainResponse.clamps:type_name -> tidal.decider.v1.Clamp
-	4,  // 28: tidal.decider.v1.DeciderService.Ingest:input_type -> tidal.decider.v1.IngestRequest
-	8,  // 29: tidal.decider.v1.DeciderService.GetDecision:input_type -> tidal.decider.v1.GetDecisionRequest
-	10, // 30: tidal.decider.v1.DeciderService.ListDecisions:input_type -> tidal.decider.v1.ListDecisionsRequest
-	12, // 31: tidal.decider.v1.DeciderService.WatchDecisions:input_type -> tidal.decider.v1.WatchDecisionsRequest
-	14, // 32: tidal.decider.v1.DeciderService.Explain:input_type -> tidal.decider.v1.ExplainRequest
-	7,  // 33: tidal.decider.v1.DeciderService.Ingest:output_type -> tidal.decider.v1.IngestResponse
-	9,  // 34: tidal.decider.v1.DeciderService.GetDecision:output_type -> tidal.decider.v1.GetDecisionResponse
-	11, // 35: tidal.decider.v1.DeciderService.ListDecisions:output_type -> tidal.decider.v1.ListDecisionsResponse
-	13, // 36: tidal.decider.v1.DeciderService.WatchDecisions:output_type -> tidal.decider.v1.WatchDecisionsResponse
-	19, // 37: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	20, // 28: tidal.decider.v1.ExplainResponse.keep_alive:type_name -> tidal.decider.v1.KeepAliveInputs
+	28, // 29: tidal.decider.v1.KeepAliveInputs.last_active_time:type_name -> google.protobuf.Timestamp
+	27, // 30: tidal.decider.v1.KeepAliveInputs.head:type_name -> google.protobuf.Duration
+	27, // 31: tidal.decider.v1.KeepAliveInputs.tail:type_name -> google.protobuf.Duration
+	27, // 32: tidal.decider.v1.KeepAliveInputs.pre_warm:type_name -> google.protobuf.Duration
+	27, // 33: tidal.decider.v1.KeepAliveInputs.until:type_name -> google.protobuf.Duration
+	4,  // 34: tidal.decider.v1.DeciderService.Ingest:input_type -> tidal.decider.v1.IngestRequest
+	8,  // 35: tidal.decider.v1.DeciderService.GetDecision:input_type -> tidal.decider.v1.GetDecisionRequest
+	10, // 36: tidal.decider.v1.DeciderService.ListDecisions:input_type -> tidal.decider.v1.ListDecisionsRequest
+	12, // 37: tidal.decider.v1.DeciderService.WatchDecisions:input_type -> tidal.decider.v1.WatchDecisionsRequest
+	14, // 38: tidal.decider.v1.DeciderService.Explain:input_type -> tidal.decider.v1.ExplainRequest
+	7,  // 39: tidal.decider.v1.DeciderService.Ingest:output_type -> tidal.decider.v1.IngestResponse
+	9,  // 40: tidal.decider.v1.DeciderService.GetDecision:output_type -> tidal.decider.v1.GetDecisionResponse
+	11, // 41: tidal.decider.v1.DeciderService.ListDecisions:output_type -> tidal.decider.v1.ListDecisionsResponse
+	13, // 42: tidal.decider.v1.DeciderService.WatchDecisions:output_type -> tidal.decider.v1.WatchDecisionsResponse
+	19, // 43: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
+	39, // [39:44] is the sub-list for method output_type
+	34, // [34:39] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_tidal_decider_v1_decider_service_proto_init() }
@@ -1916,7 +2133,7 @@ func file_tidal_decider_v1_decider_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidal_decider_v1_decider_service_proto_rawDesc), len(file_tidal_decider_v1_decider_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

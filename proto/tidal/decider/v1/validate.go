@@ -114,6 +114,9 @@ func (s *TargetSpec) ValidateField(field string) error {
 			}
 		}
 	}
+	if err := commonv1.ValidateKeepAliveState(field+".keep_alive_state", s.GetKeepAliveState()); err != nil {
+		return err
+	}
 	return ValidateAnnotations(field+".annotations", s.GetAnnotations())
 }
 

@@ -14,7 +14,7 @@ func TestIngestBounds(t *testing.T) {
 	good := func() *IngestRequest {
 		return &IngestRequest{
 			CollectorId: "c1",
-			Specs: []*TargetSpec{{Target: ref, Strategy: commonv1.Strategy_STRATEGY_KPA,
+			Specs: []*TargetSpec{{Target: ref, Strategy: commonv1.Strategy_STRATEGY_KPA, KeepAliveState: strings.Repeat("Az09-_", commonv1.MaxKeepAliveState/6),
 				Annotations: map[string]string{"autoscaling.knative.dev/max-scale": "10", "lag.tidal.dev/partitionLimitation": strings.Repeat("1,", MaxAnnotationValue/2-1) + "1"}}},
 			Metrics: []*TargetMetrics{{Target: ref, MeasureError: strings.Repeat("e", MaxMeasureErrorHard)}},
 		}
@@ -39,6 +39,8 @@ func TestIngestBounds(t *testing.T) {
 		{"a huge key", func(r *IngestRequest) { r.Specs[0].Annotations = map[string]string{strings.Repeat("k", 1<<20): ""} }, `specs[0].annotations["kkkk`},
 		{"a key with a line break", func(r *IngestRequest) { r.Specs[0].Annotations = map[string]string{"a\nb": ""} }, `specs[0].annotations["a\nb"]`},
 		{"container concurrency", func(r *IngestRequest) { r.Specs[0].ContainerConcurrency = math.MaxInt32 }, "specs[0].container_concurrency"},
+		{"a keep-alive state of 1025 bytes", func(r *IngestRequest) { r.Specs[0].KeepAliveState = strings.Repeat("A", commonv1.MaxKeepAliveState+1) }, "specs[0].keep_alive_state"},
+		{"a keep-alive state with padding", func(r *IngestRequest) { r.Specs[0].KeepAliveState = "CAE=" }, "specs[0].keep_alive_state"},
 		{"ready pods 2^31-1", func(r *IngestRequest) { r.Metrics[0].ReadyPods = i32(math.MaxInt32) }, "metrics[0].ready_pods"},
 		{"a 3 MB measure error", func(r *IngestRequest) { r.Metrics[0].MeasureError = strings.Repeat("e", 3<<20) }, "metrics[0].measure_error"},
 		{"a 3 MB target name", func(r *IngestRequest) {

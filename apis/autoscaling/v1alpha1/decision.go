@@ -1,0 +1,25 @@
+package v1alpha1
+
+import "encoding/json"
+
+// AnnotationDecision, in a Knative PodAutoscaler's status.annotations, is
+// where tidal records the last decision applied to it (JSON of a
+// PodAutoscalerDecision), as its own PodAutoscaler records it in
+// status.lastDecision: the actuator refuses a decision older than it, and
+// the collector hands its keep-alive state back to the decider.
+const AnnotationDecision = "autoscaling.tidal.dev/decision"
+
+// DecisionFromAnnotations reads the decision recorded under
+// AnnotationDecision; nil when there is none, or when what is there does
+// not parse (the next decision replaces it).
+func DecisionFromAnnotations(ann map[string]string) *PodAutoscalerDecision {
+	v, ok := ann[AnnotationDecision]
+	if !ok {
+		return nil
+	}
+	var d PodAutoscalerDecision
+	if err := json.Unmarshal([]byte(v), &d); err != nil || d.Sequence <= 0 {
+		return nil
+	}
+	return &d
+}
