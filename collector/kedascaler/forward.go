@@ -223,6 +223,11 @@ func (s *TargetService) EnsureKEDATarget(ctx context.Context, req *collectorv1.E
 		return nil, status.Error(codes.InvalidArgument, commonv1.Invalid("scaler_metadata", "", "an inline Kafka trigger ("+KeyBootstrapServers+")").Error())
 	}
 	k := trig.Kafka
+	// Any collector replica shares the policy: a forward is checked as
+	// KEDA's own call was.
+	if b, refused := s.inline.Triggers.cfg.Brokers.Refused(k.Brokers); refused {
+		return nil, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--kafka-brokers, --allowed-brokers)").Error())
+	}
 	if s.inline.Owners != nil {
 		if owner, mine := s.inline.Owners.Owner(k.Target(req.GetNamespace(), req.GetName())); !mine {
 			return nil, status.Errorf(codes.FailedPrecondition, "target %s: owned by collector %q, not this one; retry", k.Target(req.GetNamespace(), req.GetName()).Key(), owner)

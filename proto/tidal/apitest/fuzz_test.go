@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
@@ -28,6 +29,10 @@ func requestTypes(tb testing.TB) []protoreflect.MessageType {
 	for _, fd := range []protoreflect.FileDescriptor{
 		actuatorv1.File_tidal_actuator_v1_actuator_service_proto,
 		collectorv1.File_tidal_collector_v1_collector_service_proto,
+		// What one collector replica forwards to another: a KEDA trigger's
+		// metadata as a tenant wrote it, activator stats as any pod sent them.
+		collectorv1.File_tidal_collector_v1_keda_target_service_proto,
+		collectorv1.File_tidal_collector_v1_activator_stat_service_proto,
 		deciderv1.File_tidal_decider_v1_decider_service_proto,
 	} {
 		for i := 0; i < fd.Services().Len(); i++ {
@@ -90,6 +95,11 @@ func seedRequests() []proto.Message {
 		&deciderv1.ListDecisionsRequest{Namespace: "default", PageSize: 1000},
 		&deciderv1.WatchDecisionsRequest{Namespace: ctl},
 		&deciderv1.ExplainRequest{},
+		&collectorv1.EnsureKEDATargetRequest{Namespace: "shop", Name: "billing", ScalerMetadata: map[string]string{
+			"bootstrapServers": "kafka-0.kafka.svc:9092", "consumerGroup": "billing", "topic": "invoices", "lagThreshold": "10"}},
+		&collectorv1.EnsureKEDATargetRequest{Namespace: ctl, Name: long, ScalerMetadata: map[string]string{ctl: long, "bootstrapServers": "169.254.169.254:80"}},
+		&collectorv1.ForwardActivatorStatsRequest{ArrivalTime: timestamppb.Now(), Stats: []*collectorv1.Stat{stat(3, 1, 4, 2)}},
+		&collectorv1.ForwardActivatorStatsRequest{Stats: []*collectorv1.Stat{stat(math.NaN(), -1, math.Inf(1), 1e300), {Target: &commonv1.TargetRef{Namespace: ctl, Name: long}, PodName: ctl}, nil}},
 	}
 }
 
