@@ -154,7 +154,7 @@ func TestWriteJSONAndPareto(t *testing.T) {
 		t.Errorf("requests %v, want %d", out.Configurations[0]["requests"], tr.Total())
 	}
 	path := filepath.Join(t.TempDir(), "front.png")
-	if err := PlotPareto(path, "t", cfgs, rs); err != nil {
+	if err := PlotPareto(path, cfgs, rs); err != nil {
 		t.Fatal(err)
 	}
 	if data, err := os.ReadFile(path); err != nil || !bytes.HasPrefix(data, []byte("\x89PNG")) {

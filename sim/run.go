@@ -30,6 +30,12 @@ type Options struct {
 	// NoSkip replays every second and tick even while a KPA target sits
 	// idle at zero (see runner.quiet); tests compare the two.
 	NoSkip bool
+	// KeepAliveState is the predictive keep-alive policy's memory a
+	// configuration that uses the policy starts from, as a target's
+	// PodAutoscaler status would hand it to the decider
+	// (keepalive.State.Encode, its times on the replay's clock, which
+	// starts at Epoch); "" starts from nothing.
+	KeepAliveState string
 }
 
 // Point is the state at one second of a replay.
@@ -181,7 +187,8 @@ func newRunner(tr *trace.Trace, cfg *Configuration, opts Options) (*runner, erro
 		return nil, fmt.Errorf("configuration %s: autoscaler: %w", cfg.Name, err)
 	}
 	r.eng = engine.New(engine.Config{KPA: kcfg, Deployment: kpaconfig.DefaultDeployment(), TickInterval: kpa.TickInterval})
-	spec := engine.Spec{Target: r.tgt, Strategy: engine.KPA, Annotations: cfg.Annotations, ContainerConcurrency: cfg.ContainerConcurrency, Reachable: true}
+	spec := engine.Spec{Target: r.tgt, Strategy: engine.KPA, Annotations: cfg.Annotations, ContainerConcurrency: cfg.ContainerConcurrency, Reachable: true,
+		KeepAliveState: opts.KeepAliveState}
 	revAnn := cfg.Annotations
 	if !r.isKPA {
 		spec.Strategy = engine.Lag

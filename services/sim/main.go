@@ -213,7 +213,7 @@ func run(f *flags, out io.Writer) error {
 		fmt.Fprintf(note, "plot: %s\n", f.plot)
 	}
 	if f.pareto != "" {
-		if err := sim.PlotPareto(f.pareto, "cold starts against idle pods", cfgs, results); err != nil {
+		if err := sim.PlotPareto(f.pareto, cfgs, results); err != nil {
 			return err
 		}
 		fmt.Fprintf(note, "pareto: %s\n", f.pareto)

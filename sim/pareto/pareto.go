@@ -40,18 +40,58 @@ var palette = []color.Color{
 	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
 }
 
-// Write draws the series with the given title and axis labels into a PNG
-// at path.
-func Write(path, title, xLabel, yLabel string, series []Series) error {
+// Panel is one plot of series.
+type Panel struct {
+	Title, XLabel, YLabel string
+	Series                []Series
+}
+
+// Write draws the panels, one under the other, into a PNG at path.
+func Write(path string, panels []Panel) error {
+	rows := make([][]*plot.Plot, 0, len(panels))
+	for _, pn := range panels {
+		p, err := draw1(pn)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, []*plot.Plot{p})
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("pareto: no panel")
+	}
+	img := vgimg.New(20*vg.Centimeter, vg.Length(13*len(rows))*vg.Centimeter)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadY: 6 * vg.Millimeter, PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter,
+		PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
+	canvases := plot.Align(rows, tiles, dc)
+	for i, row := range rows {
+		row[0].Draw(canvases[i][0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("pareto: %w", err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("pareto %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("pareto %s: %w", path, err)
+	}
+	return nil
+}
+
+func draw1(pn Panel) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = xLabel
-	p.Y.Label.Text = yLabel
+	p.Title.Text = pn.Title
+	p.X.Label.Text = pn.XLabel
+	p.Y.Label.Text = pn.YLabel
 	p.X.Min, p.Y.Min = 0, 0
 	p.Legend.Top = true
+	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
 	n := 0
-	for i, s := range series {
+	for i, s := range pn.Series {
 		if len(s.Points) == 0 {
 			continue
 		}
@@ -66,7 +106,7 @@ func Write(path, title, xLabel, yLabel string, series []Series) error {
 		c := palette[i%len(palette)]
 		line, points, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return fmt.Errorf("pareto %s: %w", s.Name, err)
+			return nil, fmt.Errorf("pareto %s: %w", s.Name, err)
 		}
 		line.Color, line.Width = c, vg.Points(1.5)
 		points.Color, points.Shape, points.Radius = c, draw.CircleGlyph{}, vg.Points(3)
@@ -74,7 +114,7 @@ func Write(path, title, xLabel, yLabel string, series []Series) error {
 		p.Legend.Add(s.Name, line, points)
 		lab, err := plotter.NewLabels(labels)
 		if err != nil {
-			return fmt.Errorf("pareto %s: %w", s.Name, err)
+			return nil, fmt.Errorf("pareto %s: %w", s.Name, err)
 		}
 		for k := range lab.TextStyle {
 			lab.TextStyle[k].Color = c
@@ -84,20 +124,7 @@ func Write(path, title, xLabel, yLabel string, series []Series) error {
 		p.Add(lab)
 	}
 	if n == 0 {
-		return fmt.Errorf("pareto: no points")
+		return nil, fmt.Errorf("pareto %s: no points", pn.Title)
 	}
-	img := vgimg.New(20*vg.Centimeter, 14*vg.Centimeter)
-	p.Draw(draw.New(img))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("pareto: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("pareto %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("pareto %s: %w", path, err)
-	}
-	return nil
+	return p, nil
 }
