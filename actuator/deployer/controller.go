@@ -11,11 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
@@ -45,6 +47,7 @@ type Controller struct {
 	deployments appslisters.DeploymentLister
 	recorder    record.EventRecorder
 	fnStore     cache.Store
+	clock       clock.PassiveClock
 	// Controller is the workqueue and its workers (Run, HasSynced), and
 	// which Functions this replica deploys when actuator replicas share
 	// them (a Function's bucket is its PodAutoscaler's).
@@ -67,6 +70,7 @@ func NewController(d *Deployer, log *zap.Logger, tidal tidalclient.Interface, ti
 	fns := tidalInformers.Functions().V1alpha1().Functions()
 	topics := tidalInformers.Functions().V1alpha1().Topics()
 	c := &Controller{
+		clock:       clock.RealClock{},
 		deployer:    d,
 		log:         log,
 		tidal:       tidal,
@@ -136,7 +140,10 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			ready.Message = fmt.Sprintf("function %s/%s: spec.input: topic %q not found; the partition cap is unknown", fn.Namespace, fn.Name, fn.Spec.Input)
 		}
 	}
-	setCondition(&st.Conditions, ready)
+	// The transition time moves when the status does (Kubernetes'
+	// convention); reason and message follow the latest reconcile.
+	ready.LastTransitionTime = metav1.NewTime(c.clock.Now().Truncate(time.Second))
+	meta.SetStatusCondition(&st.Conditions, ready)
 	if equality.Semantic.DeepEqual(&fn.Status, st) {
 		return nil
 	}
@@ -180,24 +187,6 @@ func (c *Controller) Cap(namespace, name string) (int32, bool) {
 		topic = nil
 	}
 	return Cap(fn, topic), true
-}
-
-func setCondition(conds *[]metav1.Condition, c metav1.Condition) {
-	for i := range *conds {
-		old := &(*conds)[i]
-		if old.Type != c.Type {
-			continue
-		}
-		if old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
-			c.LastTransitionTime = old.LastTransitionTime
-		} else {
-			c.LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
-		}
-		*old = c
-		return
-	}
-	c.LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
-	*conds = append(*conds, c)
 }
 
 // podAutoscaler builds the lag PodAutoscaler that scales fn's Deployment on

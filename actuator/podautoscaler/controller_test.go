@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -249,7 +250,7 @@ func (h *harness) waitEvent(name, reason, message string) {
 }
 
 func condition(pa *autoscalingv1alpha1.PodAutoscaler, typ string) metav1.Condition {
-	if c := findCondition(pa.Status.Conditions, typ); c != nil {
+	if c := meta.FindStatusCondition(pa.Status.Conditions, typ); c != nil {
 		return *c
 	}
 	return metav1.Condition{}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -246,7 +247,7 @@ func (k *tidalKind) Observe(ctx context.Context, p *tidalPass) error {
 		Reachability:           kparules.ReachabilityOf(string(pa.Spec.Reachability)),
 		Active:                 active,
 		ActiveAge:              activeAge,
-		ScaleTargetInitialized: conditionTrue(pa.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized),
+		ScaleTargetInitialized: meta.IsStatusConditionTrue(pa.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized),
 		ServiceNameSet:         true,
 		PriorDesiredScale:      pa.Status.DesiredScale,
 		SKS:                    syntheticSKS(pa, p.Input.Decider),
@@ -261,7 +262,7 @@ func (k *tidalKind) Observe(ctx context.Context, p *tidalPass) error {
 // refuse marks the Ready condition False with reason and err's message.
 func refuse(p *tidalPass, reason, event string, err error, retry bool) error {
 	msg := err.Error()
-	prev := findCondition(p.PA.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionReady)
+	prev := meta.FindStatusCondition(p.PA.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionReady)
 	setCondition(&p.Next.Status.Conditions, metav1.Condition{Type: autoscalingv1alpha1.PodAutoscalerConditionReady,
 		Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: p.PA.Generation}, p.Now)
 	return &Refusal{Err: err, Event: event, Retry: retry, Report: prev == nil || prev.Reason != reason || prev.Message != msg}
@@ -293,7 +294,7 @@ func syntheticSKS(pa *autoscalingv1alpha1.PodAutoscaler, dec kpaspec.Status) *kp
 // PodAutoscaler is Activating (Unknown) since its creation, as Knative
 // initialises it.
 func activeCondition(pa *autoscalingv1alpha1.PodAutoscaler, now time.Time) (kparules.Condition, time.Duration) {
-	cond := findCondition(pa.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionActive)
+	cond := meta.FindStatusCondition(pa.Status.Conditions, autoscalingv1alpha1.PodAutoscalerConditionActive)
 	if cond == nil {
 		return kparules.Condition{Status: kparules.ConditionUnknown}, now.Sub(pa.CreationTimestamp.Time)
 	}
@@ -321,7 +322,7 @@ func (k *tidalKind) SetStatus(p *tidalPass) *int32 {
 	if activeCond.Reason == "" {
 		activeCond.Reason = ReasonActive
 	}
-	if res.ActiveChanged || findCondition(st.Conditions, activeCond.Type) == nil {
+	if res.ActiveChanged || meta.FindStatusCondition(st.Conditions, activeCond.Type) == nil {
 		setConditionAt(&st.Conditions, activeCond, now)
 	} else {
 		keepTransition(&st.Conditions, activeCond)

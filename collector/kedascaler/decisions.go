@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tidalscale/tidal/logkey"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -281,25 +283,28 @@ func (r *Remote) checkOwners() {
 // watch left, or Run's context ended), reopening it after failures.
 func (r *Remote) runUpstream(ctx context.Context, up *upstream) {
 	log := r.log.With(logkey.Decider(up.key.addr), zap.String("namespace", up.key.namespace))
-	backoff := r.cfg.MinBackoff
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: r.cfg.MinBackoff, Factor: 2, Steps: math.MaxInt32, Cap: r.cfg.MaxBackoff}
+	}
+	backoff := newBackoff()
 	for {
 		delivered, err := r.watchOnce(ctx, up)
 		if ctx.Err() != nil {
 			return
 		}
 		if delivered {
-			backoff = r.cfg.MinBackoff
+			backoff = newBackoff()
 		}
 		r.reopened.Inc()
-		log.Info("decider watch for KEDA broke; reopening", zap.Error(err), zap.Duration("after", backoff))
-		t := time.NewTimer(backoff)
+		after := backoff.Step()
+		log.Info("decider watch for KEDA broke; reopening", zap.Error(err), zap.Duration("after", after))
+		t := time.NewTimer(after)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, r.cfg.MaxBackoff)
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"math"
 	"sync"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tidalscale/tidal/logkey"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -182,10 +183,17 @@ func (s *Streams) startLocked(addr string) {
 	})
 }
 
+// backoff is the wait between reconnects: from MinBackoff, doubling to
+// MaxBackoff, each up to half again longer so that collectors do not
+// reconnect in step.
+func (c *Config) backoff() wait.Backoff {
+	return wait.Backoff{Duration: c.MinBackoff, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: c.MaxBackoff}
+}
+
 // run streams to one decider until ctx ends, reconnecting after failures.
 func (s *Streams) run(ctx context.Context, sd *sender, log *zap.Logger) {
 	client := deciderv1.NewDeciderServiceClient(sd.conn)
-	backoff := s.cfg.MinBackoff
+	backoff := s.cfg.backoff()
 	for {
 		start := time.Now()
 		err := s.session(ctx, sd.addr, client)
@@ -196,16 +204,15 @@ func (s *Streams) run(ctx context.Context, sd *sender, log *zap.Logger) {
 		}
 		s.hub.metrics.failures.WithLabelValues(sd.addr).Inc()
 		if time.Since(start) > s.cfg.MaxBackoff {
-			backoff = s.cfg.MinBackoff // the stream was healthy for a while
+			backoff = s.cfg.backoff() // the stream was healthy for a while
 		}
-		wait := backoff + time.Duration(rand.Int64N(int64(backoff)/2+1))
-		log.Warn("decider stream ended; reconnecting", zap.Error(err), zap.Duration("after", wait))
+		after := backoff.Step()
+		log.Warn("decider stream ended; reconnecting", zap.Error(err), zap.Duration("after", after))
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(after):
 		}
-		backoff = min(2*backoff, s.cfg.MaxBackoff)
 	}
 }
 
