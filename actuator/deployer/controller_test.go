@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -25,18 +24,10 @@ import (
 	tidalscheme "github.com/tidalscale/tidal/apis/generated/clientset/versioned/scheme"
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
-
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
 
 func startController(t *testing.T, c *cluster.Cluster) (*Controller, *Deployer, tidalclient.Interface) {
 	t.Helper()
@@ -107,12 +98,12 @@ func TestFunctionLifecycle(t *testing.T) {
 	}
 
 	// Deployed at zero, owned by the Function, with status.
-	eventually(t, "deployment", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "deployment", func() bool {
 		dep, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "square", metav1.GetOptions{})
 		return err == nil && *dep.Spec.Replicas == 0 && metav1.IsControlledBy(dep, fn) &&
 			dep.Spec.Selector.MatchLabels["function"] == "square"
 	})
-	eventually(t, "function status", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "function status", func() bool {
 		got, err := tidal.FunctionsV1alpha1().Functions(ns).Get(ctx, "square", metav1.GetOptions{})
 		if err != nil || got.Status.DeploymentName != "square" {
 			return false
@@ -126,7 +117,7 @@ func TestFunctionLifecycle(t *testing.T) {
 	})
 
 	// A lag PodAutoscaler, owned by the Function, scales the Deployment.
-	eventually(t, "podautoscaler", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "podautoscaler", func() bool {
 		pa, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
 		return err == nil && metav1.IsControlledBy(pa, fn) && pa.Spec.Strategy == autoscalingv1alpha1.StrategyLag &&
 			pa.Spec.ScaleTargetRef.Name == "square" && pa.Spec.Lag.Topic == "numbers" && pa.Spec.Lag.ConsumerGroup == "square" &&
@@ -144,7 +135,7 @@ func TestFunctionLifecycle(t *testing.T) {
 	if err := d.Scale(ctx, ns, "square", 5, limit); !errors.Is(err, ErrOverCap) {
 		t.Errorf("Scale above the cap: err = %v, want ErrOverCap", err)
 	}
-	eventually(t, "status replicas", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "status replicas", func() bool {
 		got, err := tidal.FunctionsV1alpha1().Functions(ns).Get(ctx, "square", metav1.GetOptions{})
 		return err == nil && got.Status.Replicas == 3 && got.Status.ReadyReplicas == 3
 	})
@@ -162,7 +153,7 @@ func TestFunctionLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "updated deployment", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "updated deployment", func() bool {
 		dep, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "square", metav1.GetOptions{})
 		return err == nil && dep.Spec.Template.Spec.Containers[0].Image == "tidal.test/square:2" && *dep.Spec.Replicas == 3
 	})
@@ -171,11 +162,11 @@ func TestFunctionLifecycle(t *testing.T) {
 	if err := tidal.FunctionsV1alpha1().Functions(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deployment deleted", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "deployment deleted", func() bool {
 		_, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "square", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
-	eventually(t, "podautoscaler deleted", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "podautoscaler deleted", func() bool {
 		_, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Get(ctx, "square", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -191,7 +182,7 @@ func TestInvalidFunctionChangesNothing(t *testing.T) {
 	if _, err := tidal.FunctionsV1alpha1().Functions(ns).Create(ctx, newFunction("bad", "tidal.test/x:1", "no/slashes"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "InvalidSpec status", 20*time.Second, func() bool {
+	testkit.Eventually(t, 20*time.Second, "InvalidSpec status", func() bool {
 		got, err := tidal.FunctionsV1alpha1().Functions(ns).Get(ctx, "bad", metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -207,7 +198,7 @@ func TestInvalidFunctionChangesNothing(t *testing.T) {
 	if _, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "bad", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("deployment of an invalid function: err = %v, want NotFound", err)
 	}
-	eventually(t, "warning event", 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "warning event", func() bool {
 		list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad,reason=" + EventInvalidFunction})
 		return err == nil && len(list.Items) > 0 && list.Items[0].Type == corev1.EventTypeWarning
 	})
@@ -269,7 +260,7 @@ func TestDeployerCalls(t *testing.T) {
 	if err != nil || !deleted {
 		t.Fatalf("Undeploy = %v, %v; want deleted", deleted, err)
 	}
-	eventually(t, "deployment gone", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "deployment gone", func() bool {
 		_, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "echo", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

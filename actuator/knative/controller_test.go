@@ -34,6 +34,7 @@ import (
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -175,11 +176,7 @@ func (h *harness) revision(name, class string, replicas int32) {
 
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		h.t.Fatalf("waiting for %s: %v", what, err)
-	}
+	testkit.Eventually(h.t, 20*time.Second, what, cond)
 }
 
 func (h *harness) pa(name string) *knautoscaling.PodAutoscaler {

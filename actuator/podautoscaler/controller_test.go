@@ -32,6 +32,7 @@ import (
 	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -152,11 +153,7 @@ func (h *harness) podAutoscaler(name, target string, annotations map[string]stri
 
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		h.t.Fatalf("waiting for %s: %v", what, err)
-	}
+	testkit.Eventually(h.t, 20*time.Second, what, cond)
 }
 
 func (h *harness) scale(target string, seq uint64, desired int32, reason string) scale.Result {

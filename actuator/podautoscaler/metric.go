@@ -66,8 +66,10 @@ func (k *tidalKind) Converge(ctx context.Context, p *tidalPass) error {
 		return err
 	}
 	client := k.tidal.AutoscalingV1alpha1().Metrics(pa.Namespace)
-	have := p.Companion
-	if have == nil {
+	// Read now, not in Observe: the first reconcile's create may have
+	// reached the cache meanwhile.
+	have, err := k.metrics.Metrics(pa.Namespace).Get(pa.Name)
+	if apierrors.IsNotFound(err) {
 		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create metric %s/%s: the cache is behind: %w", pa.Namespace, pa.Name, err)
@@ -76,6 +78,9 @@ func (k *tidalKind) Converge(ctx context.Context, p *tidalPass) error {
 			return fmt.Errorf("create metric %s/%s: %w", pa.Namespace, pa.Name, err)
 		}
 		return nil
+	}
+	if err != nil {
+		return err
 	}
 	if !metav1.IsControlledBy(have, pa) {
 		return fmt.Errorf("metric %s/%s exists and is not controlled by the podautoscaler", pa.Namespace, pa.Name)

@@ -116,7 +116,9 @@ type Pass[P Object[P], C any] struct {
 	Scale scale.Scale
 	// Selector selects the target's pods.
 	Selector labels.Selector
-	// Companion is the kind's companion object, as cached.
+	// Companion is the kind's companion object as Observe read it from its
+	// cache, for a kind whose status follows it (Knative's); a kind may
+	// read it in Converge instead.
 	Companion C
 	// Lag applies the lag strategy's rules instead of the KPA's.
 	Lag bool

@@ -238,9 +238,6 @@ func (k *tidalKind) Observe(ctx context.Context, p *tidalPass) error {
 			return refuse(p, ReasonNoScale, EventNoScale, fmt.Errorf("target %s: selector %q: %w: %w", p.Target, s, scale.ErrNoScaleSubresource, err), false)
 		}
 	}
-	if p.Companion, err = k.metrics.Metrics(pa.Namespace).Get(pa.Name); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
 	active, activeAge := activeCondition(pa, p.Now)
 	p.Input = kparules.Input{
 		Revision:               rev,

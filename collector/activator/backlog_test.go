@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -16,9 +15,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/gathered"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // stuckDecider takes Ingest streams and never reads them: once gRPC's
@@ -47,22 +47,6 @@ func (drainingDecider) Ingest(st deciderv1.DeciderService_IngestServer) error {
 			return err
 		}
 	}
-}
-
-// serveDecider serves d on loopback gRPC; stop stops it and waits.
-func serveDecider(t *testing.T, d deciderv1.DeciderServiceServer, opts ...grpc.ServerOption) (addr string, stop func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(opts...)
-	deciderv1.RegisterDeciderServiceServer(gs, d)
-	done := make(chan struct{})
-	go func() { _ = gs.Serve(ln); close(done) }()
-	stop = sync.OnceFunc(func() { gs.Stop(); <-done })
-	t.Cleanup(stop)
-	return ln.Addr().String(), stop
 }
 
 // pinger pings over a connection whose reads run elsewhere and keeps the
@@ -120,12 +104,12 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 	const wait = 300 * time.Millisecond
 	cfg := defaults(t, func(c *Config) { c.BacklogWait = wait; c.StatRate = 1e9; c.StatBurst = 1e9 })
-	r := startReplicaOn(t, cfg, true, nil, nil, stream.HubConfig{Retention: time.Minute, HighWater: 256, Batch: 256, MaxTargets: 10000})
+	r := startReplicaOn(t, cfg, true, nil, nil, dispatch.Config{Retention: time.Minute, HighWater: 256, Batch: 256, MaxTargets: 10000})
 	// Fixed 64 KiB windows: no BDP estimation grows them while nothing is
 	// read.
-	stuck, stopStuck := serveDecider(t, stuckDecider{}, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10))
+	stuck, stopStuck := testkit.ServeDecider(t, stuckDecider{}, "", grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10))
 	// No reconnect within the test: the overflowed stream stays behind.
-	streams := stream.NewStreams(stream.Config{CollectorID: "c", FlushInterval: 10 * time.Millisecond, BatchSamples: 256, HighWater: 256,
+	streams := dispatch.NewStreams(dispatch.StreamsConfig{CollectorID: "c", FlushInterval: 10 * time.Millisecond, BatchSamples: 256, HighWater: 256,
 		MinBackoff: time.Hour, MaxBackoff: time.Hour}, r.hub, zap.NewNop())
 	sctx, cancel := context.WithCancel(context.Background())
 	streamsDone := make(chan struct{})
@@ -133,7 +117,7 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	stopStreams := sync.OnceFunc(func() { cancel(); <-streamsDone })
 	t.Cleanup(stopStreams)
 	streams.SetDeciders([]string{stuck})
-	eventually(t, "the stream to the decider open", func() bool { return gathered.Sum(t, r.reg, "tidal_collector_stream_connected", "") == 1 })
+	testkit.Eventually(t, 10*time.Second, "the stream to the decider open", func() bool { return gathered.Sum(t, r.reg, "tidal_collector_stream_connected", "") == 1 })
 
 	c := dial(t, r.url)
 	p := newPinger(c)
@@ -172,7 +156,7 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 		at := now
 		r.now.Store(&at)
 		send(fill...)
-		eventually(t, "the frame handled", handled)
+		testkit.Eventually(t, 10*time.Second, "the frame handled", handled)
 	}
 	// Usually the backlog overflowed (the stream waits to replay); a frame
 	// ending with the backlog exactly at its bound finds it full as well.
@@ -210,7 +194,7 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 			t.Fatalf("%d pings unanswered %s after the last was sent: frames waiting for the backlog hold up the pongs", n, limit)
 		}
 	}
-	eventually(t, "every frame handled", handled)
+	testkit.Eventually(t, 10*time.Second, "every frame handled", handled)
 	if value(recorded) != kept || value(backlog) != sent-kept {
 		t.Errorf("recorded %v, backlog %v of %v stats; want %v recorded and every later one counted as backlog", value(recorded), value(backlog), sent, kept)
 	}
@@ -227,7 +211,7 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	for range 100 {
 		send(late...)
 	}
-	eventually(t, "the flood handled", handled)
+	testkit.Eventually(t, 10*time.Second, "the flood handled", handled)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
@@ -241,15 +225,15 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	}
 
 	// 4. A decider with room takes over: the next stat is recorded.
-	healthy, stopHealthy := serveDecider(t, drainingDecider{})
+	healthy, stopHealthy := testkit.ServeDecider(t, drainingDecider{}, "")
 	streams.SetDeciders([]string{healthy})
 	send("back-00001")
-	eventually(t, "the stat after the backlog cleared handled", handled)
+	testkit.Eventually(t, 10*time.Second, "the stat after the backlog cleared handled", handled)
 	if !r.hub.Known(deployment("back-00001")) {
 		t.Error("a stat sent once a decider had room was not recorded")
 	}
 	p.ping(t, c, "last")
-	eventually(t, "the last pong", func() bool { n, _ := p.outstanding(); return n == 0 })
+	testkit.Eventually(t, 10*time.Second, "the last pong", func() bool { n, _ := p.outstanding(); return n == 0 })
 	if got := value(r.metrics.connections); got != 1 {
 		t.Errorf("connections = %v, want the activator's one throughout", got)
 	}
@@ -266,17 +250,5 @@ func TestBackPressureKeepsTheConnection(t *testing.T) {
 	stopStuck()
 	stopHealthy()
 	r.stop()
-	eventually(t, fmt.Sprintf("goroutines back to %d", goroutines), func() bool { return runtime.NumGoroutine() <= goroutines })
-}
-
-// eventually waits up to 10 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 10s waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d", goroutines), func() bool { return runtime.NumGoroutine() <= goroutines })
 }

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
 
@@ -56,7 +56,7 @@ type Recorder interface {
 // pushed samples, stamped with their arrival second; a stat with
 // concurrency for a target at zero goes to its decider at once.
 type HubRecorder struct {
-	Hub *stream.Hub
+	Hub *dispatch.Hub
 	// Implicit makes an unknown target a KPA target with defaults
 	// (--discovery=push), up to --max-targets.
 	Implicit bool

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -47,7 +47,7 @@ func defaults(t *testing.T, change func(*Config)) Config {
 // replica is one collector's activator side: a real hub, the endpoint on
 // loopback, and its ActivatorStatService on loopback gRPC.
 type replica struct {
-	hub     *stream.Hub
+	hub     *dispatch.Hub
 	metrics *Metrics
 	reg     *prometheus.Registry
 	srv     *Server
@@ -64,18 +64,18 @@ func (r *replica) clock() time.Time { return *r.now.Load() }
 // peers (with owners) reach the other replicas.
 func startReplica(t *testing.T, cfg Config, implicit bool, owners Owners, peers Peers) *replica {
 	t.Helper()
-	return startReplicaOn(t, cfg, implicit, owners, peers, stream.HubConfig{Retention: time.Minute, HighWater: 1 << 20, MaxTargets: 100})
+	return startReplicaOn(t, cfg, implicit, owners, peers, dispatch.Config{Retention: time.Minute, HighWater: 1 << 20, MaxTargets: 100})
 }
 
 // startReplicaOn starts a replica whose hub is configured by hc, on the
 // replica's clock.
-func startReplicaOn(t *testing.T, cfg Config, implicit bool, owners Owners, peers Peers, hc stream.HubConfig) *replica {
+func startReplicaOn(t *testing.T, cfg Config, implicit bool, owners Owners, peers Peers, hc dispatch.Config) *replica {
 	t.Helper()
 	r := &replica{reg: prometheus.NewRegistry()}
 	r.now.Store(&start)
 	log := zap.NewNop()
 	hc.Now = r.clock
-	r.hub = stream.NewHub(hc, stream.NewMetrics(r.reg), log)
+	r.hub = dispatch.New(hc, dispatch.NewMetrics(r.reg), log)
 	r.metrics = NewMetrics(r.reg)
 	local := HubRecorder{Hub: r.hub, Implicit: implicit, Wait: cfg.BacklogWait}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -145,7 +145,7 @@ func deployment(name string) *commonv1.TargetRef {
 }
 
 // waitSamples waits for the hub to hold n samples of ref.
-func waitSamples(t *testing.T, hub *stream.Hub, ref *commonv1.TargetRef, n int) []*commonv1.MetricSample {
+func waitSamples(t *testing.T, hub *dispatch.Hub, ref *commonv1.TargetRef, n int) []*commonv1.MetricSample {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -356,7 +356,7 @@ func TestConnectionBounds(t *testing.T) {
 func TestShutdownAsksActivatorsToReconnect(t *testing.T) {
 	cfg := defaults(t, nil)
 	reg := prometheus.NewRegistry()
-	hub := stream.NewHub(stream.HubConfig{Retention: time.Minute, HighWater: 1 << 20}, stream.NewMetrics(reg), zap.NewNop())
+	hub := dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 20}, dispatch.NewMetrics(reg), zap.NewNop())
 	m := NewMetrics(reg)
 	srv := New(cfg, NewRouter(RevisionDeployment, nil, HubRecorder{Hub: hub, Implicit: true, Wait: time.Second}, nil, m, zap.NewNop()), m, zap.NewNop())
 	addr, err := srv.Listen()

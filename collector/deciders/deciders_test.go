@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -32,17 +33,6 @@ func (u *updates) get() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return slices.Clone(u.last)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestWatchServiceFollowsReadyPods(t *testing.T) {
@@ -70,9 +60,9 @@ func TestWatchServiceFollowsReadyPods(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- WatchService(wctx, c.Client, ns, "decider", 9002, u.set, zap.NewNop()) }()
-	waitFor(t, "one endpoint", func() bool { return len(u.get()) == 1 })
+	testkit.Eventually(t, time.Minute, "one endpoint", func() bool { return len(u.get()) == 1 })
 	mkPod("decider-1")
-	waitFor(t, "two endpoints", func() bool { return len(u.get()) == 2 })
+	testkit.Eventually(t, time.Minute, "two endpoints", func() bool { return len(u.get()) == 2 })
 	for _, a := range u.get() {
 		if a[len(a)-5:] != ":9002" {
 			t.Errorf("endpoint %s lacks the port", a)
@@ -82,7 +72,7 @@ func TestWatchServiceFollowsReadyPods(t *testing.T) {
 	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, "decider-0", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "one endpoint after a delete", func() bool { return len(u.get()) == 1 })
+	testkit.Eventually(t, time.Minute, "one endpoint after a delete", func() bool { return len(u.get()) == 1 })
 
 	// WatchService watches until its context ends, and only then returns:
 	// nothing it started outlives it, and no update comes after.
@@ -130,7 +120,7 @@ func TestWatchServiceReportsAnEmptyFirstList(t *testing.T) {
 	u := &updates{}
 	done := make(chan error, 1)
 	go func() { done <- WatchService(ctx, c.Client, ns, "decider", 9002, u.set, zap.NewNop()) }()
-	waitFor(t, "the first, empty list", func() bool {
+	testkit.Eventually(t, time.Minute, "the first, empty list", func() bool {
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		return u.n == 1 && len(u.last) == 0
@@ -155,7 +145,7 @@ func TestWatchDNS(t *testing.T) {
 	u := &updates{}
 	done := make(chan struct{})
 	go func() { WatchDNS(ctx, "localhost", 9002, 10*time.Millisecond, u.set, zap.NewNop()); close(done) }()
-	waitFor(t, "localhost resolved", func() bool { return len(u.get()) > 0 })
+	testkit.Eventually(t, time.Minute, "localhost resolved", func() bool { return len(u.get()) > 0 })
 	if got := u.get(); !slices.Contains(got, "127.0.0.1:9002") {
 		t.Errorf("endpoints %v, want 127.0.0.1:9002 among them", got)
 	}

@@ -3,7 +3,6 @@ package kedascaler
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // fakeDecider serves GetDecision from a table and WatchDecisions streams a
@@ -141,27 +141,13 @@ func (d *fakeDecider) breakStreams(err error) {
 // connection to it.
 func startDecider(t *testing.T, d *fakeDecider) (string, *grpc.ClientConn) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, _ := testkit.ServeDecider(t, d, "")
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
-	deciderv1.RegisterDeciderServiceServer(srv, d)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		<-done
-	})
-	return lis.Addr().String(), conn
+	t.Cleanup(func() { _ = conn.Close() })
+	return addr, conn
 }
 
 // fakeRouter routes targets by a table the test changes.
@@ -212,7 +198,7 @@ func runRemote(t *testing.T, cfg Config, router Router) *Remote {
 			t.Error("Run did not return after its context ended")
 		}
 	})
-	waitFor(t, "Run to start", func() bool {
+	testkit.Eventually(t, 5*time.Second, "Run to start", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.ctx != nil
@@ -310,7 +296,7 @@ func TestWatchSharesAStreamAndFollowsTheOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's decision from the snapshot", func() bool { return wa.Decision().GetSequence() == 1 })
+	testkit.Eventually(t, 5*time.Second, "a's decision from the snapshot", func() bool { return wa.Decision().GetSequence() == 1 })
 	if n := decA.open("shop"); n != 1 {
 		t.Errorf("decider A has %d watches of shop, want 1 shared by both", n)
 	}
@@ -325,17 +311,17 @@ func TestWatchSharesAStreamAndFollowsTheOwner(t *testing.T) {
 
 	// a moves to decider B (a decider joined): its watch follows.
 	router.route(refA, addrB)
-	waitFor(t, "a watch of shop on decider B", func() bool { return decB.open("shop") == 1 })
+	testkit.Eventually(t, 5*time.Second, "a watch of shop on decider B", func() bool { return decB.open("shop") == 1 })
 	decB.publish(refA, 3, 0)
-	waitFor(t, "a's decision from decider B", func() bool { return wa.Decision().GetSequence() == 3 })
+	testkit.Eventually(t, 5*time.Second, "a's decision from decider B", func() bool { return wa.Decision().GetSequence() == 3 })
 	if n := decA.open("shop"); n != 1 {
 		t.Errorf("decider A has %d watches of shop, want 1 (b's)", n)
 	}
 	wb.Close()
-	waitFor(t, "decider A's watch to end with its last watcher", func() bool { return decA.open("shop") == 0 })
+	testkit.Eventually(t, 5*time.Second, "decider A's watch to end with its last watcher", func() bool { return decA.open("shop") == 0 })
 	wa.Close()
 	wa.Close() // twice is harmless
-	waitFor(t, "decider B's watch to end", func() bool { return decB.open("shop") == 0 })
+	testkit.Eventually(t, 5*time.Second, "decider B's watch to end", func() bool { return decB.open("shop") == 0 })
 }
 
 func TestWatchReopensABrokenStream(t *testing.T) {
@@ -348,15 +334,15 @@ func TestWatchReopensABrokenStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	waitFor(t, "the watch", func() bool { return dec.open("shop") == 1 })
+	testkit.Eventually(t, 5*time.Second, "the watch", func() bool { return dec.open("shop") == 1 })
 	dec.breakStreams(status.Error(codes.ResourceExhausted, "watcher too slow"))
-	waitFor(t, "the watch to be reopened", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the watch to be reopened", func() bool {
 		dec.mu.Lock()
 		defer dec.mu.Unlock()
 		return dec.opened == 2 && len(dec.streams) == 1
 	})
 	dec.publish(refA, 7, 1)
-	waitFor(t, "a decision on the reopened watch", func() bool { return w.Decision().GetSequence() == 7 })
+	testkit.Eventually(t, 5*time.Second, "a decision on the reopened watch", func() bool { return w.Decision().GetSequence() == 7 })
 }
 
 func TestWatchBounds(t *testing.T) {

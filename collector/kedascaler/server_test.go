@@ -20,6 +20,7 @@ import (
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // fakeTargets resolves follow triggers from a table; an object not in it
@@ -333,18 +334,6 @@ func recvTimeout[T any](t *testing.T, recv func() (T, error)) (T, error) {
 	return zero, nil
 }
 
-// waitFor polls cond (the server's goroutines run apart from the test).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestStreamIsActive(t *testing.T) {
 	s, dec, reg := newTestServer(t)
 	client := serve(t, s)
@@ -359,7 +348,7 @@ func TestStreamIsActive(t *testing.T) {
 	if err != nil || got.GetResult() {
 		t.Fatalf("first message %v, %v; want the current activity, false", got, err)
 	}
-	waitFor(t, "the watch", func() bool { return len(dec.open()) == 1 })
+	testkit.Eventually(t, 5*time.Second, "the watch", func() bool { return len(dec.open()) == 1 })
 	w := dec.open()[0]
 	if w.ref.Key() != webRef.Key() {
 		t.Fatalf("watching %s, want %s", w.ref.Key(), webRef.Key())
@@ -381,8 +370,8 @@ func TestStreamIsActive(t *testing.T) {
 		t.Errorf("streams gauge %v, want 1", n)
 	}
 	cancel()
-	waitFor(t, "the watch to close when KEDA leaves", func() bool { return len(dec.open()) == 0 })
-	waitFor(t, "the stream's place to be freed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the watch to close when KEDA leaves", func() bool { return len(dec.open()) == 0 })
+	testkit.Eventually(t, 5*time.Second, "the stream's place to be freed", func() bool {
 		return value(t, reg, "tidal_collector_keda_streams") == 0
 	})
 }
@@ -410,7 +399,7 @@ func TestStreamIsActiveWaitsUntilKnown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the watch", func() bool { return len(dec.open()) == 1 })
+			testkit.Eventually(t, 5*time.Second, "the watch", func() bool { return len(dec.open()) == 1 })
 			w := dec.open()[0]
 			w.push(2, -1) // still not known: nothing sent, not "false"
 			w.push(3, 1)
@@ -419,7 +408,7 @@ func TestStreamIsActiveWaitsUntilKnown(t *testing.T) {
 				t.Fatalf("first message %v, %v; want true from the first decision", got, err)
 			}
 			cancel()
-			waitFor(t, "the watch to close", func() bool { return len(dec.open()) == 0 })
+			testkit.Eventually(t, 5*time.Second, "the watch to close", func() bool { return len(dec.open()) == 0 })
 		})
 	}
 }
@@ -474,7 +463,7 @@ func TestStreamErrorsAndBounds(t *testing.T) {
 		t.Errorf("refusals not counted by reason")
 	}
 	cancel()
-	waitFor(t, "every stream to end", func() bool { return len(dec.open()) == 0 })
+	testkit.Eventually(t, 5*time.Second, "every stream to end", func() bool { return len(dec.open()) == 0 })
 
 	// A watch the decisions refuse ends the stream with its code.
 	dec.mu.Lock()
@@ -498,7 +487,7 @@ func TestStreamMetricSpec(t *testing.T) {
 		t.Fatalf("first message %v, %v; want the spec", got, err)
 	}
 	cancel()
-	waitFor(t, "the stream's place to be freed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the stream's place to be freed", func() bool {
 		return value(t, reg, "tidal_collector_keda_streams") == 0
 	})
 	st, err = client.StreamMetricSpec(context.Background(), ref(map[string]string{"bootstrapServers": "k:9092", "consumerGroup": "g"}))

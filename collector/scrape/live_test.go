@@ -17,24 +17,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/gathered"
 )
 
-// hubRecorder records into a stream.Hub as the collector binary does.
-type hubRecorder struct{ hub *stream.Hub }
+// hubRecorder records into a dispatch.Hub as the collector binary does.
+type hubRecorder struct{ hub *dispatch.Hub }
 
 func (r hubRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) { r.hub.Record(ref, s) }
 func (r hubRecorder) Failed(ref *commonv1.TargetRef, f Failure) {
-	r.hub.Failed(ref, stream.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
+	r.hub.Failed(ref, dispatch.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
 }
 
 // liveFleet sets targets of 1 to 5 pods each (as make scale's load levels
 // give them) over addrs on s and in hub, and returns how many pods one round
 // scrapes.
-func liveFleet(s *Scraper, hub *stream.Hub, addrs []string) (targets, scraped int) {
+func liveFleet(s *Scraper, hub *dispatch.Hub, addrs []string) (targets, scraped int) {
 	old := time.Now().Add(-time.Hour)
 	for next := 0; next < len(addrs); targets++ {
 		n := min(targets%5+1, len(addrs)-next)
@@ -56,7 +56,7 @@ func liveFleet(s *Scraper, hub *stream.Hub, addrs []string) (targets, scraped in
 // BenchmarkScrapeLive is the collector's scrape path as the binary runs it:
 // 3,000 pods in targets of 1 to 5 pods, answering from net/http servers as
 // queue-proxy does, in a child process so the CPU measured is the scraper's
-// alone; the default workers; every sample recorded in a stream.Hub; and a
+// alone; the default workers; every sample recorded in a dispatch.Hub; and a
 // pause between rounds (TIDAL_SCRAPE_BENCH_GAP, default 200ms) in which the
 // workers park and the client's idle connections wait, as between the
 // rounds of a 1 s cadence. One op is one round. CPU is the process's over
@@ -72,7 +72,7 @@ func BenchmarkScrapeLive(b *testing.B) {
 	}
 	addrs := childPods(b, 3000, serverNetHTTP)
 	reg := prometheus.NewRegistry()
-	hub := stream.NewHub(stream.HubConfig{Retention: 2 * time.Minute, HighWater: 100000}, stream.NewMetrics(reg), zap.NewNop())
+	hub := dispatch.New(dispatch.Config{Retention: 2 * time.Minute, HighWater: 100000}, dispatch.NewMetrics(reg), zap.NewNop())
 	// The defaults, or the flags in TIDAL_SCRAPE_BENCH_FLAGS
 	// ("-scrape.workers=16 -scrape.max-idle-conns=0").
 	var cfg Config

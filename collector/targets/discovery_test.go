@@ -22,14 +22,15 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/collector/scrape"
-	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/pods"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/shard/bucket"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) { cluster.Main(m) }
 // replica is one collector's measuring side: discovery feeding a hub, a
 // scraper and a lag fetcher, all real.
 type replica struct {
-	hub     *stream.Hub
+	hub     *dispatch.Hub
 	scraper *scrape.Scraper
 	fetcher *lag.Fetcher
 	disc    *Discovery
@@ -45,18 +46,18 @@ type replica struct {
 	wg      sync.WaitGroup
 }
 
-type scrapeRec struct{ hub *stream.Hub }
+type scrapeRec struct{ hub *dispatch.Hub }
 
 func (r scrapeRec) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) { r.hub.Record(ref, s) }
 func (r scrapeRec) Failed(ref *commonv1.TargetRef, f scrape.Failure) {
-	r.hub.Failed(ref, stream.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
+	r.hub.Failed(ref, dispatch.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
 }
 
 func startReplica(t *testing.T, c *cluster.Cluster, cfg Config, owns func(*Discovery) func(string) bool) *replica {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	log := zap.NewNop()
-	r := &replica{hub: stream.NewHub(stream.HubConfig{Retention: time.Minute, HighWater: 1 << 16}, stream.NewMetrics(reg), log)}
+	r := &replica{hub: dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 16}, dispatch.NewMetrics(reg), log)}
 	var sc scrape.Config
 	sc.RegisterFlagsWithPrefix("", flag.NewFlagSet("t", flag.PanicOnError))
 	sc.Interval = time.Hour // driven by ScrapeNow
@@ -85,17 +86,6 @@ func startReplica(t *testing.T, c *cluster.Cluster, cfg Config, owns func(*Disco
 func (r *replica) stop() {
 	r.cancel()
 	r.wg.Wait()
-}
-
-func eventually(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func kpaObjects(ns, name string, selector map[string]string) (*autoscalingv1alpha1.PodAutoscaler, *autoscalingv1alpha1.Metric) {
@@ -154,7 +144,7 @@ func readyPodsFrom(t *testing.T, c *cluster.Cluster, ns, name string, first, n i
 		}
 	}
 	var out []*corev1.Pod
-	eventually(t, fmt.Sprintf("%d ready pods", n), time.Minute, func() bool {
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("%d ready pods", n), func() bool {
 		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +196,7 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	createKPA(t, tidal, pa, m)
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "hello-deployment"}
 
-	eventually(t, "the KPA target with 3 ready pods", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the KPA target with 3 ready pods", func() bool {
 		w, ok := r.hub.Get(ref)
 		return ok && w.ReadyPods == 3
 	})
@@ -235,7 +225,7 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	if err := c.Client.CoreV1().Pods(ns).Delete(context.Background(), pods[0].Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "2 ready pods", 30*time.Second, func() bool { w, _ := r.hub.Get(ref); return w.ReadyPods == 2 })
+	testkit.Eventually(t, 30*time.Second, "2 ready pods", func() bool { w, _ := r.hub.Get(ref); return w.ReadyPods == 2 })
 	r.scraper.ScrapeNow(context.Background())
 	w, _ = r.hub.Get(ref)
 	if last := measured(w)[len(measured(w))-1]; last.GetReadyPods() != 2 || last.GetAverageConcurrency() != 4 {
@@ -252,7 +242,7 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Update(context.Background(), m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the config error state", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the config error state", func() bool {
 		w, _ := r.hub.Get(ref)
 		return strings.Contains(w.Error, AnnotationMetricName)
 	})
@@ -261,7 +251,7 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	if err := tidal.AutoscalingV1alpha1().Metrics(ns).Delete(context.Background(), "hello", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the target removed", 30*time.Second, func() bool { return !r.hub.Known(ref) })
+	testkit.Eventually(t, 30*time.Second, "the target removed", func() bool { return !r.hub.Known(ref) })
 }
 
 func seedKafka(t *testing.T, k *kfake.Cluster, topic string, records int) {
@@ -303,7 +293,7 @@ func TestDiscoveryLagTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	fnRef := &commonv1.TargetRef{Namespace: ns, Name: "square"}
-	eventually(t, "the Function's lag target", 30*time.Second, func() bool { return r.hub.Known(fnRef) })
+	testkit.Eventually(t, 30*time.Second, "the Function's lag target", func() bool { return r.hub.Known(fnRef) })
 	r.fetcher.FetchNow(ctx)
 	w, _ := r.hub.Get(fnRef)
 	if w.Spec.GetStrategy() != commonv1.Strategy_STRATEGY_LAG || w.Spec.GetAnnotations()["lag.tidal.dev/topic"] != "orders" || w.Spec.GetAnnotations()["lag.tidal.dev/mode"] != "riff-queue" {
@@ -343,7 +333,7 @@ func TestDiscoveryLagTargets(t *testing.T) {
 	}
 	createKPA(t, tidal, pa, m)
 	billing := &commonv1.TargetRef{Namespace: ns, Name: "billing"}
-	eventually(t, "the missing-secret error", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the missing-secret error", func() bool {
 		w, ok := r.hub.Get(billing)
 		return ok && strings.Contains(w.Error, `secret `+ns+`/kafka`)
 	})
@@ -365,7 +355,7 @@ func TestDiscoveryLagTargets(t *testing.T) {
 	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Update(ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a lag sample for the PodAutoscaler", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "a lag sample for the PodAutoscaler", func() bool {
 		r.fetcher.FetchNow(ctx)
 		w, _ := r.hub.Get(billing)
 		return len(measured(w)) > 0 && w.Error == ""
@@ -425,7 +415,7 @@ func TestReplicasSplitTargetsAndTakeOver(t *testing.T) {
 			return true
 		}
 	}
-	eventually(t, "every target held by exactly one replica, both replicas holding some", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "every target held by exactly one replica, both replicas holding some", func() bool {
 		if !split(a, b)() {
 			return false
 		}
@@ -452,13 +442,13 @@ func TestReplicasSplitTargetsAndTakeOver(t *testing.T) {
 	<-doneA
 	a.stop()
 	began := time.Now()
-	eventually(t, "replica b to hold every target", 3*time.Second+2*550*time.Millisecond+time.Second, split(b))
+	testkit.Eventually(t, 3*time.Second+2*550*time.Millisecond+time.Second, "replica b to hold every target", split(b))
 	t.Logf("b held all %d targets %s after a stopped (lease duration 3s)", n, time.Since(began))
 }
 
 // measured returns the window's measurements, without the ready-count
 // changes (PODS samples) the hub keeps among them.
-func measured(w stream.Window) []*commonv1.MetricSample {
+func measured(w dispatch.Window) []*commonv1.MetricSample {
 	var out []*commonv1.MetricSample
 	for _, s := range w.Samples {
 		if s.GetSource() != commonv1.SampleSource_SAMPLE_SOURCE_PODS {

@@ -21,6 +21,7 @@ import (
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // revisionPods creates n pods of Revision rev, as its Deployment's would be
@@ -38,7 +39,7 @@ func revisionPods(t *testing.T, c *cluster.Cluster, ns, rev string, n int) []*co
 		}
 	}
 	var out []*corev1.Pod
-	eventually(t, fmt.Sprintf("%d ready pods", n), time.Minute, func() bool {
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("%d ready pods", n), func() bool {
 		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: knautoscaling.LabelRevision + "=" + rev})
 		if err != nil {
 			t.Fatal(err)
@@ -121,7 +122,7 @@ func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
 		}
 	}
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "rev-1-deployment", ApiVersion: "apps/v1", Kind: "Deployment"}
-	eventually(t, "the Knative target with 2 ready pods", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the Knative target with 2 ready pods", func() bool {
 		w, ok := r.hub.Get(ref)
 		return ok && w.ReadyPods == 2
 	})
@@ -151,7 +152,7 @@ func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
 	if _, err := kn.PodAutoscalers(ns).Update(ctx, pa, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the config error", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the config error", func() bool {
 		w, _ := r.hub.Get(ref)
 		return strings.Contains(w.Error, "window")
 	})
@@ -159,7 +160,7 @@ func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
 	if err := kn.PodAutoscalers(ns).Delete(ctx, "rev-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the target removed", 30*time.Second, func() bool { return !r.hub.Known(ref) })
+	testkit.Eventually(t, 30*time.Second, "the target removed", func() bool { return !r.hub.Known(ref) })
 }
 
 func TestKnativeFlags(t *testing.T) {
@@ -200,7 +201,7 @@ func TestDiscoveryKnativeLiveConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "rev-1-deployment", ApiVersion: "apps/v1", Kind: "Deployment"}
-	eventually(t, "the target with Knative's default window", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the target with Knative's default window", func() bool {
 		w, ok := r.hub.Get(ref)
 		return ok && w.Retention == time.Minute
 	})
@@ -215,7 +216,7 @@ func TestDiscoveryKnativeLiveConfig(t *testing.T) {
 	}
 	// The hub keeps at least a minute: a window longer than that shows.
 	live(map[string]string{"stable-window": "2m"})
-	eventually(t, "the edited window", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the edited window", func() bool {
 		w, _ := r.hub.Get(ref)
 		return w.Retention == 2*time.Minute
 	})
@@ -227,7 +228,7 @@ func TestDiscoveryKnativeLiveConfig(t *testing.T) {
 	live(map[string]string{"stable-window": "2m", "target-burst-capacity": "-1"})
 	w, _ := r.hub.Get(ref)
 	before := len(measured(w))
-	eventually(t, "scraping stopped", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "scraping stopped", func() bool {
 		r.scraper.ScrapeNow(context.Background())
 		w, _ := r.hub.Get(ref)
 		n := len(measured(w))

@@ -17,6 +17,7 @@ import (
 	"github.com/tidalscale/tidal/shard/bucket"
 	"github.com/tidalscale/tidal/shard/route"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // TestTargetScrapedAgainWhenOwnershipReturns moves a target's bucket away
@@ -44,7 +45,7 @@ func TestTargetScrapedAgainWhenOwnershipReturns(t *testing.T) {
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "back-deployment"}
 	scraped := func(what string) {
 		t.Helper()
-		eventually(t, what+": the target with 2 ready pods", 30*time.Second, func() bool {
+		testkit.Eventually(t, 30*time.Second, what+": the target with 2 ready pods", func() bool {
 			w, ok := r.hub.Get(ref)
 			return ok && w.ReadyPods == 2
 		})
@@ -61,7 +62,7 @@ func TestTargetScrapedAgainWhenOwnershipReturns(t *testing.T) {
 
 	mine.Store(false)
 	r.disc.Resync()
-	eventually(t, "the target dropped once its bucket moved away", 30*time.Second, func() bool { return !r.hub.Known(ref) })
+	testkit.Eventually(t, 30*time.Second, "the target dropped once its bucket moved away", func() bool { return !r.hub.Known(ref) })
 	if n := r.scraper.Len(); n != 0 {
 		t.Errorf("scraper holds %d targets after the bucket moved away, want 0", n)
 	}
@@ -113,7 +114,7 @@ func TestTargetReturnsToItsFirstReplicaAfterFailover(t *testing.T) {
 	}
 	measured := func(r *replica, what string, ready int) {
 		t.Helper()
-		eventually(t, fmt.Sprintf("%s: the target with %d ready pods", what, ready), 30*time.Second, func() bool {
+		testkit.Eventually(t, 30*time.Second, fmt.Sprintf("%s: the target with %d ready pods", what, ready), func() bool {
 			w, ok := r.hub.Get(ref)
 			return ok && w.ReadyPods == int32(ready)
 		})
@@ -130,7 +131,7 @@ func TestTargetReturnsToItsFirstReplicaAfterFailover(t *testing.T) {
 	a, _, _ := start(idA)
 	measured(a, "a alone", 1)
 	b, stopB, doneB := start(idB)
-	eventually(t, "the target handed to b", 30*time.Second, func() bool { return b.hub.Known(ref) && !a.hub.Known(ref) })
+	testkit.Eventually(t, 30*time.Second, "the target handed to b", func() bool { return b.hub.Known(ref) && !a.hub.Known(ref) })
 	measured(b, "b", 1)
 
 	// The Deployment scales up while b measures it.

@@ -14,6 +14,7 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/gathered"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // TestKnativeStatsLandOnThePodAutoscalersTarget: in Knative mode an
@@ -35,7 +36,7 @@ func TestKnativeStatsLandOnThePodAutoscalersTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "shop-v1", ApiVersion: "apps/v1", Kind: "Deployment"}
-	eventually(t, "the Knative target with its ready pod", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the Knative target with its ready pod", func() bool {
 		w, ok := r.hub.Get(ref)
 		return ok && w.ReadyPods == 1
 	})
@@ -96,7 +97,7 @@ func TestKnativeStatsLandOnThePodAutoscalersTarget(t *testing.T) {
 	if _, err := kn.PodAutoscalers(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the PodAutoscaler with a bad scale target in the cache", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the PodAutoscaler with a bad scale target in the cache", func() bool {
 		_, found, _ := r.disc.KnativeScaleTarget(ns, "bad-00001")
 		return found
 	})

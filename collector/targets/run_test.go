@@ -10,9 +10,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
-	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
@@ -29,7 +29,7 @@ func TestRunReturnsOnceItsInformersStopped(t *testing.T) {
 	for round := range 5 {
 		reg := prometheus.NewRegistry()
 		log := zap.NewNop()
-		hub := stream.NewHub(stream.HubConfig{Retention: time.Minute, HighWater: 1 << 16}, stream.NewMetrics(reg), log)
+		hub := dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 16}, dispatch.NewMetrics(reg), log)
 		d := New(Config{}, c.Client, tidal, hub, scrape.New(scrape.Config{}, scrapeRec{hub}, scrape.NewMetrics(reg), log),
 			lag.New(lag.Config{Tick: time.Hour, Timeout: time.Second}, hub, lag.NewMetrics(reg), log), log)
 		ctx, cancel := context.WithCancel(context.Background())

@@ -15,6 +15,7 @@ import (
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // lagObjects is a lag PodAutoscaler scaling Deployment target and the
@@ -73,7 +74,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 		m.Spec.Selector, m.Spec.ScrapeTarget = nil, ""
 		createKPA(t, tidal, pa, m)
 		mref := &commonv1.TargetRef{Namespace: ns, Name: pa.Spec.ScaleTargetRef.Name}
-		eventually(t, name, 30*time.Second, func() bool { return r.hub.Known(mref) })
+		testkit.Eventually(t, 30*time.Second, name, func() bool { return r.hub.Known(mref) })
 	}
 
 	fn := &functionsv1alpha1.Function{
@@ -84,7 +85,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the Function's target with its annotation", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the Function's target with its annotation", func() bool {
 		return ann()["lag.tidal.dev/lagForMax"] == "20"
 	})
 	r.fetcher.FetchNow(ctx)
@@ -109,7 +110,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 		KEDA: &autoscalingv1alpha1.KEDALagParameters{LagThreshold: 7},
 	})
 	createKPA(t, tidal, upa, um)
-	eventually(t, "the user's PodAutoscaler measuring the target", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the user's PodAutoscaler measuring the target", func() bool {
 		return ann()["lag.tidal.dev/lagThreshold"] == "7"
 	})
 	// The Function changes: the user's PodAutoscaler still measures it.
@@ -119,7 +120,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	}
 	// Once the informer holds the change, a Resync queues every source,
 	// and a marker queued after them settles them.
-	eventually(t, "the changed Function in the cache", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the changed Function in the cache", func() bool {
 		got, err := r.disc.functions.Functions(ns).Get("square")
 		return err == nil && got.Annotations["lag.tidal.dev/lagForMax"] == "30"
 	})
@@ -134,7 +135,7 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	if err := tidal.AutoscalingV1alpha1().Metrics(ns).Delete(ctx, "square-keda", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the Function measuring the target again", 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the Function measuring the target again", func() bool {
 		return ann()["lag.tidal.dev/lagForMax"] == "30" && ann()["lag.tidal.dev/mode"] == "riff-queue"
 	})
 	if w, ok := r.hub.Get(ref); !ok || len(measured(w)) != 1 {
@@ -159,5 +160,5 @@ func TestFunctionMeasuredThroughOneSource(t *testing.T) {
 	if err := tidal.FunctionsV1alpha1().Functions(ns).Delete(ctx, "square", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the target removed", 30*time.Second, func() bool { return !r.hub.Known(ref) })
+	testkit.Eventually(t, 30*time.Second, "the target removed", func() bool { return !r.hub.Known(ref) })
 }

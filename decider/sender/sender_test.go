@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidalscale/tidal/decider/engine"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // actuator is a Scale server over real gRPC that records every call and
@@ -113,17 +114,6 @@ func decision(name string, seq uint64, desired int32) engine.Decision {
 	return engine.Decision{Target: engine.Target{Namespace: "ns", Name: name}, Strategy: engine.KPA, Sequence: seq, Desired: desired}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestConcurrentAcrossTargetsOneAtATimePerTarget(t *testing.T) {
 	const workers, targets = 8, 50
 	a := &actuator{gate: make(chan struct{})}
@@ -133,14 +123,14 @@ func TestConcurrentAcrossTargetsOneAtATimePerTarget(t *testing.T) {
 		ds = append(ds, decision(fmt.Sprintf("t%d", i), 1, 1))
 	}
 	s.Enqueue(ds)
-	waitFor(t, "a full pool of calls", func() bool { _, all, _ := a.snapshot(); return all == workers })
+	testkit.Eventually(t, 20*time.Second, "a full pool of calls", func() bool { _, all, _ := a.snapshot(); return all == workers })
 	// Newer decisions for targets whose calls are held: they wait, and are
 	// never sent beside the call in flight.
 	for i := range targets {
 		s.Enqueue([]engine.Decision{decision(fmt.Sprintf("t%d", i), 2, 2), decision(fmt.Sprintf("t%d", i), 3, 3)})
 	}
 	close(a.gate)
-	waitFor(t, "every target's newest decision", func() bool {
+	testkit.Eventually(t, 20*time.Second, "every target's newest decision", func() bool {
 		calls, _, _ := a.snapshot()
 		n := 0
 		for _, c := range calls {
@@ -198,7 +188,7 @@ func TestRetryAndRefusal(t *testing.T) {
 			}}
 			s := start(t, a, Config{Workers: 2})
 			s.Enqueue([]engine.Decision{decision("t", 7, 4)})
-			waitFor(t, "the calls", func() bool { c, _, _ := a.snapshot(); return len(c) >= tt.wantCalls })
+			testkit.Eventually(t, 20*time.Second, "the calls", func() bool { c, _, _ := a.snapshot(); return len(c) >= tt.wantCalls })
 			time.Sleep(50 * time.Millisecond) // five backoffs' worth: no further call may come
 			if c, _, _ := a.snapshot(); len(c) != tt.wantCalls {
 				t.Errorf("calls = %d, want %d", len(c), tt.wantCalls)
@@ -211,7 +201,7 @@ func TestInvalidAndOlderDecisionsAreNotSent(t *testing.T) {
 	a := &actuator{gate: make(chan struct{})}
 	s := start(t, a, Config{Workers: 1})
 	s.Enqueue([]engine.Decision{decision("busy", 1, 1)})
-	waitFor(t, "the first call", func() bool { c, _, _ := a.snapshot(); return len(c) == 1 })
+	testkit.Eventually(t, 20*time.Second, "the first call", func() bool { c, _, _ := a.snapshot(); return len(c) == 1 })
 	unknown := decision("x", 5, -1)
 	advisory := decision("keda", 6, 3)
 	advisory.Advisory = true
@@ -220,7 +210,7 @@ func TestInvalidAndOlderDecisionsAreNotSent(t *testing.T) {
 		t.Fatalf("Pending() = %d, want 1 (t's newest only; the invalid and the advisory ones are never queued)", p)
 	}
 	close(a.gate)
-	waitFor(t, "t's call", func() bool { c, _, _ := a.snapshot(); return len(c) == 2 })
+	testkit.Eventually(t, 20*time.Second, "t's call", func() bool { c, _, _ := a.snapshot(); return len(c) == 2 })
 	calls, _, _ := a.snapshot()
 	if got := calls[1]; got.GetTarget().GetName() != "t" || got.GetDecisionSequence() != 9 || got.GetDesiredReplicas() != 2 {
 		t.Errorf("second call = %v, want t's decision 9 for 2 replicas", got)

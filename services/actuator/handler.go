@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/knative"
+	"github.com/tidalscale/tidal/actuator/peer"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
@@ -128,11 +130,13 @@ type handler struct {
 	functions *functionService // nil without a cluster
 	// forward sends a decision for a PodAutoscaler another replica owns to
 	// that replica; nil when replicas do not share PodAutoscalers.
-	forward *forwarder
+	forward *peer.Forwarder
 	log     *zap.Logger
 	now     func() time.Time
-	// kinds are the target kinds Scale and GetScale may reach.
-	kinds *scaleKinds
+	// kinds are the target kinds Scale and GetScale may reach;
+	// kindRefused counts refusals (nil until useKinds).
+	kinds       *scale.Kinds
+	kindRefused prometheus.Counter
 	// access is what tidal manages, from the caches; nil without a
 	// cluster (--scaler memory), where every target is the caller's.
 	access *access
@@ -141,7 +145,7 @@ type handler struct {
 var _ actuatorv1.ActuatorServiceServer = (*handler)(nil)
 
 func newHandler(e engine, functions *functionService, log *zap.Logger) *handler {
-	return &handler{engine: e, functions: functions, log: log, now: time.Now, kinds: newScaleKinds()}
+	return &handler{engine: e, functions: functions, log: log, now: time.Now, kinds: scale.NewKinds()}
 }
 
 func targetOf(ref *commonv1.TargetRef) scale.Target {
@@ -154,7 +158,7 @@ func targetOf(ref *commonv1.TargetRef) scale.Target {
 const maxSequenceAhead = 5 * time.Minute
 
 func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
-	if err := h.kinds.check("target", req.GetTarget()); err != nil {
+	if err := h.checkKind("target", req.GetTarget()); err != nil {
 		return nil, err
 	}
 	if limit := uint64(h.now().Add(maxSequenceAhead).UnixMilli()); req.GetDecisionSequence() > limit {
@@ -185,7 +189,7 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 		if h.forward == nil || notOwner.Owner == "" {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
-		return h.forward.scale(ctx, notOwner.Owner, req)
+		return h.forward.Scale(ctx, notOwner.Owner, req)
 	}
 	if err != nil {
 		return nil, toStatus(err)
@@ -208,7 +212,7 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 }
 
 func (h *handler) GetScale(ctx context.Context, req *actuatorv1.GetScaleRequest) (*actuatorv1.GetScaleResponse, error) {
-	if err := h.kinds.check("target", req.GetTarget()); err != nil {
+	if err := h.checkKind("target", req.GetTarget()); err != nil {
 		return nil, err
 	}
 	if h.access != nil {

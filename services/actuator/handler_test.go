@@ -76,7 +76,7 @@ func TestScaleRefusesKindsNotAllowed(t *testing.T) {
 	mem := scale.NewMemory()
 	h := newHandler(memoryEngine{scale.New(mem, func() time.Time { return now })}, nil, zap.NewNop())
 	h.now = func() time.Time { return now }
-	var kinds scaleKinds
+	var kinds scale.Kinds
 	kinds.RegisterFlags(flag.NewFlagSet("t", flag.PanicOnError)) // the defaults
 	h.useKinds(&kinds, prometheus.NewRegistry())
 	tests := []struct {

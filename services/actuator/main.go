@@ -23,6 +23,7 @@ import (
 
 	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/knative"
+	"github.com/tidalscale/tidal/actuator/peer"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
@@ -51,7 +52,7 @@ type config struct {
 	scaler string
 	kube   kubeConfig
 	// kinds are the target kinds Scale and GetScale may reach.
-	kinds scaleKinds
+	kinds scale.Kinds
 }
 
 // kubeConfig configures the Kubernetes mode.
@@ -354,8 +355,8 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		if err != nil {
 			return err
 		}
-		h.forward = newForwarder(dial)
-		defer h.forward.close()
+		h.forward = peer.New(dial)
+		defer h.forward.Close()
 	}
 	actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), h)
 	if _, _, err := srv.Listen(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -21,11 +24,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-
 	"github.com/tidalscale/tidal/actuator/rbac"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
@@ -33,19 +31,10 @@ import (
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // restrictedKubeconfig writes a kubeconfig for a ServiceAccount bound to
 // exactly rbac.Rules() and nothing else, so the actuator under test proves
@@ -92,7 +81,7 @@ func restrictedKubeconfig(t *testing.T, c *cluster.Cluster, ns string, extra ...
 // client once it reports ready.
 func startActuator(t *testing.T, kubeconfig string, extra ...string) actuatorv1.ActuatorServiceClient {
 	t.Helper()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	return startActuatorAt(t, kubeconfig, grpcAddr, httpAddr, extra...)
 }
 
@@ -186,10 +175,11 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	web := &commonv1.TargetRef{Namespace: ns, Name: "web"}
 	// Until the informer has the PodAutoscaler, its target is scaled as a
 	// plain target, without the rules: it has it once a decision above
-	// its max-scale is refused.
+	// its max-scale is refused. Its first reconcile has made the Metric.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		_, err := client.Scale(ctx, &actuatorv1.ScaleRequest{Target: web, DesiredReplicas: 11, DecisionSequence: 1_699_999_998_000, DryRun: true})
-		return status.Code(err) == codes.InvalidArgument, nil
+		_, merr := tidal.AutoscalingV1alpha1().Metrics(ns).Get(ctx, "web", metav1.GetOptions{})
+		return status.Code(err) == codes.InvalidArgument && merr == nil, nil
 	})
 	if err != nil {
 		t.Fatalf("the actuator never saw the PodAutoscaler: %v", err)
@@ -343,8 +333,8 @@ func TestActuatorsShareAndForward(t *testing.T) {
 	}
 	var clients []actuatorv1.ActuatorServiceClient
 	for range 2 {
-		addr := freeAddr(t)
-		clients = append(clients, startActuatorAt(t, c.Kubeconfig, addr, freeAddr(t),
+		addr := testkit.FreeAddr(t)
+		clients = append(clients, startActuatorAt(t, c.Kubeconfig, addr, testkit.FreeAddr(t),
 			"--buckets=32", "--lease-namespace="+ns, "--advertise-addr="+addr,
 			"--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms"))
 	}

@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tidalscale/tidal/collector/activator"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/kedascaler"
-	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/collector/targets"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -25,7 +25,7 @@ import (
 // forwarder run in g. A stat's target is its revision's PodAutoscaler's
 // scale target when scaleTargets is set (--knative), else Knative's
 // naming rule. The endpoint is returned unbound; nil when off.
-func activatorEndpoint(gctx context.Context, g *errgroup.Group, cfg *config, hub *stream.Hub, buckets *bucket.Set, peers *kedascaler.PeerPool,
+func activatorEndpoint(gctx context.Context, g *errgroup.Group, cfg *config, hub *dispatch.Hub, buckets *bucket.Set, peers *kedascaler.PeerPool,
 	scaleTargets activator.ScaleTargets, srv *server.Server, reg prometheus.Registerer, log *zap.Logger) *activator.Server {
 	if !cfg.activator.Enabled() {
 		return nil

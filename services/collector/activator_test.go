@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // activatorFrame writes one WireStatMessages of Knative's (stat.proto,
@@ -59,14 +60,15 @@ func dialActivator(t *testing.T, addr string) *websocket.Conn {
 // becomes a pushed sample of the revision's Deployment in the stream to
 // the decider.
 func TestActivatorStatsReachTheDecider(t *testing.T) {
-	dec, deciderAddr := startDecider(t)
-	wsAddr := freeAddr(t)
+	dec := testkit.StartDecider(t)
+	deciderAddr := dec.Addr
+	wsAddr := testkit.FreeAddr(t)
 	runCollector(t, "--discovery", "push", "--decider-addr", deciderAddr, "--activator-listen", wsAddr)
 	conn := dialActivator(t, wsAddr)
 	if err := conn.WriteMessage(websocket.BinaryMessage, activatorFrame("shop", "cart-00001", "activator-0", 1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if last := dec.waitSamples(t, "shop/cart-00001-deployment", commonv1.SampleSource_SAMPLE_SOURCE_PUSH, 1, false); last != 1 {
+	if last := waitSamples(t, dec, "shop/cart-00001-deployment", commonv1.SampleSource_SAMPLE_SOURCE_PUSH, 1, false); last != 1 {
 		t.Errorf("concurrency = %v, want 1", last)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -30,7 +30,7 @@ type ownerOf func(ref *commonv1.TargetRef) (owner string, mine bool)
 // interceptor chain.
 type handler struct {
 	collectorv1.UnimplementedCollectorServiceServer
-	hub *stream.Hub
+	hub *dispatch.Hub
 	now func() time.Time
 	log *zap.Logger
 	// implicit makes an unknown pushed target a KPA target with defaults
@@ -44,7 +44,7 @@ type handler struct {
 
 var _ collectorv1.CollectorServiceServer = (*handler)(nil)
 
-func newHandler(hub *stream.Hub, implicit bool, pods readyPodNames, owner ownerOf, now func() time.Time, log *zap.Logger, reg prometheus.Registerer) *handler {
+func newHandler(hub *dispatch.Hub, implicit bool, pods readyPodNames, owner ownerOf, now func() time.Time, log *zap.Logger, reg prometheus.Registerer) *handler {
 	f := promauto.With(reg)
 	h := &handler{
 		hub:      hub,

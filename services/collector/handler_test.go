@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -27,7 +27,7 @@ import (
 )
 
 type fixture struct {
-	hub    *stream.Hub
+	hub    *dispatch.Hub
 	client collectorv1.CollectorServiceClient
 	now    atomic.Pointer[time.Time]
 }
@@ -41,7 +41,7 @@ func startHandler(t testing.TB, implicit bool, owner ownerOf) *fixture {
 	f.now.Store(&start)
 	reg := prometheus.NewRegistry()
 	log := zap.NewNop()
-	f.hub = stream.NewHub(stream.HubConfig{Retention: time.Minute, HighWater: 1 << 20}, stream.NewMetrics(reg), log)
+	f.hub = dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 20}, dispatch.NewMetrics(reg), log)
 	h := newHandler(f.hub, implicit, nil, owner, func() time.Time { return *f.now.Load() }, log, reg)
 	var cfg server.Config
 	cfg.RegisterFlags(flag.NewFlagSet("t", flag.PanicOnError), "127.0.0.1:0", "127.0.0.1:0")
@@ -175,7 +175,7 @@ func TestGetWindowShowsErrors(t *testing.T) {
 	f := startHandler(t, false, nil)
 	f.known("k")
 	f.hub.SetError(ref("k"), "broker: kafka unreachable")
-	f.hub.Failed(ref("k"), stream.Failure{Time: time.Unix(1, 0), Pod: "p-1", Reason: "timeout", Message: "no answer in 3s"})
+	f.hub.Failed(ref("k"), dispatch.Failure{Time: time.Unix(1, 0), Pod: "p-1", Reason: "timeout", Message: "no answer in 3s"})
 	w, err := f.client.GetWindow(context.Background(), &collectorv1.GetWindowRequest{Target: ref("k")})
 	if err != nil {
 		t.Fatal(err)

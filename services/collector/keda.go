@@ -8,9 +8,9 @@ import (
 	"google.golang.org/grpc"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/kedascaler"
 	"github.com/tidalscale/tidal/collector/lag"
-	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/collector/targets"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/server"
@@ -20,8 +20,8 @@ import (
 // deciderRouter is kedascaler.Router over the collector's streams: the
 // owner by the hub's rendezvous hashing, the connection the stream uses.
 type deciderRouter struct {
-	hub     *stream.Hub
-	streams *stream.Streams
+	hub     *dispatch.Hub
+	streams *dispatch.Streams
 }
 
 func (r deciderRouter) Owner(ref *commonv1.TargetRef) (string, bool) { return r.hub.DeciderOf(ref) }
@@ -70,7 +70,7 @@ func (b bucketOwners) Owner(ref *commonv1.TargetRef) (string, bool) {
 // reader into its hub, KEDA's arithmetic from tidal's own lag strategy
 // (kedascaler.NewKafkaScaler), and with buckets the owner of each trigger's
 // bucket, reached over the collectors' mutual TLS. Close the returned pool once the server has stopped.
-func kedaInline(cfg *config, hub *stream.Hub, fetcher *lag.Fetcher, buckets *bucket.Set, reg prometheus.Registerer, log *zap.Logger) (*kedascaler.Inline, *kedascaler.PeerPool, error) {
+func kedaInline(cfg *config, hub *dispatch.Hub, fetcher *lag.Fetcher, buckets *bucket.Set, reg prometheus.Registerer, log *zap.Logger) (*kedascaler.Inline, *kedascaler.PeerPool, error) {
 	opt, err := cfg.server.DialOption(server.RoleCollector)
 	if err != nil {
 		return nil, nil, err

@@ -5,7 +5,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/targets"
 	"github.com/tidalscale/tidal/knativeconfig"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
@@ -15,7 +15,7 @@ import (
 // knativeConfig follows Knative's ConfigMaps (--knative): each edit goes to
 // the discovery, which measures every Knative PodAutoscaler again with it,
 // and to the deciders, which resolve every KPA target with it.
-func knativeConfig(cfg *config, kube kubernetes.Interface, disc *targets.Discovery, hub *stream.Hub,
+func knativeConfig(cfg *config, kube kubernetes.Interface, disc *targets.Discovery, hub *dispatch.Hub,
 	reg prometheus.Registerer, log *zap.Logger,
 ) (*knativeconfig.Watcher, error) {
 	kn := cfg.targets.Knative

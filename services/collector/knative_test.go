@@ -15,6 +15,7 @@ import (
 	"github.com/tidalscale/tidal/collector/queuestat"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // knativeSetup installs Knative's CRDs and returns a namespace and a
@@ -51,7 +52,8 @@ func revisionPA(ns, rev, deployment string) *knautoscaling.PodAutoscaler {
 func TestBinaryMeasuresKnativePodAutoscalers(t *testing.T) {
 	c := cluster.Shared(t)
 	ns, kn := knativeSetup(t, c)
-	dec, deciderAddr := startDecider(t)
+	dec := testkit.StartDecider(t)
+	deciderAddr := dec.Addr
 	labels := map[string]string{knautoscaling.LabelRevision: "hello-00001"}
 	serveQueueProxies(t, readyPods(t, c, ns, "hello-00001", labels, 2), queuestat.Stat{AverageConcurrentRequests: 4, RequestCount: 1})
 	runCollector(t, "--kubeconfig", c.Kubeconfig, "--decider-addr", deciderAddr, "--scrape-interval", "200ms", "--knative")
@@ -59,7 +61,7 @@ func TestBinaryMeasuresKnativePodAutoscalers(t *testing.T) {
 	if _, err := kn.PodAutoscalers(ns).Create(context.Background(), revisionPA(ns, "hello-00001", "hello-00001-deployment"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if last := dec.waitSamples(t, ns+"/hello-00001-deployment", commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 2, true); last != 8 {
+	if last := waitSamples(t, dec, ns+"/hello-00001-deployment", commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 2, true); last != 8 {
 		t.Errorf("scraped concurrency %v, want 2 pods × 4", last)
 	}
 }
@@ -71,25 +73,26 @@ func TestBinaryMeasuresKnativePodAutoscalers(t *testing.T) {
 func TestBinaryKnativeActivatorStatsFollowThePodAutoscaler(t *testing.T) {
 	c := cluster.Shared(t)
 	ns, kn := knativeSetup(t, c)
-	dec, deciderAddr := startDecider(t)
+	dec := testkit.StartDecider(t)
+	deciderAddr := dec.Addr
 	labels := map[string]string{knautoscaling.LabelRevision: "shop-00001"}
 	serveQueueProxies(t, readyPods(t, c, ns, "shop-00001", labels, 1), queuestat.Stat{AverageConcurrentRequests: 2, RequestCount: 1})
 	if _, err := kn.PodAutoscalers(ns).Create(context.Background(), revisionPA(ns, "shop-00001", "shop-v1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wsAddr := freeAddr(t)
+	wsAddr := testkit.FreeAddr(t)
 	runCollector(t, "--kubeconfig", c.Kubeconfig, "--decider-addr", deciderAddr, "--scrape-interval", "200ms", "--knative", "--activator-listen", wsAddr)
 	key := ns + "/shop-v1"
-	dec.waitSamples(t, key, commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 1, true)
+	waitSamples(t, dec, key, commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 1, true)
 
 	conn := dialActivator(t, wsAddr)
 	if err := conn.WriteMessage(websocket.BinaryMessage, activatorFrame(ns, "shop-00001", "activator-0", 3, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if last := dec.waitSamples(t, key, commonv1.SampleSource_SAMPLE_SOURCE_PUSH, 1, true); last != 3 {
+	if last := waitSamples(t, dec, key, commonv1.SampleSource_SAMPLE_SOURCE_PUSH, 1, true); last != 3 {
 		t.Errorf("pushed concurrency %v, want the activator's 3", last)
 	}
-	if n, _, _ := dec.samples(ns+"/shop-00001-deployment", commonv1.SampleSource_SAMPLE_SOURCE_UNSPECIFIED); n != 0 {
+	if n, _, _ := samples(dec, ns+"/shop-00001-deployment", commonv1.SampleSource_SAMPLE_SOURCE_UNSPECIFIED); n != 0 {
 		t.Errorf("%d samples under the naming rule's Deployment, want none", n)
 	}
 }

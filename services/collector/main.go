@@ -26,10 +26,10 @@ import (
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	"github.com/tidalscale/tidal/collector/activator"
 	"github.com/tidalscale/tidal/collector/deciders"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/kedascaler"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
-	"github.com/tidalscale/tidal/collector/stream"
 	"github.com/tidalscale/tidal/collector/targets"
 	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/proto/externalscaler"
@@ -64,7 +64,7 @@ type config struct {
 	deciderDNS     string
 	dnsInterval    time.Duration
 
-	stream  stream.Config
+	stream  dispatch.StreamsConfig
 	scrape  scrape.Config
 	lag     lag.Config
 	keda    kedascaler.Config
@@ -207,8 +207,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 
 	reg := prometheus.NewRegistry()
-	hub := stream.NewHub(stream.HubConfig{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples, Shadows: cfg.shadowAddrs,
-		MaxTargets: cfg.maxTargets, PushedTTL: cfg.pushedTTL}, stream.NewMetrics(reg), log)
+	hub := dispatch.New(dispatch.Config{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples, Shadows: cfg.shadowAddrs,
+		MaxTargets: cfg.maxTargets, PushedTTL: cfg.pushedTTL}, dispatch.NewMetrics(reg), log)
 	var dialOpts []grpc.DialOption
 	if cfg.server.TLS.Enabled() {
 		opt, err := cfg.server.DialOption(server.RoleDecider)
@@ -217,7 +217,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		dialOpts = append(dialOpts, opt)
 	}
-	streams := stream.NewStreams(cfg.stream, hub, log, dialOpts...)
+	streams := dispatch.NewStreams(cfg.stream, hub, log, dialOpts...)
 	scraper := scrape.New(cfg.scrape, scrapeRecorder{hub}, scrape.NewMetrics(reg), log)
 	fetcher := lag.New(cfg.lag, hub, lag.NewMetrics(reg), log)
 
@@ -371,14 +371,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // scrapeRecorder adapts the hub to the scraper's Recorder.
-type scrapeRecorder struct{ hub *stream.Hub }
+type scrapeRecorder struct{ hub *dispatch.Hub }
 
 func (r scrapeRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) {
 	r.hub.Record(ref, s)
 }
 
 func (r scrapeRecorder) Failed(ref *commonv1.TargetRef, f scrape.Failure) {
-	r.hub.Failed(ref, stream.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
+	r.hub.Failed(ref, dispatch.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
 }
 
 // parseAddrs parses a comma-separated list of host:port addresses.

@@ -3,13 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,21 +22,11 @@ import (
 	"github.com/tidalscale/tidal/pods"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
-	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 func TestRunRefusesBadFlags(t *testing.T) {
 	tests := []struct {
@@ -72,48 +60,15 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	}
 }
 
-// recordingDecider keeps every batch it receives.
-type recordingDecider struct {
-	deciderv1.UnimplementedDeciderServiceServer
-	mu      sync.Mutex
-	batches []*deciderv1.IngestRequest
-}
-
-func (d *recordingDecider) Ingest(st deciderv1.DeciderService_IngestServer) error {
-	for {
-		req, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return st.SendAndClose(&deciderv1.IngestResponse{})
-		}
-		if err != nil {
-			return err
-		}
-		d.mu.Lock()
-		d.batches = append(d.batches, req)
-		d.mu.Unlock()
-	}
-}
-
-// samples returns the samples of source received for key (any source
-// when it is unspecified), whether its spec arrived, and the last
-// sample's concurrency.
-func (d *recordingDecider) samples(key string, source commonv1.SampleSource) (n int, spec bool, last float64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, b := range d.batches {
-		for _, s := range b.GetSpecs() {
-			spec = spec || s.GetTarget().Key() == key
-		}
-		for _, m := range b.GetMetrics() {
-			if m.GetTarget().Key() != key {
-				continue
-			}
-			for _, s := range m.GetSamples() {
-				if source == commonv1.SampleSource_SAMPLE_SOURCE_UNSPECIFIED || s.GetSource() == source {
-					n++
-					last = s.GetAverageConcurrency()
-				}
-			}
+// samples counts the samples of source the decider got for key (any source
+// when it is unspecified), says whether its spec came, and returns the last
+// one's concurrency.
+func samples(d *testkit.Decider, key string, source commonv1.SampleSource) (n int, spec bool, last float64) {
+	got, spec := d.Samples(key)
+	for _, s := range got {
+		if source == commonv1.SampleSource_SAMPLE_SOURCE_UNSPECIFIED || s.GetSource() == source {
+			n++
+			last = s.GetAverageConcurrency()
 		}
 	}
 	return n, spec, last
@@ -122,35 +77,15 @@ func (d *recordingDecider) samples(key string, source commonv1.SampleSource) (n 
 // waitSamples waits up to 30 s for at least n samples of source for key
 // (and its spec, when spec is set) and returns the last one's
 // concurrency.
-func (d *recordingDecider) waitSamples(t *testing.T, key string, source commonv1.SampleSource, n int, spec bool) float64 {
+func waitSamples(t *testing.T, d *testkit.Decider, key string, source commonv1.SampleSource, n int, spec bool) float64 {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, gotSpec, last := d.samples(key, source)
-		if got >= n && (gotSpec || !spec) {
-			return last
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("decider got %d samples of %s (source %s, spec %v) within 30s, want %d", got, key, source, gotSpec, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// startDecider serves a recordingDecider on loopback gRPC until the test
-// ends and returns it with its address.
-func startDecider(t *testing.T) (*recordingDecider, string) {
-	t.Helper()
-	dec := &recordingDecider{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	deciderv1.RegisterDeciderServiceServer(gs, dec)
-	go func() { _ = gs.Serve(ln) }()
-	t.Cleanup(gs.Stop)
-	return dec, ln.Addr().String()
+	var last float64
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("%d samples of %s (source %s, spec %v) at the decider", n, key, source, spec), func() bool {
+		got, gotSpec, l := samples(d, key, source)
+		last = l
+		return got >= n && (gotSpec || !spec)
+	})
+	return last
 }
 
 // runCollector runs the collector's run in-process until the test ends,
@@ -159,7 +94,7 @@ func startDecider(t *testing.T) (*recordingDecider, string) {
 // override them.
 func runCollector(t *testing.T, args ...string) string {
 	t.Helper()
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -244,9 +179,10 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
 	ctx := context.Background()
-	dec, deciderAddr := startDecider(t)
+	dec := testkit.StartDecider(t)
+	deciderAddr := dec.Addr
 	serveQueueProxies(t, readyPods(t, c, ns, "web", map[string]string{"app": "web"}, 3), queuestat.Stat{AverageConcurrentRequests: 5, RequestCount: 2})
-	httpAddr := freeAddr(t)
+	httpAddr := testkit.FreeAddr(t)
 	grpcAddr := runCollector(t, "--kubeconfig", c.Kubeconfig, "--http-addr", httpAddr, "--decider-addr", deciderAddr, "--scrape-interval", "200ms")
 
 	tidal, err := tidalclient.NewForConfig(c.Config())
@@ -271,7 +207,7 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if last := dec.waitSamples(t, ns+"/web", commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 3, true); last != 15 {
+	if last := waitSamples(t, dec, ns+"/web", commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 3, true); last != 15 {
 		t.Errorf("scraped concurrency %v, want 3 pods × 5", last)
 	}
 
@@ -306,7 +242,7 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 func TestRunStopsEverythingWhenAComponentFails(t *testing.T) {
 	c := cluster.Shared(t)
 	ns := c.Namespace(t)
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- run(context.Background(), []string{"--kubeconfig", c.Kubeconfig, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,

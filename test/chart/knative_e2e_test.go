@@ -25,6 +25,7 @@ import (
 	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // chartArgs turns the TIDAL_* environment the chart gives a service's pods
@@ -162,10 +163,7 @@ func TestKnativeServicesUnderTheirAccounts(t *testing.T) {
 	}()
 	act := start("actuator", append(chartArgs(t, dep("actuator"), dirs), "--kubeconfig="+kubeconfig("actuator"))...)
 	dec := start("decider", append(chartArgs(t, dep("decider"), dirs, "TIDAL_ACTUATOR_ADDR"), "--actuator-addr="+act.GRPCAddr)...)
-	wsAddr, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	wsAddr := testkit.FreeAddr(t)
 	start("collector", append(chartArgs(t, dep("collector"), dirs, "TIDAL_DECIDER_SERVICE", "TIDAL_ACTIVATOR_LISTEN"),
 		"--decider-addr="+dec.GRPCAddr, "--activator-listen="+wsAddr, "--kubeconfig="+kubeconfig("collector"))...)
 

@@ -31,7 +31,7 @@ import (
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
-	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // pusherID is the activator the TLS tests name in authz.pushers.
@@ -131,14 +131,8 @@ type tlsProc struct {
 
 func startTLSProc(t *testing.T, bin string, args ...string) *tlsProc {
 	t.Helper()
-	g, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := testkit.FreeAddr(t)
+	h := testkit.FreeAddr(t)
 	logf, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(bin)+".log"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // dirPrefix names every cluster's directory under os.TempDir().
@@ -217,7 +218,7 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(6)
+	ports, err := testkit.FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
@@ -573,26 +574,6 @@ func writeKubeconfig(path string, cfg *rest.Config) error {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // takePodNetSlot takes the first free pod-network slot (TakeSlot). The

@@ -17,6 +17,7 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // Collector bucket Leases in the failover test: short, so a dead replica's
@@ -92,12 +93,12 @@ func TestFaultCollectorFailover(t *testing.T) {
 	}}})
 	load := system.NewDial(lightLoad)
 	k, rec := startKPA(t, s, load)
-	eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
+	testkit.Eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
 		l, _ := rec.last()
 		return l.Known && l.Desired == 1 && l.Replicas == 1
 	})
 	owner := -1
-	eventually(t, 30*time.Second, "exactly one collector measuring the target", func() bool {
+	testkit.Eventually(t, 30*time.Second, "exactly one collector measuring the target", func() bool {
 		o := owners(context.Background(), s.Collectors, k.Namespace, k.Name)
 		if len(o) != 1 {
 			return false
@@ -130,7 +131,7 @@ func TestFaultCollectorFailover(t *testing.T) {
 	}
 	load.Set(heavyLoad)
 	want := podsFor(heavyLoad)
-	eventually(t, 30*time.Second, "a scale-up measured by the surviving collector", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a scale-up measured by the surviving collector", func() bool {
 		l, _ := rec.last()
 		return l.Desired == want && l.Replicas == want
 	})
@@ -157,7 +158,7 @@ func TestFaultKafkaOutage(t *testing.T) {
 	}
 	t.Cleanup(f.Stop)
 	rec := record(t, s, f, lagRule)
-	eventually(t, 60*time.Second, "the Function scaled up and consuming", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the Function scaled up and consuming", func() bool {
 		l, _ := rec.last()
 		return l.Replicas >= 1 && l.Ready == l.Replicas && f.Consumers.Processed() > 100
 	})
@@ -210,14 +211,14 @@ func TestFaultKafkaOutage(t *testing.T) {
 		}
 	})
 
-	eventually(t, 30*time.Second, "lag measured again after the broker returned", func() bool {
+	testkit.Eventually(t, 30*time.Second, "lag measured again after the broker returned", func() bool {
 		l, _ := rec.last()
 		return l.Time.After(upAt) && l.Lag != nil && l.Lag.GetMeasureError() == ""
 	})
 	produced := f.Producer.Produced()
-	eventually(t, 90*time.Second, "the backlog consumed after the outage", func() bool { return f.Consumers.Processed() >= produced })
+	testkit.Eventually(t, 90*time.Second, "the backlog consumed after the outage", func() bool { return f.Consumers.Processed() >= produced })
 	produce.Set(0)
-	eventually(t, lagIdle+60*time.Second, "the Function idle at zero after recovering", func() bool {
+	testkit.Eventually(t, lagIdle+60*time.Second, "the Function idle at zero after recovering", func() bool {
 		l, _ := rec.last()
 		return l.Replicas == 0
 	})
@@ -245,7 +246,7 @@ func restartAPIServer(t *testing.T, c *cluster.Cluster) (stop func()) {
 	}
 	argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	eventually(t, 10*time.Second, "the old kube-apiserver gone", func() bool { return syscall.Kill(pid, 0) != nil })
+	testkit.Eventually(t, 10*time.Second, "the old kube-apiserver gone", func() bool { return syscall.Kill(pid, 0) != nil })
 
 	logFile, err := os.Create(filepath.Join(c.Dir, "kube-apiserver-restarted.log"))
 	if err != nil {
@@ -269,7 +270,7 @@ func restartAPIServer(t *testing.T, c *cluster.Cluster) (stop func()) {
 			<-exited
 		}
 	}
-	eventually(t, 60*time.Second, "the restarted kube-apiserver ready", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the restarted kube-apiserver ready", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -304,7 +305,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	s := startSystem(t, system.Options{Cluster: c})
 	load := system.NewDial(lightLoad)
 	_, rec := startKPA(t, s, load)
-	eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
+	testkit.Eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
 		l, _ := rec.last()
 		return l.Known && l.Desired == 1 && l.Replicas == 1
 	})
@@ -319,7 +320,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	}
 	load.Set(heavyLoad)
 	want := podsFor(heavyLoad)
-	eventually(t, 60*time.Second, "a scale-up after the restart, with the new pods measured", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a scale-up after the restart, with the new pods measured", func() bool {
 		l, _ := rec.last()
 		return l.Desired == want && l.Replicas == want && l.KPA.GetReadyPods() == want
 	})

@@ -14,6 +14,7 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // decisionLog follows one decider's WatchDecisions for a target and keeps
@@ -87,13 +88,13 @@ func TestFaultDeciderRestart(t *testing.T) {
 	k, rec := startKPA(t, s, load)
 	ref := watchDecisions(t, s.RefDecider, k.Namespace, k.Name)
 
-	eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
+	testkit.Eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
 		l, _ := rec.last()
 		return l.Known && l.Desired == 1 && l.Replicas == 1
 	})
 	load.Set(heavyLoad)
 	want := podsFor(heavyLoad)
-	eventually(t, 60*time.Second, "the heavy load's scale, out of panic", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the heavy load's scale, out of panic", func() bool {
 		l, _ := rec.last()
 		return !l.Decision.GetPanicking() && l.Desired == want && l.Ready == want
 	})
@@ -115,7 +116,7 @@ func TestFaultDeciderRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer obs.Close()
-	resumed := eventually(t, 3*tick, "the new decider's first decision", func() bool {
+	resumed := testkit.Eventually(t, 3*tick, "the new decider's first decision", func() bool {
 		d, err := obs.Decider().GetDecision(context.Background(), &deciderv1.GetDecisionRequest{Target: &commonv1.TargetRef{Namespace: k.Namespace, Name: k.Name}})
 		return err == nil && d.GetDecision().GetDesiredReplicas() >= 0 && d.GetDecision().GetDecideTime().AsTime().After(servingAt)
 	})
@@ -203,7 +204,7 @@ func TestFaultActuatorRestart(t *testing.T) {
 	load := system.NewDial(lightLoad)
 	k, rec := startKPA(t, s, load)
 	recorded := paDecisions(t, s, k.Namespace, k.Name)
-	eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
+	testkit.Eventually(t, 90*time.Second, "a decision of 1 under light load", func() bool {
 		l, _ := rec.last()
 		return l.Known && l.Desired == 1 && l.Replicas == 1
 	})
@@ -218,7 +219,7 @@ func TestFaultActuatorRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer obs.Close()
-	eventually(t, 4*tick, "a decision to scale up while the actuator is down", func() bool {
+	testkit.Eventually(t, 4*tick, "a decision to scale up while the actuator is down", func() bool {
 		d, err := obs.Decider().GetDecision(context.Background(), &deciderv1.GetDecisionRequest{Target: &commonv1.TargetRef{Namespace: k.Namespace, Name: k.Name}})
 		return err == nil && d.GetDecision().GetDesiredReplicas() > 1
 	})
@@ -230,7 +231,7 @@ func TestFaultActuatorRestart(t *testing.T) {
 	}
 	t.Logf("actuator down for %s", time.Since(killedAt).Round(100*time.Millisecond))
 	restartedAt := time.Now()
-	applied := eventually(t, 4*tick, "the latest decision applied after the restart", func() bool {
+	applied := testkit.Eventually(t, 4*tick, "the latest decision applied after the restart", func() bool {
 		smp, err := obs.Sample(context.Background(), k)
 		return err == nil && smp.Known && smp.Desired > 1 && smp.Replicas == smp.Desired && smp.Applied > uint64(killedAt.UnixMilli())
 	})
@@ -238,7 +239,7 @@ func TestFaultActuatorRestart(t *testing.T) {
 	time.Sleep(tick) // the sample in flight may predate the restart
 	rec.paused.Store(false)
 	want := podsFor(heavyLoad)
-	eventually(t, 60*time.Second, "the heavy load's scale", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the heavy load's scale", func() bool {
 		l, _ := rec.last()
 		return l.Desired == want && l.Replicas == want
 	})

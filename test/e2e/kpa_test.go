@@ -9,6 +9,7 @@ import (
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 	"github.com/tidalscale/tidal/test/workload"
 )
 
@@ -66,7 +67,7 @@ func TestKPA(t *testing.T) {
 	k, rec := startKPA(t, s, load)
 
 	// Warm up: one pod serving the light load, and a valid decision of 1.
-	eventually(t, 90*time.Second, "a decision of 1 with 1 ready pod under light load", func() bool {
+	testkit.Eventually(t, 90*time.Second, "a decision of 1 with 1 ready pod under light load", func() bool {
 		l, ok := rec.last()
 		return ok && l.Known && l.Desired == 1 && l.Replicas == 1 && l.Ready == 1
 	})
@@ -83,7 +84,7 @@ func TestKPA(t *testing.T) {
 	want := podsFor(heavyLoad)
 	// Panic holds its high-water mark for a stable window after the last
 	// tick over the threshold, then the scale settles.
-	eventually(t, 30*time.Second, "panic to end and the scale to settle at the heavy load's pods", func() bool {
+	testkit.Eventually(t, 30*time.Second, "panic to end and the scale to settle at the heavy load's pods", func() bool {
 		l, _ := rec.last()
 		return !l.Decision.GetPanicking() && l.Desired == want && l.Replicas == want && l.Ready == want
 	})
@@ -101,7 +102,7 @@ func TestKPA(t *testing.T) {
 	// tick, and to 0 desired only after a whole stable window of zeros.
 	removeAt := time.Now()
 	load.Set(0)
-	zeroDecision := eventually(t, kpaWindow+30*time.Second, "desired 0 after the load went", func() bool {
+	zeroDecision := testkit.Eventually(t, kpaWindow+30*time.Second, "desired 0 after the load went", func() bool {
 		l, _ := rec.last()
 		return l.Known && l.Desired == 0
 	})
@@ -126,7 +127,7 @@ func TestKPA(t *testing.T) {
 	}
 
 	// Idle: the Deployment goes to zero after the grace period, not before.
-	zeroAt := eventually(t, kpaGrace+4*tick+10*time.Second, "the Deployment at 0 replicas", func() bool {
+	zeroAt := testkit.Eventually(t, kpaGrace+4*tick+10*time.Second, "the Deployment at 0 replicas", func() bool {
 		l, _ := rec.last()
 		return l.Replicas == 0
 	})
@@ -155,7 +156,7 @@ func TestKPA(t *testing.T) {
 	}
 	defer obs.Close()
 	var fromZero system.Sample
-	upAt := eventually(t, 3*tick, "a scale-up from zero after an activator stat", func() bool {
+	upAt := testkit.Eventually(t, 3*tick, "a scale-up from zero after an activator stat", func() bool {
 		_, err := collector.PushStats(context.Background(), &collectorv1.PushStatsRequest{Stats: []*collectorv1.Stat{{
 			Target: &commonv1.TargetRef{Namespace: k.Namespace, Name: k.Name}, PodName: "activator-0",
 			AverageConcurrency: 1, RequestCount: lightLoad,
@@ -171,7 +172,7 @@ func TestKPA(t *testing.T) {
 	if d := upAt.Sub(pushAt); d > tick {
 		t.Errorf("scale from zero took %s; want less than a tick (%s): an activator stat at zero pokes", d, tick)
 	}
-	eventually(t, 30*time.Second, "the queued requests served", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the queued requests served", func() bool {
 		r := k.Workload.Report()
 		return r.WarmPods >= 1 && r.Queued == 0
 	})

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 const (
@@ -94,13 +95,13 @@ func TestLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Stop)
-	eventually(t, 30*time.Second, "the Function's Deployment", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the Function's Deployment", func() bool {
 		_, err := s.Cluster.Client.AppsV1().Deployments(ns).Get(context.Background(), "fn", metav1.GetOptions{})
 		return err == nil
 	})
 	rw := watchReplicas(t, s, ns, "fn")
 	rec := record(t, s, f, lagRule)
-	eventually(t, 60*time.Second, "the decider to hold the Function at 0", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the decider to hold the Function at 0", func() bool {
 		l, ok := rec.last()
 		return ok && l.Known && l.Desired == 0 && l.Replicas == 0
 	})
@@ -109,18 +110,18 @@ func TestLag(t *testing.T) {
 	produce.Set(400)
 	time.Sleep(3 * time.Second)
 	produce.Set(0)
-	eventually(t, 10*time.Second, "the backlog acknowledged", func() bool { return f.Producer.Produced() >= 1000 })
+	testkit.Eventually(t, 10*time.Second, "the backlog acknowledged", func() bool { return f.Producer.Produced() >= 1000 })
 	backlog := f.Producer.Produced()
-	eventually(t, 30*time.Second, "a scale-up to the partition count", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a scale-up to the partition count", func() bool {
 		l, _ := rec.last()
 		return l.Replicas == lagPartitions && l.Ready == lagPartitions
 	})
 	// The group's lag, read from the broker, not through tidal.
-	drained := eventually(t, 90*time.Second, "the consumers to drain the backlog and commit", func() bool {
+	drained := testkit.Eventually(t, 90*time.Second, "the consumers to drain the backlog and commit", func() bool {
 		lag, err := s.GroupLag(context.Background(), "fn")
 		return err == nil && lag == 0 && f.Consumers.Processed() >= backlog
 	})
-	zeroAt := eventually(t, lagIdle+30*time.Second, "the Function back at 0 after the idle timeout", func() bool {
+	zeroAt := testkit.Eventually(t, lagIdle+30*time.Second, "the Function back at 0 after the idle timeout", func() bool {
 		l, _ := rec.last()
 		return l.Replicas == 0
 	})
@@ -132,13 +133,13 @@ func TestLag(t *testing.T) {
 	// New records bring it back from zero.
 	produce.Set(20)
 	backAt := time.Now()
-	upAt := eventually(t, 20*time.Second, "a scale-up from zero on new records", func() bool {
+	upAt := testkit.Eventually(t, 20*time.Second, "a scale-up from zero on new records", func() bool {
 		l, _ := rec.last()
 		return l.Replicas >= 1
 	})
 	t.Logf("back from zero %s after records arrived", upAt.Sub(backAt).Round(100*time.Millisecond))
 	produce.Set(0)
-	eventually(t, 60*time.Second, "the new records consumed", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the new records consumed", func() bool {
 		return f.Consumers.Processed() >= f.Producer.Produced()
 	})
 	rec.stop()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // tick is the decider's KPA tick; samples are taken sampleOffset after
@@ -130,7 +131,7 @@ func (r *recorder) since(t time.Time) []system.Sample {
 func (r *recorder) waitSample(after time.Time, timeout time.Duration) system.Sample {
 	r.t.Helper()
 	var got system.Sample
-	eventually(r.t, timeout, fmt.Sprintf("a sample after t=%.1fs", after.Sub(r.start).Seconds()), func() bool {
+	testkit.Eventually(r.t, timeout, fmt.Sprintf("a sample after t=%.1fs", after.Sub(r.start).Seconds()), func() bool {
 		ss := r.since(after)
 		if len(ss) == 0 {
 			return false

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tidalscale/tidal/collector/activator"
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/knative/knactivator"
@@ -24,7 +24,7 @@ import (
 // websocket endpoint and its ActivatorStatService, wired as the binary
 // wires them but with an ownership function instead of bucket Leases.
 type replica struct {
-	hub  *stream.Hub
+	hub  *dispatch.Hub
 	url  string
 	addr string // gRPC
 }
@@ -53,7 +53,7 @@ func startReplica(t *testing.T, owners activator.Owners) *replica {
 		t.Fatal(err)
 	}
 	reg, log := prometheus.NewRegistry(), zap.NewNop()
-	r := &replica{hub: stream.NewHub(stream.HubConfig{Retention: time.Minute, HighWater: 1 << 20}, stream.NewMetrics(reg), log)}
+	r := &replica{hub: dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 20}, dispatch.NewMetrics(reg), log)}
 	m := activator.NewMetrics(reg)
 	local := activator.HubRecorder{Hub: r.hub, Implicit: true, Wait: cfg.BacklogWait}
 	fwd := activator.NewForwarder(cfg, grpcPeers{}, m, log)

@@ -17,6 +17,7 @@ import (
 
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // binaries holds tidal's collector, built once per test run from the
@@ -144,10 +145,7 @@ type collector struct {
 
 func startCollector(t *testing.T, dec *recordingDecider, args ...string) *collector {
 	t.Helper()
-	ws, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := testkit.FreeAddr(t)
 	p, err := system.NewProc("collector", binDir(t), "collector", t.TempDir(),
 		append([]string{"--discovery", "push", "--decider-addr", dec.addr, "--activator-listen", ws, "--log-level", "warn"}, args...)...)
 	if err != nil {

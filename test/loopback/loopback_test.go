@@ -22,6 +22,7 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 var binDir string
@@ -78,10 +79,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	a, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := testkit.FreeAddr(t)
 	return a
 }
 

@@ -3,7 +3,6 @@ package system
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,17 +16,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
-
-// FreeAddr returns a loopback address whose port was free a moment ago.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
-}
 
 // Proc is one tidal service process. Its addresses stay the same across
 // restarts, as a Kubernetes Service's would.
@@ -51,14 +41,11 @@ type Proc struct {
 // NewProc prepares service svc from binDir with args added after its
 // address flags; logs go to logDir/<name>.log. Nothing starts until Start.
 func NewProc(name, binDir, svc, logDir string, args ...string) (*Proc, error) {
-	g, err := FreeAddr()
+	ports, err := testkit.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	h, err := FreeAddr()
-	if err != nil {
-		return nil, err
-	}
+	g, h := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	return &Proc{
 		Name: name, GRPCAddr: g, HTTPAddr: h,
 		bin:     filepath.Join(binDir, "tidal-"+svc),

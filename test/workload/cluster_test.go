@@ -9,17 +9,16 @@ import (
 	"testing"
 	"time"
 
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidalscale/tidal/collector/queuestat"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 	"github.com/tidalscale/tidal/test/workload"
 )
 
@@ -30,18 +29,6 @@ func scaleTo(t *testing.T, c *cluster.Cluster, ns, name string, n int32) {
 		metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("scale %s to %d: %v", name, n, err)
-	}
-}
-
-// eventually polls cond until it holds, failing after timeout with the
-// state of the test's namespace (pods, events, control-plane logs).
-func eventually(t *testing.T, c *cluster.Cluster, ns string, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("waiting for %s: %v\n%s", what, err, c.Describe(context.Background(), ns))
 	}
 }
 
@@ -80,16 +67,16 @@ func TestWorkloadFollowsPods(t *testing.T) {
 	// while test/scale's guard loaded both cores with 900 pods (make unit now
 	// runs test/scale alone); the state printed on timeout says where the
 	// time went.
-	eventually(t, c, ns, 60*time.Second, "2 endpoints", func() bool { return w.Err() != nil || len(w.Endpoints()) == 2 })
+	testkit.Eventually(t, 60*time.Second, "2 endpoints", func() bool { return w.Err() != nil || len(w.Endpoints()) == 2 }, func() string { return c.Describe(context.Background(), ns) })
 	if err := w.Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Two warm pods of capacity 2 at 50 ms serve up to 80 req/s; the
 	// backlog from the cold start drains.
-	eventually(t, c, ns, 30*time.Second, "the backlog to drain", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the backlog to drain", func() bool {
 		r := w.Report()
 		return r.WarmPods == 2 && r.Queued == 0 && r.Served > 20
-	})
+	}, func() string { return c.Describe(context.Background(), ns) })
 	r := w.Report()
 	if r.Wait.Max < 500*time.Millisecond {
 		t.Errorf("Wait.Max = %s, want at least the 500ms cold start", r.Wait.Max)
@@ -136,7 +123,7 @@ func TestWorkloadFollowsPods(t *testing.T) {
 	}
 
 	scaleTo(t, c, ns, "web", 1)
-	eventually(t, c, ns, 30*time.Second, "1 endpoint", func() bool { return len(w.Endpoints()) == 1 })
+	testkit.Eventually(t, 30*time.Second, "1 endpoint", func() bool { return len(w.Endpoints()) == 1 }, func() string { return c.Describe(context.Background(), ns) })
 	if err := w.Err(); err != nil {
 		t.Error(err)
 	}
@@ -179,7 +166,7 @@ func TestKafkaConsumersFollowPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer producer.Stop()
-	eventually(t, c, ns, 10*time.Second, "200 records produced", func() bool { return producer.Produced() >= 200 })
+	testkit.Eventually(t, 10*time.Second, "200 records produced", func() bool { return producer.Produced() >= 200 }, func() string { return c.Describe(context.Background(), ns) })
 	produced := producer.Produced()
 
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -231,7 +218,7 @@ func TestKafkaConsumersFollowPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	scaleTo(t, c, ns, "echo", 1)
-	eventually(t, c, ns, 30*time.Second, "a first commit", func() bool { return committed() > 0 })
+	testkit.Eventually(t, 30*time.Second, "a first commit", func() bool { return committed() > 0 }, func() string { return c.Describe(context.Background(), ns) })
 	if lag := totalLag(); lag < produced/2 {
 		t.Fatalf("lag with one slow consumer = %d, want most of the %d records", lag, produced)
 	}
@@ -240,10 +227,10 @@ func TestKafkaConsumersFollowPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	scaleTo(t, c, ns, "echo", 2)
-	eventually(t, c, ns, 30*time.Second, "2 consumers", func() bool { return len(consumers.Members()) == 2 })
-	eventually(t, c, ns, 30*time.Second, "the backlog to be processed and committed", func() bool {
+	testkit.Eventually(t, 30*time.Second, "2 consumers", func() bool { return len(consumers.Members()) == 2 }, func() string { return c.Describe(context.Background(), ns) })
+	testkit.Eventually(t, 30*time.Second, "the backlog to be processed and committed", func() bool {
 		return committed() == produced && totalLag() == 0
-	})
+	}, func() string { return c.Describe(context.Background(), ns) })
 	if got := consumers.Processed(); got < produced {
 		t.Errorf("Processed = %d, want >= %d", got, produced)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/netns"
-	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // knProcess is one of Knative Serving's processes: its controller or its
@@ -91,10 +91,7 @@ const (
 // log if t failed.
 func startKnative(t *testing.T, name string, cmd *exec.Cmd, env ...string) *knProcess {
 	t.Helper()
-	prof, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	prof := testkit.FreeAddr(t)
 	_, profPort, _ := net.SplitHostPort(prof)
 	k := &knProcess{name: name, cmd: cmd, exited: make(chan struct{}),
 		logPath: filepath.Join(t.TempDir(), "knative-"+name+".log")}

@@ -25,6 +25,7 @@ import (
 	"github.com/tidalscale/tidal/test/knative/knactivator"
 	"github.com/tidalscale/tidal/test/knative/serving"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 	"github.com/tidalscale/tidal/test/workload"
 )
 
@@ -91,9 +92,11 @@ func startScene(t *testing.T) *scene {
 
 	// Knative Serving: CRDs, knative-serving's ConfigMaps, its controller.
 	knativeInstall.once.Do(func() {
-		if knativeMetricsAddr, knativeInstall.err = system.FreeAddr(); knativeInstall.err != nil {
+		var ports []int
+		if ports, knativeInstall.err = testkit.FreePorts(1); knativeInstall.err != nil {
 			return
 		}
+		knativeMetricsAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		knativeInstall.err = installKnative(ictx, c, map[string]map[string]string{
@@ -116,10 +119,7 @@ func startScene(t *testing.T) *scene {
 
 	// tidal in Knative mode, and Knative's activator reporting code
 	// dialling the collector's activator endpoint.
-	wsAddr, err := system.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	wsAddr := testkit.FreeAddr(t)
 	s.act = knactivator.Start(t, "ws://"+wsAddr, "activator-e2e")
 	s.front = &serviceFront{kube: s.kube}
 	s.front.useActivator(s.act.Handler())

@@ -1,23 +1,21 @@
-package stream
+package dispatch
 
 import (
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
 
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpa"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // engineDecider is a DeciderService on loopback that feeds the decider's
@@ -27,7 +25,7 @@ import (
 type engineDecider struct {
 	deciderv1.UnimplementedDeciderServiceServer
 	addr string
-	srv  *grpc.Server
+	stop func()
 	now  func() time.Time
 
 	mu       sync.Mutex
@@ -42,24 +40,8 @@ func newEngine(t testing.TB) *engine.Engine {
 
 func startEngineDecider(t testing.TB, addr string, now func() time.Time) *engineDecider {
 	t.Helper()
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	var ln net.Listener
-	var err error
-	for range 50 {
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &engineDecider{addr: ln.Addr().String(), srv: grpc.NewServer(), now: now, eng: newEngine(t)}
-	deciderv1.RegisterDeciderServiceServer(d.srv, d)
-	go func() { _ = d.srv.Serve(ln) }()
-	t.Cleanup(d.srv.Stop)
+	d := &engineDecider{now: now, eng: newEngine(t)}
+	d.addr, d.stop = testkit.ServeDecider(t, d, addr)
 	return d
 }
 
@@ -217,7 +199,7 @@ func TestRestartedDeciderDecidesLikeUninterruptedOne(t *testing.T) {
 		}
 		switch sec {
 		case 150:
-			restarted.srv.Stop()
+			restarted.stop()
 			down = true
 		case 170:
 			cur = startEngineDecider(t, restarted.addr, now)
@@ -231,15 +213,15 @@ func TestRestartedDeciderDecidesLikeUninterruptedOne(t *testing.T) {
 		a.hub.Record(ref, scrapeSample(sAt, load(sec), ready))
 		b.hub.Record(ref, scrapeSample(sAt, load(sec), ready))
 		sent++
-		eventually(t, fmt.Sprintf("second %d at the uninterrupted decider", sec), func() bool { return steady.count() >= sent })
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("second %d at the uninterrupted decider", sec), func() bool { return steady.count() >= sent })
 		if !down && sec >= 170 {
 			// The restarted decider holds the replay (retained span) plus
 			// what came live since; wait until this second's sample has
 			// reached its engine (taken from the outbox is not enough: a
 			// sample that arrives after its tick is late for that tick).
-			eventually(t, fmt.Sprintf("second %d at the restarted decider", sec), func() bool { return cur.has(sAt) })
+			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("second %d at the restarted decider", sec), func() bool { return cur.has(sAt) })
 		} else if !down {
-			eventually(t, fmt.Sprintf("second %d at the restarted decider", sec), func() bool { return cur.count() >= sent })
+			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("second %d at the restarted decider", sec), func() bool { return cur.count() >= sent })
 		}
 	}
 	if compared < 30 {

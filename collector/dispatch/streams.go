@@ -1,4 +1,4 @@
-package stream
+package dispatch
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
 
-// Config tunes the streams to deciders.
-type Config struct {
+// StreamsConfig tunes the streams to deciders.
+type StreamsConfig struct {
 	// CollectorID names this collector in every batch.
 	CollectorID string
 	// FlushInterval is how long samples may wait to be batched; an urgent
@@ -38,7 +38,7 @@ type Config struct {
 }
 
 // RegisterFlagsWithPrefix registers the stream flags with their defaults.
-func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
+func (c *StreamsConfig) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 	fs.DurationVar(&c.FlushInterval, p+"flush-interval", 50*time.Millisecond, "Longest time a sample waits to be batched for its decider; a pushed stat for a target at zero is sent at once.")
 	fs.IntVar(&c.BatchSamples, p+"batch-samples", 4096, "Samples per Ingest batch at most; a full batch is sent at once.")
 	fs.IntVar(&c.HighWater, p+"queue-samples", 65536, "Samples waiting for one decider at most; beyond it the stream is reopened and replays history, and PushStats waits meanwhile.")
@@ -47,7 +47,7 @@ func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 }
 
 // Validate refuses unusable values, naming the flag.
-func (c *Config) Validate(p string) error {
+func (c *StreamsConfig) Validate(p string) error {
 	switch {
 	case c.CollectorID == "" || len(c.CollectorID) > 253:
 		return fmt.Errorf("--collector-id %q: want 1 to 253 bytes", c.CollectorID)
@@ -66,7 +66,7 @@ func (c *Config) Validate(p string) error {
 // Streams keeps one stream open to every decider endpoint and feeds each
 // from the hub.
 type Streams struct {
-	cfg  Config
+	cfg  StreamsConfig
 	hub  *Hub
 	dial func(addr string) (*grpc.ClientConn, error)
 	log  *zap.Logger
@@ -85,7 +85,7 @@ type sender struct {
 }
 
 // NewStreams returns Streams over hub; nothing is dialled before Run.
-func NewStreams(cfg Config, hub *Hub, log *zap.Logger, opts ...grpc.DialOption) *Streams {
+func NewStreams(cfg StreamsConfig, hub *Hub, log *zap.Logger, opts ...grpc.DialOption) *Streams {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
@@ -186,7 +186,7 @@ func (s *Streams) startLocked(addr string) {
 // backoff is the wait between reconnects: from MinBackoff, doubling to
 // MaxBackoff, each up to half again longer so that collectors do not
 // reconnect in step.
-func (c *Config) backoff() wait.Backoff {
+func (c *StreamsConfig) backoff() wait.Backoff {
 	return wait.Backoff{Duration: c.MinBackoff, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: c.MaxBackoff}
 }
 

@@ -1,4 +1,4 @@
-package stream
+package dispatch
 
 import (
 	"context"
@@ -16,10 +16,11 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/gathered"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
-func testConfig(t testing.TB) Config {
-	var c Config
+func testConfig(t testing.TB) StreamsConfig {
+	var c StreamsConfig
 	c.RegisterFlagsWithPrefix("stream.", flag.NewFlagSet("t", flag.PanicOnError))
 	c.CollectorID = "collector-test"
 	c.MinBackoff = 10 * time.Millisecond
@@ -37,10 +38,10 @@ type collector struct {
 	reg     *prometheus.Registry
 }
 
-func startCollector(t testing.TB, cfg Config, retention time.Duration, deciders ...string) *collector {
+func startCollector(t testing.TB, cfg StreamsConfig, retention time.Duration, deciders ...string) *collector {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	hub := NewHub(HubConfig{Retention: retention, HighWater: cfg.HighWater, Batch: cfg.BatchSamples}, NewMetrics(reg), zap.NewNop())
+	hub := New(Config{Retention: retention, HighWater: cfg.HighWater, Batch: cfg.BatchSamples}, NewMetrics(reg), zap.NewNop())
 	st := NewStreams(cfg, hub, testLogger(t))
 	st.SetDeciders(deciders)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,17 +114,17 @@ func TestDeciderRestartReplaysHistory(t *testing.T) {
 		}
 	}
 	feed(20)
-	eventually(t, "both deciders to receive 20 s", caughtUp(steady))
-	eventually(t, "restarted decider to receive 20 s", caughtUp(restarted))
+	testkit.Eventually(t, 10*time.Second, "both deciders to receive 20 s", caughtUp(steady))
+	testkit.Eventually(t, 10*time.Second, "restarted decider to receive 20 s", caughtUp(restarted))
 
 	// Stop the decider mid-stream; samples keep coming while it is down.
-	restarted.srv.Stop()
+	restarted.stop()
 	feed(45)
 	restarted2 := startDecider(t, restarted.addr)
-	eventually(t, "the restarted decider to be replayed", caughtUp(restarted2))
+	testkit.Eventually(t, 10*time.Second, "the restarted decider to be replayed", caughtUp(restarted2))
 	feed(50)
-	eventually(t, "steady decider to catch up", caughtUp(steady))
-	eventually(t, "restarted decider to catch up", caughtUp(restarted2))
+	testkit.Eventually(t, 10*time.Second, "steady decider to catch up", caughtUp(steady))
+	testkit.Eventually(t, 10*time.Second, "restarted decider to catch up", caughtUp(restarted2))
 
 	from := t0.Unix() + int64(second) - int64(retention/time.Second)
 	for _, n := range names {
@@ -173,12 +174,12 @@ func TestTargetsMoveBetweenDeciders(t *testing.T) {
 			return len(got) == len(names)
 		}
 	}
-	eventually(t, "every target on exactly one of two deciders", all(d1, d2))
+	testkit.Eventually(t, 10*time.Second, "every target on exactly one of two deciders", all(d1, d2))
 
 	d3 := startDecider(t, "")
 	c.streams.SetDeciders([]string{d1.addr, d2.addr, d3.addr})
-	eventually(t, "the third decider to take its share", func() bool { return len(d3.keys()) > 0 })
-	eventually(t, "every target on exactly one of three deciders", all(d1, d2, d3))
+	testkit.Eventually(t, 10*time.Second, "the third decider to take its share", func() bool { return len(d3.keys()) > 0 })
+	testkit.Eventually(t, 10*time.Second, "every target on exactly one of three deciders", all(d1, d2, d3))
 	for _, k := range d3.keys() {
 		secs, vals, _ := d3.window(k, 0)
 		if len(secs) != 1 {
@@ -192,11 +193,11 @@ func TestTargetsMoveBetweenDeciders(t *testing.T) {
 	}
 	// Removing a decider moves its targets back.
 	c.streams.SetDeciders([]string{d1.addr, d2.addr})
-	eventually(t, "targets back on two deciders", all(d1, d2))
+	testkit.Eventually(t, 10*time.Second, "targets back on two deciders", all(d1, d2))
 
 	// A deleted target is removed from its decider.
 	c.hub.Remove(ref(names[0]))
-	eventually(t, "the deleted target forgotten", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the deleted target forgotten", func() bool {
 		return !slices.Contains(append(d1.keys(), d2.keys()...), ref(names[0]).Key())
 	})
 }
@@ -206,7 +207,7 @@ func TestPushToTargetAtZeroIsSentAtOnce(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.FlushInterval = time.Hour // only urgent stats go out
 	c := startCollector(t, cfg, time.Minute, d.addr)
-	eventually(t, "the stream to open", func() bool { return connected(c.hub, d.addr) })
+	testkit.Eventually(t, 10*time.Second, "the stream to open", func() bool { return connected(c.hub, d.addr) })
 	c.hub.SetSpec(spec("zero"), 0)
 	c.hub.SetSpec(spec("busy"), 0)
 	c.hub.SetReadyPods(ref("zero"), 0)
@@ -218,7 +219,7 @@ func TestPushToTargetAtZeroIsSentAtOnce(t *testing.T) {
 		t.Fatalf("a stat for a target with ready pods went out before the flush interval: %v", b)
 	}
 	c.hub.Record(ref("zero"), pushSample(now, 1))
-	eventually(t, "the poke", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the poke", func() bool {
 		_, vals, _ := d.window(ref("zero").Key(), 0)
 		return len(vals) == 1 && vals[0] == 1
 	})
@@ -227,13 +228,13 @@ func TestPushToTargetAtZeroIsSentAtOnce(t *testing.T) {
 func TestReconnectAfterDeciderComesUp(t *testing.T) {
 	d := startDecider(t, "")
 	addr := d.addr
-	d.srv.Stop()
+	d.stop()
 	c := startCollector(t, testConfig(t), time.Minute, addr)
 	c.hub.SetSpec(spec("late"), 0)
 	c.hub.Record(ref("late"), scrapeSample(time.Now(), 4, 1))
 	time.Sleep(100 * time.Millisecond) // several failed attempts
 	d2 := startDecider(t, addr)
-	eventually(t, "the history replayed once the decider is up", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the history replayed once the decider is up", func() bool {
 		_, vals, ok := d2.window(ref("late").Key(), 0)
 		return ok && len(vals) == 1 && vals[0] == 4
 	})
@@ -253,7 +254,7 @@ func TestSlowDeciderOverflowsIntoReplay(t *testing.T) {
 	cfg.HighWater = 20
 	c := startCollector(t, cfg, time.Hour, d.addr)
 	c.hub.SetSpec(spec("hot"), 0)
-	eventually(t, "the stream to open", func() bool { w, _ := c.hub.pendingWork(d.addr); return w == 0 && connected(c.hub, d.addr) })
+	testkit.Eventually(t, 10*time.Second, "the stream to open", func() bool { w, _ := c.hub.pendingWork(d.addr); return w == 0 && connected(c.hub, d.addr) })
 	t0 := time.Now().Add(-30 * time.Minute)
 	// gRPC buffers some batches before Send blocks; record until the
 	// outbox stays full.
@@ -270,7 +271,7 @@ func TestSlowDeciderOverflowsIntoReplay(t *testing.T) {
 	if err := c.hub.WaitRoom(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every sample to arrive exactly once", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every sample to arrive exactly once", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		ts := d.state[ref("hot").Key()]
@@ -300,7 +301,7 @@ func testLogger(t testing.TB) *zap.Logger {
 }
 
 func TestOverflowEndsStreamAndHoldsPushers(t *testing.T) {
-	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 5}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub := New(Config{Retention: time.Hour, HighWater: 5}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	hub.setDeciders([]string{"d:1"})
 	hub.SetSpec(spec("x"), 0)
 	cancelled := 0
@@ -341,7 +342,7 @@ func TestOverflowEndsStreamAndHoldsPushers(t *testing.T) {
 func TestReadyPodsReachTheDecider(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
-	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 100, Now: clock}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub := New(Config{Retention: time.Hour, HighWater: 100, Now: clock}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	hub.setDeciders([]string{"d:1"})
 	hub.SetSpec(spec("x"), 0)
 	hub.SetReadyPods(ref("x"), 3)
@@ -396,7 +397,7 @@ func isReady(s *commonv1.MetricSample, at time.Time, n int32) bool {
 
 func TestShadowDeciderGetsEveryTarget(t *testing.T) {
 	at := time.Unix(1_800_000_000, 0)
-	hub := NewHub(HubConfig{Retention: time.Hour, HighWater: 4, Shadows: []string{"shadow:1"}}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub := New(Config{Retention: time.Hour, HighWater: 4, Shadows: []string{"shadow:1"}}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	// A shadow listed among the deciders stays a shadow, not an owner.
 	hub.setDeciders([]string{"d:1", "d:2", "shadow:1"})
 	if !slices.Equal(hub.members, []string{"d:1", "d:2"}) {
@@ -465,7 +466,7 @@ func TestShadowDeciderGetsEveryTarget(t *testing.T) {
 
 func TestPushedTargetsAreBoundedAndExpire(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	hub := NewHub(HubConfig{Retention: time.Minute, HighWater: 1000, MaxTargets: 3, PushedTTL: time.Minute, Now: func() time.Time { return now }},
+	hub := New(Config{Retention: time.Minute, HighWater: 1000, MaxTargets: 3, PushedTTL: time.Minute, Now: func() time.Time { return now }},
 		NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	hub.setDeciders([]string{"d:1"})
 	hub.connect("d:1", func() {})
@@ -530,7 +531,7 @@ func TestPushedTargetsAreBoundedAndExpire(t *testing.T) {
 }
 
 func TestLongErrorIsCutForTheDecider(t *testing.T) {
-	hub := NewHub(HubConfig{Retention: time.Minute, HighWater: 100}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub := New(Config{Retention: time.Minute, HighWater: 100}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	hub.setDeciders([]string{"d:1"})
 	hub.SetSpec(spec("x"), 0)
 	hub.connect("d:1", func() {})
@@ -559,7 +560,7 @@ func TestKnativeConfigGoesFirstOnEveryStream(t *testing.T) {
 	c := startCollector(t, testConfig(t), time.Minute, d.addr)
 	c.hub.SetSpec(spec("alpha"), 0)
 	c.hub.Record(ref("alpha"), scrapeSample(time.Now(), 1, 1))
-	eventually(t, "the first batch", func() bool { return len(d.keys()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the first batch", func() bool { return len(d.keys()) == 1 })
 	if got := d.takeBatches(); got[0].GetKnativeConfig() != nil {
 		t.Fatalf("a Knative configuration before one was set: %v", got[0])
 	}
@@ -578,7 +579,7 @@ func TestKnativeConfigGoesFirstOnEveryStream(t *testing.T) {
 	}
 	var seen []*deciderv1.IngestRequest
 	c.hub.SetKnativeConfig(kc("20s"))
-	eventually(t, "the configuration sent", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the configuration sent", func() bool {
 		seen = append(seen, d.takeBatches()...)
 		return len(configs(seen)) > 0
 	})
@@ -587,9 +588,9 @@ func TestKnativeConfigGoesFirstOnEveryStream(t *testing.T) {
 	}
 
 	// A restarted decider: the replay batch with the spec carries it.
-	d.srv.Stop()
+	d.stop()
 	d2 := startDecider(t, d.addr)
-	eventually(t, "the replay", func() bool { return len(d2.keys()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the replay", func() bool { return len(d2.keys()) == 1 })
 	bs := d2.takeBatches()
 	if len(bs) == 0 || !bs[0].GetReplay() || len(bs[0].GetSpecs()) != 1 || configs(bs[:1])[0] != "20s" {
 		t.Fatalf("first batch on the new stream %v, want the replay carrying the spec and the configuration", bs)
@@ -597,7 +598,7 @@ func TestKnativeConfigGoesFirstOnEveryStream(t *testing.T) {
 
 	c.hub.SetKnativeConfig(kc("8s"))
 	seen = nil
-	eventually(t, "the edit sent", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the edit sent", func() bool {
 		seen = append(seen, d2.takeBatches()...)
 		return slices.Contains(configs(seen), "8s")
 	})

@@ -1,4 +1,8 @@
-package main
+// Package peer forwards a Scale call to the actuator replica that owns its
+// PodAutoscaler, when replicas share PodAutoscalers by bucket: one
+// connection per peer, and never a second hop, so ownership in motion
+// cannot loop a call.
+package peer
 
 import (
 	"context"
@@ -22,9 +26,9 @@ const forwardedKey = "x-tidal-forwarded"
 // bucket Leases, so there are about as many as replicas.
 const maxPeers = 64
 
-// forwarder sends Scale calls to the replica that owns their
+// Forwarder sends Scale calls to the replica that owns their
 // PodAutoscaler, over one connection per peer.
-type forwarder struct {
+type Forwarder struct {
 	dial grpc.DialOption
 
 	// mu guards peers.
@@ -32,8 +36,9 @@ type forwarder struct {
 	peers map[string]*grpc.ClientConn
 }
 
-func newForwarder(dial grpc.DialOption) *forwarder {
-	return &forwarder{dial: dial, peers: map[string]*grpc.ClientConn{}}
+// New returns a Forwarder dialing peers with dial.
+func New(dial grpc.DialOption) *Forwarder {
+	return &Forwarder{dial: dial, peers: map[string]*grpc.ClientConn{}}
 }
 
 func forwarded(ctx context.Context) bool {
@@ -41,7 +46,7 @@ func forwarded(ctx context.Context) bool {
 	return len(md.Get(forwardedKey)) > 0
 }
 
-func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
+func (f *Forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if c, ok := f.peers[addr]; ok {
@@ -59,8 +64,9 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
-// scale forwards req to the actuator at addr.
-func (f *forwarder) scale(ctx context.Context, addr string, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
+// Scale forwards req to the actuator at addr. A call that was itself
+// forwarded here is refused as Unavailable instead.
+func (f *Forwarder) Scale(ctx context.Context, addr string, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
 	if forwarded(ctx) {
 		return nil, status.Errorf(codes.Unavailable, "target %s: forwarded here, but actuator %s owns it: ownership is moving, retry", req.GetTarget().Key(), addr)
 	}
@@ -72,13 +78,14 @@ func (f *forwarder) scale(ctx context.Context, addr string, req *actuatorv1.Scal
 	return actuatorv1.NewActuatorServiceClient(c).Scale(ctx, req)
 }
 
-func (f *forwarder) close() {
+// Close closes the connections to every peer.
+func (f *Forwarder) Close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closeLocked()
 }
 
-func (f *forwarder) closeLocked() {
+func (f *Forwarder) closeLocked() {
 	for addr, c := range f.peers {
 		_ = c.Close()
 		delete(f.peers, addr)

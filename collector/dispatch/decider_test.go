@@ -1,19 +1,17 @@
-package stream
+package dispatch
 
 import (
 	"errors"
 	"io"
-	"net"
 	"sort"
 	"sync"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // fakeDecider is a real DeciderService on loopback that applies Ingest
@@ -24,7 +22,7 @@ import (
 type fakeDecider struct {
 	deciderv1.UnimplementedDeciderServiceServer
 	addr string
-	srv  *grpc.Server
+	stop func()
 
 	// block, when set, makes Ingest stop reading until closed.
 	block chan struct{}
@@ -44,26 +42,12 @@ type targetState struct {
 	errMsg  string
 }
 
+// startDecider serves a fakeDecider on addr ("" for a free port) until t
+// ends or its stop.
 func startDecider(t testing.TB, addr string) *fakeDecider {
 	t.Helper()
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	var ln net.Listener
-	var err error
-	for range 50 { // a restarted decider may wait for its port
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &fakeDecider{addr: ln.Addr().String(), srv: grpc.NewServer(), state: map[string]*targetState{}, received: make(chan struct{}, 1)}
-	deciderv1.RegisterDeciderServiceServer(d.srv, d)
-	go func() { _ = d.srv.Serve(ln) }()
-	t.Cleanup(d.srv.Stop)
+	d := &fakeDecider{state: map[string]*targetState{}, received: make(chan struct{}, 1)}
+	d.addr, d.stop = testkit.ServeDecider(t, d, addr)
 	return d
 }
 
@@ -175,18 +159,6 @@ func (d *fakeDecider) takeBatches() []*deciderv1.IngestRequest {
 	b := d.batches
 	d.batches = nil
 	return b
-}
-
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 var _ = commonv1.Strategy_STRATEGY_KPA

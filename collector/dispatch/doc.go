@@ -1,4 +1,4 @@
-// Package stream routes every target's samples to one decider replica and
+// Package dispatch routes every target's samples to one decider replica and
 // streams them there over DeciderService.Ingest.
 //
 // The Hub keeps each target's history (package history) and one outbox per
@@ -11,4 +11,4 @@
 // from the old one. Outboxes are bounded: a decider that falls behind has its
 // stream reopened, which replays history in place of the backlog, and
 // PushStats callers wait for room (backpressure) rather than grow memory.
-package stream
+package dispatch

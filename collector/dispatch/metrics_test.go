@@ -1,4 +1,4 @@
-package stream
+package dispatch
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidalscale/tidal/test/gathered"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // deciderSeries lists the metric families that hold a series labelled
@@ -41,13 +42,13 @@ func TestDeciderSeriesDeletedWhenItLeaves(t *testing.T) {
 		c.hub.SetSpec(spec(n), 0)
 		c.hub.Record(ref(n), scrapeSample(time.Now().Add(-time.Second), 1, 1))
 	}
-	eventually(t, "both deciders connected and fed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both deciders connected and fed", func() bool {
 		return gathered.Sum(t, c.reg, "tidal_collector_stream_samples_sent_total", gone.addr) > 0 &&
 			gathered.Sum(t, c.reg, "tidal_collector_stream_samples_sent_total", stays.addr) > 0
 	})
 	// A failure is counted too, so every kind of series exists for it.
-	gone.srv.Stop()
-	eventually(t, "the failure counted", func() bool {
+	gone.stop()
+	testkit.Eventually(t, 10*time.Second, "the failure counted", func() bool {
 		return gathered.Sum(t, c.reg, "tidal_collector_stream_failures_total", gone.addr) > 0
 	})
 	if got := deciderSeries(t, c.reg, gone.addr); len(got) == 0 {

@@ -1,4 +1,4 @@
-package stream
+package dispatch
 
 import (
 	"cmp"
@@ -78,7 +78,7 @@ type Hub struct {
 	// full is set while a new target is being refused, to log once per spell.
 	full    bool
 	members []string // sorted decider endpoints
-	// shadows are the shadow deciders' outboxes (HubConfig.Shadows), fixed
+	// shadows are the shadow deciders' outboxes (Config.Shadows), fixed
 	// for the hub's life; outboxes holds them too, by address.
 	shadows  []*outbox
 	outboxes map[string]*outbox
@@ -138,8 +138,8 @@ type pendingTarget struct {
 	errMsg  string
 }
 
-// HubConfig tunes a Hub.
-type HubConfig struct {
+// Config tunes a Hub.
+type Config struct {
 	// Retention is the history kept per target unless SetSpec says more.
 	Retention time.Duration
 	// HighWater bounds the samples waiting for one decider; beyond it the
@@ -163,8 +163,8 @@ type HubConfig struct {
 	Now func() time.Time
 }
 
-// NewHub returns an empty Hub.
-func NewHub(cfg HubConfig, m *Metrics, log *zap.Logger) *Hub {
+// New returns an empty Hub.
+func New(cfg Config, m *Metrics, log *zap.Logger) *Hub {
 	h := &Hub{
 		retention: cfg.Retention,
 		highWater: cfg.HighWater,

@@ -1,4 +1,4 @@
-package stream
+package dispatch
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // samples stream to, for targets the hub holds and for targets it does
 // not (another collector replica's), and never a shadow.
 func TestDeciderOfIsTheStreamsOwner(t *testing.T) {
-	hub := NewHub(HubConfig{Retention: time.Minute, HighWater: 16, Shadows: []string{"shadow:1"}}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub := New(Config{Retention: time.Minute, HighWater: 16, Shadows: []string{"shadow:1"}}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	ref := &commonv1.TargetRef{Namespace: "ns", Name: "held"}
 	if _, ok := hub.DeciderOf(ref); ok {
 		t.Error("DeciderOf with no deciders: ok, want false")

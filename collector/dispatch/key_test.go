@@ -1,4 +1,4 @@
-package stream
+package dispatch
 
 import (
 	"testing"
@@ -15,7 +15,7 @@ import (
 // are two targets of the hub (they used to share the namespace/name key, so
 // removing one removed the other).
 func TestKindsAreSeparateTargets(t *testing.T) {
-	hub := NewHub(HubConfig{Retention: time.Minute, HighWater: 16}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub := New(Config{Retention: time.Minute, HighWater: 16}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	dep := &commonv1.TargetRef{Namespace: "ns", Name: "app"}
 	sts := &commonv1.TargetRef{Namespace: "ns", Name: "app", ApiVersion: "apps/v1", Kind: "StatefulSet"}
 	for _, ref := range []*commonv1.TargetRef{dep, sts} {

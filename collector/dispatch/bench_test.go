@@ -1,4 +1,4 @@
-package stream
+package dispatch
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func BenchmarkDeciderStream(b *testing.B) {
 
 	cfg := testConfig(b)
 	cfg.FlushInterval = 10 * time.Millisecond
-	hub := NewHub(HubConfig{Retention: time.Minute, HighWater: cfg.HighWater, Batch: cfg.BatchSamples}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub := New(Config{Retention: time.Minute, HighWater: cfg.HighWater, Batch: cfg.BatchSamples}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
 	st := NewStreams(cfg, hub, zap.NewNop())
 	st.SetDeciders([]string{ln.Addr().String()})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,146 @@
+// Package testkit is what tidal's tests share to wait and to stand in for a
+// service: Eventually (polling with apimachinery's wait, never a sleep),
+// FreePorts, and a decider to stream to (Decider, or any DeciderService
+// served by ServeDecider). The harnesses that build and start the real
+// binaries are test/system and test/cluster.
+package testkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+)
+
+// Eventually fails t unless cond holds within within, checking it at once
+// and then every within/200 (5 ms to 100 ms). It returns when cond first
+// held. describe, when given, says more on failure (the cluster's state).
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool, describe ...func() string) time.Time {
+	t.Helper()
+	interval := min(max(within/200, 5*time.Millisecond), 100*time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), interval, within, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		msg := fmt.Sprintf("waiting %s for %s: %v", within, what, err)
+		for _, d := range describe {
+			msg += "\n" + d()
+		}
+		t.Fatal(msg)
+	}
+	return time.Now()
+}
+
+// FreePorts returns n distinct TCP ports free on 127.0.0.1 now: each is
+// taken by a listener until all n are, then released for the caller.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		defer func() { _ = ln.Close() }()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// FreeAddr returns a loopback address whose port was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ports, err := FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0])
+}
+
+// ServeDecider serves d over gRPC on addr ("" for a free loopback port)
+// until t ends or stop is called, which waits for the server to end. A
+// given addr is retried for up to 5 s, for a decider restarted on the port
+// its predecessor just left.
+func ServeDecider(t testing.TB, d deciderv1.DeciderServiceServer, addr string, opts ...grpc.ServerOption) (listening string, stop func()) {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("decider on %s: %v", addr, err)
+	}
+	gs := grpc.NewServer(opts...)
+	deciderv1.RegisterDeciderServiceServer(gs, d)
+	done := make(chan struct{})
+	go func() { _ = gs.Serve(ln); close(done) }()
+	stop = sync.OnceFunc(func() { gs.Stop(); <-done })
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+// Decider is a decider that keeps every batch streamed to it.
+type Decider struct {
+	deciderv1.UnimplementedDeciderServiceServer
+	// Addr is where it listens.
+	Addr string
+
+	// mu guards batches.
+	mu      sync.Mutex
+	batches []*deciderv1.IngestRequest
+}
+
+// StartDecider serves a Decider on a loopback port until t ends.
+func StartDecider(t testing.TB) *Decider {
+	t.Helper()
+	d := &Decider{}
+	d.Addr, _ = ServeDecider(t, d, "")
+	return d
+}
+
+// Ingest keeps each batch.
+func (d *Decider) Ingest(st deciderv1.DeciderService_IngestServer) error {
+	for {
+		req, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return st.SendAndClose(&deciderv1.IngestResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.batches = append(d.batches, req)
+		d.mu.Unlock()
+	}
+}
+
+// Samples returns the samples received for the target key (TargetRef.Key),
+// in the order they came, and whether its spec came.
+func (d *Decider) Samples(key string) (samples []*commonv1.MetricSample, spec bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range d.batches {
+		for _, s := range b.GetSpecs() {
+			spec = spec || s.GetTarget().Key() == key
+		}
+		for _, m := range b.GetMetrics() {
+			if m.GetTarget().Key() == key {
+				samples = append(samples, m.GetSamples()...)
+			}
+		}
+	}
+	return samples, spec
+}
