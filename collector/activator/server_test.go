@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/tidalscale/tidal/collector/dispatch"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // start is the fixtures' clock: 300 ms into a second.
@@ -147,17 +149,13 @@ func deployment(name string) *commonv1.TargetRef {
 // waitSamples waits for the hub to hold n samples of ref.
 func waitSamples(t *testing.T, hub *dispatch.Hub, ref *commonv1.TargetRef, n int) []*commonv1.MetricSample {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if w, ok := hub.Get(ref); ok && len(w.Samples) >= n {
-			return w.Samples
-		}
-		if time.Now().After(deadline) {
-			w, _ := hub.Get(ref)
-			t.Fatalf("%s: %d samples after 5s, want %d", ref.Key(), len(w.Samples), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var samples []*commonv1.MetricSample
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%d samples of %s", n, ref.Key()), func() bool {
+		w, _ := hub.Get(ref)
+		samples = w.Samples
+		return len(samples) >= n
+	})
+	return samples
 }
 
 // closeOf reads until the server closes and returns the close error.
@@ -204,13 +202,7 @@ func TestUnknownTargetsAreCountedNotCreated(t *testing.T) {
 	if err := c.WriteMessage(websocket.BinaryMessage, frameOf("shop", wireStat{pod: "a", conc: 1}, "cart-00001")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for value(r.metrics.stats.WithLabelValues(outcomeUnknown)) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no unknown-target count after 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the unknown target counted", func() bool { return value(r.metrics.stats.WithLabelValues(outcomeUnknown)) == 1 })
 	if _, ok := r.hub.Get(deployment("cart-00001")); ok {
 		t.Error("an unknown target was created without --discovery=push")
 	}
@@ -263,10 +255,7 @@ func TestHostileFramesCloseTheConnection(t *testing.T) {
 			}
 			// The server counts a frame too big after gorilla has sent the
 			// close frame: the count may come just after it.
-			deadline := time.Now().Add(5 * time.Second)
-			for value(r.metrics.frames.WithLabelValues(tt.metric)) != 1 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			testkit.Eventually(t, 5*time.Second, "the frame counted as "+tt.metric, func() bool { return value(r.metrics.frames.WithLabelValues(tt.metric)) == 1 })
 			if got := value(r.metrics.frames.WithLabelValues(tt.metric)); got != 1 {
 				t.Errorf("frames refused for %s = %v, want 1", tt.metric, got)
 			}
@@ -292,13 +281,7 @@ func TestRateBoundDropsFramesAndKeepsTheConnection(t *testing.T) {
 		}
 	}
 	waitSamples(t, r.hub, deployment("first-00001"), 1)
-	deadline := time.Now().Add(5 * time.Second)
-	for value(r.metrics.stats.WithLabelValues(outcomeRateLimited)) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the second frame was not counted as rate-limited")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the second frame counted as rate-limited", func() bool { return value(r.metrics.stats.WithLabelValues(outcomeRateLimited)) == 2 })
 	if _, ok := r.hub.Get(deployment("second-00001")); ok {
 		t.Error("a frame over the rate was recorded")
 	}
@@ -367,13 +350,7 @@ func TestShutdownAsksActivatorsToReconnect(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	c := dial(t, "ws://"+addr.String())
-	deadline := time.Now().Add(5 * time.Second)
-	for value(m.connections) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("connection not counted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the connection counted", func() bool { return value(m.connections) == 1 })
 	cancel()
 	if ce := closeOf(t, c); ce.Code != closeServiceRestart {
 		t.Errorf("close = %d %q, want %d (service restart)", ce.Code, ce.Text, closeServiceRestart)
@@ -437,13 +414,7 @@ func TestNonOwnerForwardsToTheOwner(t *testing.T) {
 	if _, ok := b.hub.Get(deployment("a-00001")); ok {
 		t.Error("the owner of b-00001 holds a-00001")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for value(a.metrics.stats.WithLabelValues(outcomeForwarded)) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("forward not counted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the forward counted", func() bool { return value(a.metrics.stats.WithLabelValues(outcomeForwarded)) == 1 })
 
 	// A forward reaching a replica that no longer owns the target is
 	// counted there and not forwarded again.

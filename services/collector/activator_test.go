@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -38,21 +39,18 @@ func activatorFrame(ns, name, pod string, concurrency, requests float64) []byte 
 // ends.
 func dialActivator(t *testing.T, addr string) *websocket.Conn {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, resp, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
+	var c *websocket.Conn
+	testkit.Eventually(t, 10*time.Second, "the activator endpoint serving", func() bool {
+		var resp *http.Response
+		var err error
+		c, resp, err = websocket.DefaultDialer.Dial("ws://"+addr, nil)
 		if resp != nil {
 			_ = resp.Body.Close()
 		}
-		if err == nil {
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("activator endpoint not serving after 10s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // TestActivatorStatsReachTheDecider runs the collector's run with

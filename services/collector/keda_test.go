@@ -23,6 +23,7 @@ import (
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // startDeciderProcess builds and runs the real decider (with an actuator
@@ -103,17 +104,12 @@ func kedaPath(t *testing.T, collectorAddr string, decider deciderv1.DeciderServi
 	so := &externalscaler.ScaledObjectRef{Name: "so", Namespace: target.GetNamespace(), ScalerMetadata: md}
 
 	var spec *externalscaler.GetMetricSpecResponse
-	for {
-		// The collector may still be priming its informers.
+	// The collector may still be priming its informers.
+	testkit.Eventually(t, 90*time.Second, "GetMetricSpec answered", func() bool {
 		var err error
-		if spec, err = keda.GetMetricSpec(ctx, so); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("GetMetricSpec: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		spec, err = keda.GetMetricSpec(ctx, so)
+		return err == nil
+	})
 	if ms := spec.GetMetricSpecs(); len(ms) != 1 || ms[0].GetMetricName() != wantMetric || ms[0].GetTargetSizeFloat() != 1 {
 		t.Fatalf("GetMetricSpec = %v, want %s against 1", spec, wantMetric)
 	}

@@ -124,11 +124,7 @@ func readyPods(t *testing.T, c *cluster.Cluster, ns, prefix string, labels map[s
 		}
 	}
 	var ready []corev1.Pod
-	deadline := time.Now().Add(time.Minute)
-	for len(ready) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d pods ready after a minute", len(ready), n)
-		}
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("%d pods ready", n), func() bool {
 		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labelsSelector(labels)})
 		if err != nil {
 			t.Fatal(err)
@@ -139,8 +135,8 @@ func readyPods(t *testing.T, c *cluster.Cluster, ns, prefix string, labels map[s
 				ready = append(ready, p)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(ready) >= n
+	})
 	return ready
 }
 

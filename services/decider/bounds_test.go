@@ -15,6 +15,7 @@ import (
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // ingestTargets gives the decider n KPA targets in namespace ns, named
@@ -52,10 +53,7 @@ func TestListDecisionsPages(t *testing.T) {
 
 	// The index may be up to a second older than the targets.
 	var names []string
-	for deadline := time.Now().Add(5 * time.Second); len(names) != 7; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pages of 3 listed %v, want the 7 targets of the namespace", names)
-		}
+	testkit.Eventually(t, 5*time.Second, "pages of 3 listing the 7 targets of the namespace", func() bool {
 		names = nil
 		req := &deciderv1.ListDecisionsRequest{Namespace: "pages", PageSize: 3}
 		for pages := 1; ; pages++ {
@@ -77,7 +75,8 @@ func TestListDecisionsPages(t *testing.T) {
 			}
 			req.PageToken = resp.GetNextPageToken()
 		}
-	}
+		return len(names) == 7
+	})
 	for i, n := range names {
 		if want := fmt.Sprintf("t%04d", i); n != want {
 			t.Errorf("decision %d is for %s, want %s (in key order, each once)", i, n, want)

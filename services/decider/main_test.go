@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // actuator records the Scale calls it gets over real gRPC.
@@ -92,16 +94,10 @@ func startDeciderAt(t *testing.T, args ...string) (deciderv1.DeciderServiceClien
 	}
 	t.Cleanup(func() { conn.Close() })
 	hc := healthpb.NewHealthClient(conn)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testkit.Eventually(t, 10*time.Second, "the decider serving", func() bool {
 		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("decider not serving: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
 	return deciderv1.NewDeciderServiceClient(conn), act, gaddr
 }
 
@@ -145,12 +141,7 @@ func TestIngestDecideExplain(t *testing.T) {
 
 	// A decision reaches the actuator and the watcher.
 	var req *actuatorv1.ScaleRequest
-	for deadline := time.Now().Add(10 * time.Second); req == nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no Scale call within 10 s")
-		}
-		req = act.last()
-	}
+	testkit.Eventually(t, 10*time.Second, "a Scale call", func() bool { req = act.last(); return req != nil })
 	if req.GetDesiredReplicas() != 3 || req.GetDecisionSequence() == 0 || !strings.HasPrefix(req.GetReason(), "max-scale: 5 → 3") || req.ExcessBurstCapacity == nil {
 		t.Errorf("Scale request %v: want 5 pods for 350 in flight at target 70 bounded to max-scale 3, a sequence, the reason and the EBC", req)
 	}
@@ -246,11 +237,7 @@ func TestKnativeConfigFromACollector(t *testing.T) {
 	}
 	waitTarget := func(ref *commonv1.TargetRef, want float64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); target(ref) != want; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Explain's target %v, want %v", ref.Key(), target(ref), want)
-			}
-		}
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%s: Explain's target %v", ref.Key(), want), func() bool { return target(ref) == want })
 	}
 	waitTarget(hello, 70) // Knative's defaults: 100 × 70 %
 
