@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 
-	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/test/system"
 	"github.com/tidalscale/tidal/test/testkit"
 )
@@ -60,14 +56,7 @@ func binDir(t *testing.T) string {
 }
 
 // recordingDecider keeps every sample the collector streams to it.
-type recordingDecider struct {
-	deciderv1.UnimplementedDeciderServiceServer
-	addr string
-
-	// mu guards samples.
-	mu      sync.Mutex
-	samples map[string][]sample
-}
+type recordingDecider struct{ *testkit.Decider }
 
 // sample is one streamed measurement of a target.
 type sample struct {
@@ -77,64 +66,26 @@ type sample struct {
 
 func startDecider(t *testing.T) *recordingDecider {
 	t.Helper()
-	d := &recordingDecider{samples: map[string][]sample{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.addr = ln.Addr().String()
-	gs := grpc.NewServer()
-	deciderv1.RegisterDeciderServiceServer(gs, d)
-	done := make(chan struct{})
-	go func() { _ = gs.Serve(ln); close(done) }()
-	t.Cleanup(func() { gs.Stop(); <-done })
-	return d
-}
-
-func (d *recordingDecider) Ingest(st deciderv1.DeciderService_IngestServer) error {
-	for {
-		req, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return st.SendAndClose(&deciderv1.IngestResponse{})
-		}
-		if err != nil {
-			return err
-		}
-		d.mu.Lock()
-		for _, m := range req.GetMetrics() {
-			for _, s := range m.GetSamples() {
-				k := m.GetTarget().Key()
-				d.samples[k] = append(d.samples[k], sample{s.GetTime().AsTime(), s.GetAverageConcurrency(), s.GetRequestCount()})
-			}
-		}
-		d.mu.Unlock()
-	}
+	return &recordingDecider{testkit.StartDecider(t)}
 }
 
 // wait returns the target's samples once ok accepts them, or fails after
 // within.
 func (d *recordingDecider) wait(t *testing.T, key string, within time.Duration, ok func([]sample) bool) []sample {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		d.mu.Lock()
-		got := append([]sample(nil), d.samples[key]...)
-		d.mu.Unlock()
-		if ok(got) {
-			return got
+	var got []sample
+	testkit.Eventually(t, within, key+"'s samples to satisfy the test", func() bool {
+		ms, _ := d.Samples(key)
+		got = got[:0]
+		for _, s := range ms {
+			got = append(got, sample{s.GetTime().AsTime(), s.GetAverageConcurrency(), s.GetRequestCount()})
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: samples %+v after %v do not satisfy the test", key, got, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok(got)
+	})
+	return got
 }
 
-func (d *recordingDecider) targets() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.samples)
-}
+func (d *recordingDecider) targets() int { return d.Targets() }
 
 // collector is the collector binary in push discovery, streaming to dec,
 // with the activator endpoint at wsURL.
@@ -147,7 +98,7 @@ func startCollector(t *testing.T, dec *recordingDecider, args ...string) *collec
 	t.Helper()
 	ws := testkit.FreeAddr(t)
 	p, err := system.NewProc("collector", binDir(t), "collector", t.TempDir(),
-		append([]string{"--discovery", "push", "--decider-addr", dec.addr, "--activator-listen", ws, "--log-level", "warn"}, args...)...)
+		append([]string{"--discovery", "push", "--decider-addr", dec.Addr, "--activator-listen", ws, "--log-level", "warn"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,3 +144,16 @@ func (d *Decider) Samples(key string) (samples []*commonv1.MetricSample, spec bo
 	}
 	return samples, spec
 }
+
+// Targets is the number of targets samples came for.
+func (d *Decider) Targets() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keys := map[string]bool{}
+	for _, b := range d.batches {
+		for _, m := range b.GetMetrics() {
+			keys[m.GetTarget().Key()] = true
+		}
+	}
+	return len(keys)
+}
