@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/tidalscale/tidal/test/system"
 	"github.com/tidalscale/tidal/test/testkit"
 )
