@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tidalscale/tidal/collector/stream"
+	"github.com/tidalscale/tidal/collector/dispatch"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -46,7 +46,7 @@ func FuzzForwardActivatorStats(f *testing.F) {
 		}
 		reg := prometheus.NewRegistry()
 		const maxTargets = 3
-		hub := stream.NewHub(stream.HubConfig{Retention: time.Minute, HighWater: 1 << 20, MaxTargets: maxTargets}, stream.NewMetrics(reg), zap.NewNop())
+		hub := dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 20, MaxTargets: maxTargets}, dispatch.NewMetrics(reg), zap.NewNop())
 		owners := func(r *commonv1.TargetRef) (string, bool) { return "10.0.0.2:9001", r.GetNamespace() != "elsewhere" }
 		p := NewPeerService(owners, HubRecorder{Hub: hub, Implicit: true, Wait: time.Millisecond}, NewMetrics(reg), func() time.Time { return now })
 		resp, err := p.ForwardActivatorStats(context.Background(), &req)

@@ -606,7 +606,7 @@ func TestNamespaceTenancy(t *testing.T) {
 		t.Errorf("books' stream while shop is at its bound: %v, want it open", err)
 	}
 	cancel()
-	waitFor(t, "every stream to end", func() bool { return len(dec.open()) == 0 })
+	testkit.Eventually(t, 5*time.Second, "every stream to end", func() bool { return len(dec.open()) == 0 })
 
 	// Calls: shop's bucket empties, books' does not.
 	cfg.CallRate, cfg.CallBurst = 0.001, 3

@@ -237,7 +237,12 @@ func TestActuatorOnKubernetes(t *testing.T) {
 	wantCode(t, "Scale of a Deployment no PodAutoscaler names", err, codes.PermissionDenied, "the actuator scales only what tidal manages")
 	_, err = client.GetScale(ctx, &actuatorv1.GetScaleRequest{Target: plain})
 	wantCode(t, "GetScale of a Deployment no PodAutoscaler names", err, codes.PermissionDenied, "no PodAutoscaler")
-	_, err = client.Undeploy(ctx, &actuatorv1.UndeployRequest{Function: &actuatorv1.FunctionRef{Namespace: ns, Name: "plain"}})
+	// The actuator judges from its cache, which may not hold the new
+	// Deployment yet; until it does, Undeploy finds nothing to delete.
+	testkit.Eventually(t, 10*time.Second, "Undeploy of a Deployment no Function owns refused", func() bool {
+		_, err = client.Undeploy(ctx, &actuatorv1.UndeployRequest{Function: &actuatorv1.FunctionRef{Namespace: ns, Name: "plain"}})
+		return status.Code(err) == codes.PermissionDenied
+	})
 	wantCode(t, "Undeploy of a Deployment no Function owns", err, codes.PermissionDenied, "is not a function's")
 	_, err = client.Deploy(ctx, &actuatorv1.DeployRequest{Function: &actuatorv1.FunctionRef{Namespace: ns, Name: "plain"},
 		Spec: &actuatorv1.FunctionSpec{Image: "evil.test/miner:1", InputTopic: "in", Brokers: "127.0.0.1:9092"}})
