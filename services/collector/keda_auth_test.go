@@ -46,7 +46,7 @@ func TestKEDAInlineKafkaAuth(t *testing.T) {
 	// The collector as a process, its whole log (debug level) read at
 	// the end.
 	col := startService(t, buildServices(t, "collector"), t.TempDir(), "collector",
-		"--discovery", "push", "--decider-addr", dec.GRPCAddr, "--log-level", "debug")
+		"--discovery", "push", "--decider-addr", dec.GRPCAddr, "--log-level", "debug", "--allowed-brokers", "127.0.0.1:*")
 	conn := dialPlain(t, col.GRPCAddr)
 	waitServing(t, conn)
 	keda := externalscaler.NewExternalScalerClient(conn)

@@ -51,7 +51,7 @@ func TestKEDAInlineKafkaSeveralTopics(t *testing.T) {
 	}
 
 	dec, _ := startDeciderAndActuator(t)
-	col := runCollector(t, "--discovery", "push", "--decider-addr", dec.GRPCAddr)
+	col := runCollector(t, "--discovery", "push", "--decider-addr", dec.GRPCAddr, "--allowed-brokers", "127.0.0.1:*")
 	conn := dialPlain(t, col)
 	waitServing(t, conn)
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute) // after the builds

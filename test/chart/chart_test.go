@@ -518,7 +518,7 @@ var autoscalerKeys = []string{
 	kpaconfig.KeyMaxScaleDownRate, kpaconfig.KeyEnableScaleToZero, kpaconfig.KeyScaleToZeroGracePeriod,
 	kpaconfig.KeyScaleToZeroPodRetentionPeriod, kpaconfig.KeyScaleDownDelay, kpaconfig.KeyActivatorCapacity,
 	kpaconfig.KeyInitialScale, kpaconfig.KeyAllowZeroInitialScale, kpaconfig.KeyMinScale, kpaconfig.KeyMaxScale,
-	kpaconfig.KeyMaxScaleLimit, kpaconfig.KeyPodAutoscalerClass,
+	kpaconfig.KeyMaxScaleLimit, kpaconfig.KeyPodAutoscalerClass, kpaconfig.KeyKeepAlive,
 }
 
 // checkRBAC checks the bindings point at the rendered roles and the pods'

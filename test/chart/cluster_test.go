@@ -18,7 +18,10 @@ import (
 func TestMain(m *testing.M) { cluster.Main(m) }
 
 // install applies a release's objects as `helm install` does (see
-// release.Install) and deletes its cluster-scoped objects when t ends.
+// release.Install) and deletes, when t ends, what its namespace's deletion
+// would leave: cluster-scoped objects and those in other namespaces (Knative
+// mode's autoscaler Service, which a later install or dry run of Knative mode
+// would otherwise find owned by no release of its own).
 func install(t *testing.T, c *cluster.Cluster, r release, dryRun bool) (manifest, map[string]bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -26,6 +29,11 @@ func install(t *testing.T, c *cluster.Cluster, r release, dryRun bool) (manifest
 	objs, clusterScoped, notServed, err := rel.Install(ctx, c.Config(), r.opts(), dryRun)
 	t.Cleanup(func() {
 		a := newApplier(t, c)
+		for _, o := range objs {
+			if ns := o.GetNamespace(); ns != "" && ns != r.namespace {
+				clusterScoped = append(clusterScoped, o)
+			}
+		}
 		for _, o := range clusterScoped {
 			if err := a.Delete(context.Background(), o); err != nil {
 				t.Logf("delete %s %s: %v", o.GetKind(), o.GetName(), err)
