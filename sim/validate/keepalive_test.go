@@ -46,6 +46,15 @@ func timerArrivals() []time.Duration {
 	return out
 }
 
+// timerCounts are the requests of each second of the load.
+func timerCounts() []int64 {
+	counts := make([]int64, int(timerLength/time.Second))
+	for _, at := range timerArrivals() {
+		counts[at/time.Second] = 1
+	}
+	return counts
+}
+
 // timerHistory is the keep-alive memory the PodAutoscaler starts with:
 // twenty idle times of the period, the last request timerLearned before
 // start, as its status would keep it after the timer had run for half an
@@ -105,13 +114,13 @@ func TestPredictiveKeepAliveTimer(t *testing.T) {
 		}
 	})
 
-	var steps podmodel.Steps
-	for _, at := range timerArrivals() {
-		steps = append(steps, podmodel.Step{At: at, Rate: 1}, podmodel.Step{At: at + time.Second, Rate: 0})
-	}
+	// Each request is an arrival event of its own, as in the replay: a
+	// rate of one a second for one second would be summed in 10 ms model
+	// steps and could fall short of a whole request, moving it to the next.
 	start := time.Now()
 	timer, err := s.StartKPA(ctx, system.KPAOptions{
-		Namespace: ns, Name: "timer", Replicas: 1, Profile: steps, Annotations: timerAnnotations,
+		Namespace: ns, Name: "timer", Replicas: 1, Annotations: timerAnnotations,
+		Profile: &podmodel.Buckets{Width: time.Second, Counts: timerCounts(), Seed: 1},
 		Model: podmodel.ModelConfig{ServiceTime: 200 * time.Millisecond, ColdStart: 500 * time.Millisecond},
 	})
 	if err != nil {
@@ -219,16 +228,12 @@ func seedHistory(t *testing.T, s *system.System, ns, name, history string) {
 // replayTimer replays the timer's load and history through package sim.
 func replayTimer(t *testing.T) *sim.Result {
 	t.Helper()
-	counts := make([]int64, int(timerLength/time.Second))
-	for _, at := range timerArrivals() {
-		counts[at/time.Second] = 1
-	}
 	cfg := sim.Configuration{Name: "timer", Annotations: timerAnnotations,
 		Pods: sim.Pods{ReadyDelay: sim.Duration(time.Second), ColdStart: sim.Duration(500 * time.Millisecond), ServiceTime: sim.Duration(200 * time.Millisecond)}}
 	if err := cfg.Check(); err != nil {
 		t.Fatal(err)
 	}
-	tr := trace.Trace{Name: "timer", Width: time.Second, Counts: counts}
+	tr := trace.Trace{Name: "timer", Width: time.Second, Counts: timerCounts()}
 	res, err := sim.Run(&tr, &cfg, sim.Options{Seed: 1, Timeline: true, KeepAliveState: timerHistory(sim.Epoch)})
 	if err != nil {
 		t.Fatal(err)
