@@ -121,7 +121,7 @@ func TestPredictiveKeepAliveTimer(t *testing.T) {
 	timer, err := s.StartKPA(ctx, system.KPAOptions{
 		Namespace: ns, Name: "timer", Replicas: 1, Annotations: timerAnnotations,
 		Profile: &podmodel.Buckets{Width: time.Second, Counts: timerCounts(), Seed: 1},
-		Model: podmodel.ModelConfig{ServiceTime: 200 * time.Millisecond, ColdStart: 500 * time.Millisecond},
+		Model:   podmodel.ModelConfig{ServiceTime: 200 * time.Millisecond, ColdStart: 500 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
