@@ -13,7 +13,7 @@ TAG ?=
 PLATFORMS ?=
 BASE ?=
 
-.PHONY: all generate build test prepare unit lint fuzz bench bench-knative conformance conformance-shared run e2e keda knative scale image chart clean
+.PHONY: all generate build test prepare unit lint fuzz bench bench-knative pareto conformance conformance-shared run e2e keda knative scale image chart clean
 
 all: build
 
@@ -110,6 +110,24 @@ bench-knative:
 	set -o pipefail; cd test/benchknative && \
 		$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 60m | tee ../../bin/bench-knative.txt && \
 		$(GO) run ./cmd/benchratio < ../../bin/bench-knative.txt | tee ../../bin/bench-knative-ratios.txt
+
+## pareto: BENCHMARKS.md's "Predictive keep-alive": tidal-sim generates a trace of the paper's mix (seeded: the same
+## bytes every time) in bin/pareto/, replays it through Knative's defaults and the predictive keep-alive, each at
+## every fixed keep-alive of PARETO_SWEEP, prints the table (also bin/pareto/table.txt) and draws PARETO_PNG.
+## About 5 minutes on two cores, niced.
+PARETO_FUNCTIONS ?= 500
+PARETO_DAYS ?= 3
+PARETO_SEED ?= 1
+PARETO_SWEEP ?= 0,1m,2m,5m,10m,20m,30m,45m,60m
+PARETO_PNG ?= docs/img/keepalive-pareto.png
+pareto:
+	@mkdir -p bin/pareto $(dir $(PARETO_PNG))
+	$(GO) build -o bin/tidal-sim ./services/sim
+	rm -f bin/pareto/invocations_per_function_md.anon.d*.csv
+	bin/tidal-sim generate -functions $(PARETO_FUNCTIONS) -days $(PARETO_DAYS) -seed $(PARETO_SEED) -out bin/pareto
+	set -o pipefail; nice -n 10 bin/tidal-sim -config sim/testdata/keepalive.yaml -seed $(PARETO_SEED) \
+		-azure $$(ls bin/pareto/invocations_per_function_md.anon.d*.csv | paste -sd, -) \
+		-keep-alive-sweep $(PARETO_SWEEP) -pareto $(PARETO_PNG) | tee bin/pareto/table.txt
 
 ## run: the whole system on an embedded cluster with a live table; FOR=3m ends by itself, Ctrl-C ends
 ## it early; writes bin/run-<time>.png and stops everything it started. KNATIVE=1: the Knative scene instead,
