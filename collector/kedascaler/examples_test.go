@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestExamplesParse: every trigger of the README's examples (the files
+// TestExamplesParse: every trigger of docs/keda.md's examples (the files
 // under examples/keda) is metadata this package accepts, in the mode its
 // file is for.
 func TestExamplesParse(t *testing.T) {

@@ -156,7 +156,7 @@ func newInlineFixture(t *testing.T, cfg Config, owners Owners, peers Peers) *inl
 	return f
 }
 
-// billing is the README's inline Kafka trigger, with KEDA's keys.
+// billing is docs/keda.md's inline Kafka trigger, with KEDA's keys.
 func billing(extra ...string) map[string]string {
 	md := map[string]string{"scalerAddress": "tidal-collector.tidal-system.svc:9001", "enableTLS": "true",
 		"bootstrapServers": "kafka-0.kafka.svc:9092", "consumerGroup": "billing", "topic": "invoices",

@@ -15,8 +15,7 @@
 //
 // Each mode runs in one of two flavours. Faithful reproduces the original's
 // numbers, faults included; the conformance replay uses it. The default
-// (Faithful=false) fixes the known faults listed in the README's strategy
-// section: a stale Deployment status, a failed Scale that is never retried, a
-// Kafka error read as a non-empty queue, and one hot partition driving the
-// function to the cap.
+// (Faithful=false) fixes the known faults listed in docs/lag.md: a stale
+// Deployment status, a failed Scale that is never retried, a Kafka error read
+// as a non-empty queue, and one hot partition driving the function to the cap.
 package lag

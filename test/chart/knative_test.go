@@ -67,7 +67,7 @@ func containerPort(c corev1.Container, name string) (int32, bool) {
 }
 
 // checkKnative checks the objects that let Knative's activators reach the
-// collectors (README "Knative mode"), the collector's activator settings and
+// collectors (docs/knative.md), the collector's activator settings and
 // the RBAC rules on Knative's groups.
 func checkKnative(t *testing.T, m manifest, w knativeWant) {
 	t.Helper()

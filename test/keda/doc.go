@@ -1,7 +1,7 @@
 // Package keda drives tidal's external scaler (externalscaler.ExternalScaler
 // on the collector) through KEDA's own client code: the external and
 // external-push scalers of github.com/kedacore/keda/v2/pkg/scalers, built
-// from the README's example ScaledObjects and TriggerAuthentication as
+// from the example ScaledObjects (examples/keda, shown in docs/keda.md) and TriggerAuthentication as
 // KEDA's operator builds them, over real gRPC with mutual TLS, against the
 // three services running as processes on a test cluster (test/cluster,
 // test/system).

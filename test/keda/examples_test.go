@@ -36,11 +36,11 @@ import (
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
-// examplesDir holds the README's KEDA examples, relative to this package;
-// the flag is for trying an edited example before it goes in the README.
-var examplesDir = flag.String("examples", "../../examples/keda", "Directory of the README's KEDA examples (*.yaml).")
+// examplesDir holds the KEDA examples docs/keda.md shows, relative to this package;
+// the flag is for trying an edited example before it goes in docs/keda.md.
+var examplesDir = flag.String("examples", "../../examples/keda", "Directory of the KEDA examples docs/keda.md shows (*.yaml).")
 
-// examples are the README's KEDA objects, read strictly: an unknown field is
+// examples are docs/keda.md's KEDA objects, read strictly: an unknown field is
 // an error, so a typo in an example fails here rather than in a user's
 // cluster.
 type examples struct {
@@ -58,7 +58,7 @@ func loadExamples(t *testing.T) *examples {
 		t.Fatal(err)
 	}
 	if len(paths) == 0 {
-		t.Fatalf("no examples in %s: the README's KEDA examples are what these tests run", *examplesDir)
+		t.Fatalf("no examples in %s: docs/keda.md's KEDA examples are what these tests run", *examplesDir)
 	}
 	sort.Strings(paths)
 	ex := &examples{triggerAuths: map[string]*kedav1alpha1.TriggerAuthentication{}, file: map[string]string{}}

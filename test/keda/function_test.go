@@ -24,7 +24,7 @@ const (
 	fnIdle       = 3 * time.Second
 )
 
-// TestFollowFunction runs the README's example that follows a Function
+// TestFollowFunction runs docs/keda.md's example that follows a Function
 // (type external: KEDA polls) through KEDA's own scaler: a backlog makes
 // tidal decide N > 0 and KEDA reads N against a target of 1, active, which
 // the HPA's formula keeps; once the records are consumed and the Function
