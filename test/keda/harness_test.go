@@ -92,6 +92,10 @@ var ids = map[string]identity.ID{
 	"actuator":  identity.MustNew(trustDomain, "tidal", "tidal-actuator"),
 	"activator": identity.MustNew(trustDomain, "knative-serving", "activator"),
 	"keda":      identity.MustNew(trustDomain, "keda", "keda-operator"),
+	// reader is the tests' own observer (a dashboard), reading every
+	// namespace by --authz-readers: KEDA's identity may not, since it is
+	// bound to its own namespace.
+	"reader": identity.MustNew(trustDomain, "monitoring", "dashboard"),
 }
 
 // certs is one CA and a certificate per identity, written as
@@ -173,7 +177,7 @@ var kpaConfig = map[string]string{"scale-to-zero-grace-period": "6s"}
 // also a kfake broker in this process, given to the collector and the
 // actuator. It starts them itself rather than with system.Start, which runs
 // them in plaintext. The collector's Proc dials as the activator (which may
-// push stats); the others' as KEDA.
+// push stats); the others' as a reader of every namespace.
 func startTidal(t *testing.T, c *cluster.Cluster, tc *certs, kafka bool) *system.System {
 	t.Helper()
 	bin := binDir(t)
@@ -223,12 +227,16 @@ func startTidal(t *testing.T, c *cluster.Cluster, tc *certs, kafka bool) *system
 		sys.Kafka, sys.Brokers = kf, kf.ListenAddrs() // System.Stop closes it
 		brokers = []string{"--kafka-brokers", strings.Join(sys.Brokers, ",")}
 	}
-	sys.Actuator = start("actuator", "actuator", "keda", append([]string{
-		"--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig, "--config-autoscaler", cfgDir}, brokers...)...)
-	sys.Decider = start("decider", "decider", "keda",
-		"--actuator-addr", sys.Actuator.GRPCAddr, "--config-autoscaler", cfgDir)
+	readers := []string{"--authz-readers", ids["reader"].String()}
+	sys.Actuator = start("actuator", "actuator", "reader", append(append([]string{
+		"--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig, "--config-autoscaler", cfgDir}, brokers...), readers...)...)
+	sys.Decider = start("decider", "decider", "reader", append([]string{
+		"--actuator-addr", sys.Actuator.GRPCAddr, "--config-autoscaler", cfgDir}, readers...)...)
 	sys.Collectors = []*system.Proc{start("collector-0", "collector", "activator", append([]string{
 		"--decider-addr", sys.Decider.GRPCAddr, "--collector-id", "collector-0", "--kubeconfig", c.Kubeconfig,
-		"--authz-pushers", ids["activator"].String(), "--authz-keda", ids["keda"].String()}, brokers...)...)}
+		"--authz-pushers", ids["activator"].String(), "--authz-keda", ids["keda"].String(),
+		// Inline triggers name the tests' own kfake brokers, on loopback
+		// ports chosen at random.
+		"--allowed-brokers", "127.0.0.1:*"}, brokers...)...)}
 	return sys
 }
