@@ -79,7 +79,9 @@ func TestNamespacedInformers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	seen := map[string]string{} // key → last event
+	// Every event per key: a controller may update a new Deployment's
+	// status right after its add, so the last event alone is no proof.
+	seen := map[string]map[string]bool{}
 	record := func(ev string) func(any) {
 		return func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -87,7 +89,10 @@ func TestNamespacedInformers(t *testing.T) {
 			}
 			key, _ := cache.MetaNamespaceKeyFunc(obj)
 			mu.Lock()
-			seen[key] = ev
+			if seen[key] == nil {
+				seen[key] = map[string]bool{}
+			}
+			seen[key][ev] = true
 			mu.Unlock()
 		}
 	}
@@ -102,8 +107,10 @@ func TestNamespacedInformers(t *testing.T) {
 	_ = pas.Informer()
 	kf.StartWithContext(ctx)
 	tf.StartWithContext(ctx)
-	defer kf.Shutdown()
+	// Shutdown waits for the informers, which stop only when ctx ends.
 	defer tf.Shutdown()
+	defer kf.Shutdown()
+	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), deps.Informer().HasSynced, reg.HasSynced, pas.Informer().HasSynced) {
 		t.Fatal("caches never synced (a cluster-wide list would be forbidden)")
 	}
@@ -154,7 +161,7 @@ func TestNamespacedInformers(t *testing.T) {
 	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return seen[a+"/one"] == "delete" && seen[b+"/five"] == "add", nil
+		return seen[a+"/one"]["delete"] && seen[b+"/five"]["add"], nil
 	})
 	if err != nil {
 		t.Fatalf("events seen %v: %v", seen, err)
