@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/tidalscale/tidal/sim/tracegen"
 )
@@ -18,12 +20,14 @@ func generate(args []string, out io.Writer) error {
 	var cfg tracegen.Config
 	var dir string
 	var with2021 bool
+	var classes string
 	fs.IntVar(&cfg.Functions, "functions", 500, "Functions to generate.")
 	fs.IntVar(&cfg.Days, "days", 3, "Days to generate: one 2019-format file each.")
 	fs.IntVar(&cfg.FunctionsPerApp, "functions-per-app", 1, "Most functions of one application (each gets 1 to this many, uniformly).")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "Seed of every draw.")
 	fs.StringVar(&dir, "out", "", "Directory to write into (created): invocations_per_function_md.anon.dNN.csv per day; required.")
 	fs.BoolVar(&with2021, "2021", false, "Also write the same invocations in the 2021 per-invocation format, invocations_2021.csv (about 150 bytes an invocation).")
+	fs.StringVar(&classes, "class", "", "Write only the functions of these classes (comma-separated: timer, regular, bursty, diurnal, rare), each as the whole trace has it, to study one pattern; empty means all.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -33,6 +37,11 @@ func generate(args []string, out io.Writer) error {
 	fns, err := tracegen.Generate(cfg)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
+	}
+	if classes != "" {
+		if fns, err = only(fns, classes); err != nil {
+			return fmt.Errorf("generate: -class: %w", err)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("generate: %w", err)
@@ -65,4 +74,17 @@ func generate(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "invoked once an hour or less: %.1f%% of functions; once a minute or less: %.1f%%\n", 100*s.HourlyOrLess, 100*s.MinutelyOrLess)
 	return nil
+}
+
+// only keeps the functions of the comma-separated classes.
+func only(fns []tracegen.Function, classes string) ([]tracegen.Function, error) {
+	var keep [len(tracegen.Summary{}.Classes)]bool
+	for _, name := range strings.Split(classes, ",") {
+		c, err := tracegen.ParseClass(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		keep[c] = true
+	}
+	return slices.DeleteFunc(fns, func(f tracegen.Function) bool { return !keep[f.Class] }), nil
 }

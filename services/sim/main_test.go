@@ -213,7 +213,29 @@ func TestGenerateThenReplay(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range [][]string{{"-functions", "3"}, {"-functions", "0", "-out", dir}, {"-days", "99", "-out", dir}} {
+	// -class writes the same functions of the classes named, and no other.
+	some := t.TempDir()
+	out.Reset()
+	if err := generate(append(args[:len(args)-3:len(args)-3], "-out", some, "-class", "timer, rare"), &out); err != nil {
+		t.Fatal(err)
+	}
+	var kept int
+	for _, f := range fns {
+		if f.Class == tracegen.Timer || f.Class == tracegen.Rare {
+			kept += len(f.Starts)
+		}
+	}
+	if !strings.Contains(out.String(), "regular     0") || !strings.Contains(out.String(), "rare        2") {
+		t.Errorf("-class timer,rare wrote regular functions:\n%s", out.String())
+	}
+	f := base
+	f.azure = filepath.Join(some, "invocations_per_function_md.anon.d01.csv") + "," + filepath.Join(some, "invocations_per_function_md.anon.d02.csv")
+	for _, c := range runJSON(t, f) {
+		if *c.Requests != int64(kept) {
+			t.Errorf("-class timer,rare, %s: %d requests, want the timers' and rare functions' %d", c.Name, *c.Requests, kept)
+		}
+	}
+	for _, bad := range [][]string{{"-functions", "3"}, {"-functions", "0", "-out", dir}, {"-days", "99", "-out", dir}, {"-out", dir, "-class", "timer,cron"}} {
 		if err := generate(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("generate %v: no error", bad)
 		}

@@ -42,7 +42,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // Class is a function's invocation pattern.
@@ -56,8 +59,18 @@ const (
 	Rare
 )
 
-func (c Class) String() string {
-	return [...]string{"timer", "regular", "bursty", "diurnal", "rare"}[c]
+var classNames = [...]string{"timer", "regular", "bursty", "diurnal", "rare"}
+
+func (c Class) String() string { return classNames[c] }
+
+// ParseClass reads a class's name as String writes it.
+func ParseClass(s string) (Class, error) {
+	for c, name := range classNames {
+		if s == name {
+			return Class(c), nil
+		}
+	}
+	return 0, fmt.Errorf("class %s: want one of %s", keyval.Quote(s), strings.Join(classNames[:], ", "))
 }
 
 // shares are the classes' shares of functions, in Class order.

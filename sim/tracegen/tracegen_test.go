@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,16 @@ func TestWrittenTracesReadBack(t *testing.T) {
 	}
 	if n, k := total(src21); n != want || k != Summarize(fns, 2).Apps {
 		t.Errorf("2021 format by application: %d invocations in %d applications, want %d in %d", n, k, want, Summarize(fns, 2).Apps)
+	}
+}
+
+func TestParseClass(t *testing.T) {
+	for c := Timer; c <= Rare; c++ {
+		if got, err := ParseClass(c.String()); err != nil || got != c {
+			t.Errorf("ParseClass(%q) = %v, %v", c.String(), got, err)
+		}
+	}
+	if _, err := ParseClass("cron" + strings.Repeat("x", 100)); err == nil || !strings.Contains(err.Error(), "bytes)") {
+		t.Errorf("an unknown class: %v, want an error quoting a bounded prefix", err)
 	}
 }
