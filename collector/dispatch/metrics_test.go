@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,13 +57,9 @@ func TestDeciderSeriesDeletedWhenItLeaves(t *testing.T) {
 	}
 
 	c.streams.SetDeciders([]string{stays.addr})
-	deadline := time.Now().Add(5 * time.Second)
-	for len(deciderSeries(t, c.reg, gone.addr)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("series labelled decider=%s after it left: %v, want none", gone.addr, deciderSeries(t, c.reg, gone.addr))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "no series labelled decider="+gone.addr+" after it left",
+		func() bool { return len(deciderSeries(t, c.reg, gone.addr)) == 0 },
+		func() string { return fmt.Sprint(deciderSeries(t, c.reg, gone.addr)) })
 	if got := deciderSeries(t, c.reg, stays.addr); len(got) == 0 {
 		t.Errorf("no series labelled decider=%s, which stayed", stays.addr)
 	}

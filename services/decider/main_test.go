@@ -283,12 +283,7 @@ func TestKeepAliveThroughTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var req *actuatorv1.ScaleRequest
-	for deadline := time.Now().Add(10 * time.Second); req == nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no Scale call within 10 s")
-		}
-		req = act.last()
-	}
+	testkit.Eventually(t, 10*time.Second, "a Scale call", func() bool { req = act.last(); return req != nil })
 	if req.GetDesiredReplicas() != 0 || !req.GetPredictedIdle() || req.GetKeepAliveState() != mem.Encode() {
 		t.Errorf("Scale request %v: want a predicted 0 with the memory", req)
 	}

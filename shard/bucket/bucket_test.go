@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -74,8 +75,7 @@ func keys(n int) []string {
 func waitSplit(t *testing.T, within time.Duration, rs ...*replica) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		ok := true
+	testkit.Eventually(t, within, "every key owned by exactly one replica", func() bool {
 		for _, k := range keys(60) {
 			n := 0
 			for _, r := range rs {
@@ -84,22 +84,18 @@ func waitSplit(t *testing.T, within time.Duration, rs ...*replica) time.Duration
 				}
 			}
 			if n != 1 {
-				ok = false
-				break
+				return false
 			}
 		}
-		if ok {
-			return time.Since(start)
+		return true
+	}, func() string {
+		owned := make([]int, len(rs))
+		for i, r := range rs {
+			owned[i] = r.set.Owned()
 		}
-		if time.Since(start) > within {
-			owned := make([]int, len(rs))
-			for i, r := range rs {
-				owned[i] = r.set.Owned()
-			}
-			t.Fatalf("after %s the keys are not owned by exactly one replica; buckets owned: %v", within, owned)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("buckets owned: %v", owned)
+	})
+	return time.Since(start)
 }
 
 func TestReplicasSplitBucketsAndTakeOverFromADeadOne(t *testing.T) {
@@ -110,27 +106,19 @@ func TestReplicasSplitBucketsAndTakeOverFromADeadOne(t *testing.T) {
 	waitSplit(t, 30*time.Second, a, b)
 	// Both campaign at once; give the split a moment and check both took part.
 	// Member Leases make them share: each ends up with its preferred buckets.
-	deadline := time.Now().Add(10 * time.Second)
-	for a.set.Owned() == 0 || b.set.Owned() == 0 || a.set.Owned()+b.set.Owned() != 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("buckets not shared: a %d, b %d of 6", a.set.Owned(), b.set.Owned())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "both replicas holding the 6 buckets between them", func() bool {
+		return a.set.Owned() > 0 && b.set.Owned() > 0 && a.set.Owned()+b.set.Owned() == 6
+	}, func() string { return fmt.Sprintf("a holds %d, b %d", a.set.Owned(), b.set.Owned()) })
 	t.Logf("a holds %d, b holds %d of 6 buckets", a.set.Owned(), b.set.Owned())
 	// Each replica learns the other's holdings as it watches the leases.
 	for _, r := range []*replica{a, b} {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testkit.Eventually(t, 5*time.Second, r.set.cfg.Identity+" naming the holder of ns/target-1", func() bool {
 			holder, mine := r.set.Owner("ns/target-1")
-			if holder != "" && mine == (holder == r.set.cfg.Identity) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Owner = %q, %v on %s: want the holder named", holder, mine, r.set.cfg.Identity)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return holder != "" && mine == (holder == r.set.cfg.Identity)
+		}, func() string {
+			holder, mine := r.set.Owner("ns/target-1")
+			return fmt.Sprintf("Owner = %q, %v", holder, mine)
+		})
 	}
 
 	// a dies without releasing its leases: b takes its buckets once they
@@ -203,13 +191,8 @@ func TestDeadHoldersBucketsMoveWithinOneLeaseDuration(t *testing.T) {
 	waitSplit(t, 30*time.Second, a, b)
 	// Settled: each bucket is held by its preferred owner, so a holds only
 	// buckets b has no reason to campaign for while a lives.
-	deadline := time.Now().Add(10 * time.Second)
-	for !settled(a, b) {
-		if time.Now().After(deadline) {
-			t.Fatalf("buckets not settled with their preferred owners: a %d, b %d of 6", a.set.Owned(), b.set.Owned())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the buckets settled with their preferred owners", func() bool { return settled(a, b) },
+		func() string { return fmt.Sprintf("a holds %d, b %d of 6", a.set.Owned(), b.set.Owned()) })
 	a.dead.Store(true)
 	a.cancel()
 	<-a.done

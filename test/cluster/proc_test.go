@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"github.com/tidalscale/tidal/test/testkit"
 	"net/http"
 	"os"
 	"os/exec"
@@ -61,15 +62,11 @@ func TestStopKillsProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var child int
-	deadline := time.Now().Add(5 * time.Second)
-	for child == 0 && time.Now().Before(deadline) {
+	testkit.Eventually(t, 5*time.Second, "the child's pid file", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "child.pid"))
 		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		time.Sleep(10 * time.Millisecond)
-	}
-	if child == 0 {
-		t.Fatal("child did not start")
-	}
+		return child != 0
+	})
 	p.stop(200 * time.Millisecond) // the parent ignores SIGTERM: SIGKILL after the grace
 	time.Sleep(100 * time.Millisecond)
 	if processAlive(child) && !isZombie(child) {
