@@ -81,10 +81,10 @@ type PodSource interface {
 type Mesh uint8
 
 const (
-	// MeshAuto scrapes the pods directly; once a scrape finds every pod
+	// MeshAuto scrapes the pods directly; when a scrape finds every pod
 	// refusing as a mesh's proxy does (502 or 503) and none failing
-	// otherwise, the next one goes through the Service, and from the first
-	// that succeeds there on every scrape does (Knative's auto).
+	// otherwise, the same scrape goes on through the Service, and once it
+	// succeeds there every later scrape does (Knative's auto).
 	MeshAuto Mesh = iota
 	// MeshDisabled always scrapes the pods directly.
 	MeshDisabled
@@ -167,16 +167,14 @@ type target struct {
 
 	// viaService is set once MeshAuto found the pods out of reach and the
 	// Service answering: every later scrape goes through it (Knative's
-	// podsAddressable false). tryService asks the next scrape to try the
-	// Service; service is set while the running one goes through it. The
-	// last two are only used between begin and the scrape's end, one
-	// scrape at a time.
+	// podsAddressable false). service is set while the running scrape goes
+	// through the Service, only used between begin and the scrape's end.
 	viaService atomic.Bool
-	tryService bool
 	service    bool
-	// nonMesh is set when a pod of the running scrape failed other than as
-	// a mesh's proxy refuses.
-	nonMesh atomic.Bool
+	// meshRefused and nonMesh are set when a pod of the running scrape
+	// refused as a mesh's proxy does, or failed otherwise.
+	meshRefused atomic.Bool
+	nonMesh     atomic.Bool
 	// svcMu guards seen (the pods read through the Service in the running
 	// scrape) and young (their stats from pods younger than the stable
 	// window, kept in case too few old ones answer).
@@ -333,7 +331,7 @@ func (s *Scraper) scrapeAll(ctx context.Context, wg *sync.WaitGroup) {
 				// Slots never queued count as failed, so the scrape ends
 				// once the queued ones do.
 				for range t.n - i {
-					s.slotDone(t, false)
+					s.slotDone(t, false, nil)
 				}
 				return
 			}
@@ -354,8 +352,9 @@ func (s *Scraper) begin(t *target) bool {
 	case spec.Mesh == MeshEnabled:
 		t.service = true
 	default:
-		t.service = t.viaService.Load() || t.tryService
+		t.service = t.viaService.Load()
 	}
+	t.meshRefused.Store(false)
 	t.nonMesh.Store(false)
 	t.start = s.now()
 	t.pods = t.cur.Pods.ReadyPods(t.pods[:0])
@@ -366,15 +365,27 @@ func (s *Scraper) begin(t *target) bool {
 		return false
 	}
 	if t.service {
-		t.n = SampleSize(len(t.pods))
-		clear(t.seen)
-		if t.seen == nil {
-			t.seen = map[string]bool{}
-		}
-		t.young = t.young[:0]
+		t.serviceSample()
 	} else {
 		t.order, t.n = Order(t.order[:0], t.pods, t.start, t.cur.StableWindow, t.rnd)
+		t.resetSlots()
 	}
+	return true
+}
+
+// serviceSample sets up a sample of the ready pods read through the Service.
+func (t *target) serviceSample() {
+	t.n = SampleSize(len(t.pods))
+	clear(t.seen)
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	t.young = t.young[:0]
+	t.resetSlots()
+}
+
+// resetSlots readies t.n places of the sample.
+func (t *target) resetSlots() {
 	if cap(t.results) < t.n {
 		t.results = make([]PodStat, t.n)
 	}
@@ -383,7 +394,6 @@ func (s *Scraper) begin(t *target) bool {
 	t.ok.Store(0)
 	t.short.Store(false)
 	t.pending.Store(int32(t.n))
-	return true
 }
 
 func (s *Scraper) end(t *target) {
@@ -416,7 +426,7 @@ func (s *Scraper) slot(t *target, x *exchange) {
 	for {
 		i := int(t.next.Add(1)) - 1
 		if i >= len(t.order) {
-			s.slotDone(t, false)
+			s.slotDone(t, false, x)
 			return
 		}
 		p := t.order[i]
@@ -436,7 +446,7 @@ func (s *Scraper) slot(t *target, x *exchange) {
 		}
 		s.metrics.pods.Inc()
 		t.results[int(t.ok.Add(1))-1] = st
-		s.slotDone(t, true)
+		s.slotDone(t, true, x)
 		return
 	}
 }
@@ -486,11 +496,11 @@ func (s *Scraper) serviceSlot(t *target, x *exchange) {
 		s.metrics.pods.Inc()
 		if old {
 			t.results[int(t.ok.Add(1))-1] = st
-			s.slotDone(t, true)
+			s.slotDone(t, true, x)
 			return
 		}
 	}
-	s.slotDone(t, false)
+	s.slotDone(t, false, x)
 }
 
 func (t *target) textStat(pod string, v float64, now time.Time) (PodStat, error) {
@@ -522,7 +532,9 @@ func (s *Scraper) podFailed(t *target, p Pod, err error) {
 		fe = &fetchError{reason: ReasonConnect, err: err}
 	}
 	reason := fe.reason
-	if !fe.mesh {
+	if fe.mesh {
+		t.meshRefused.Store(true)
+	} else {
 		t.nonMesh.Store(true)
 	}
 	if (reason == ReasonConnect || reason == ReasonTimeout) && !t.cur.Pods.IsReady(p.Name) {
@@ -536,12 +548,17 @@ func (s *Scraper) podFailed(t *target, p Pod, err error) {
 	}
 }
 
-// slotDone ends one slot; the last one ends the scrape.
-func (s *Scraper) slotDone(t *target, ok bool) {
+// slotDone ends one slot; the last one ends the scrape, or, under
+// MeshAuto, turns it to the Service. x is the calling worker's exchange, nil
+// when the scrape is being abandoned.
+func (s *Scraper) slotDone(t *target, ok bool, x *exchange) {
 	if !ok {
 		t.short.Store(true)
 	}
 	if t.pending.Add(-1) != 0 {
+		return
+	}
+	if x != nil && s.fallBack(t, x) {
 		return
 	}
 	now := s.now()
@@ -553,8 +570,11 @@ func (s *Scraper) slotDone(t *target, ok bool) {
 		copy(t.results[ok:], t.young[:fill])
 		t.ok.Store(int32(ok + fill))
 		t.short.Store(ok+fill < t.n)
+		if t.cur.Mesh == MeshAuto && !t.short.Load() && !t.viaService.Swap(true) {
+			t.log.Info("direct pod scraping off, scraping through the Service: every pod refused as a mesh's proxy does",
+				zap.String("service", t.cur.Service))
+		}
 	}
-	s.meshOutcome(t)
 	if t.short.Load() {
 		// The sample could not be filled: the whole scrape fails and nothing
 		// is recorded, even for the pods that answered (Knative).
@@ -568,25 +588,39 @@ func (s *Scraper) slotDone(t *target, ok bool) {
 	s.end(t)
 }
 
-// meshOutcome applies MeshAuto's rule at the end of a scrape: a pod scrape
-// whose every pod refused as a mesh's proxy does sends the next scrape
-// through the Service; a Service scrape that succeeds keeps every later one
-// there; one that fails sends the next back to the pods.
-func (s *Scraper) meshOutcome(t *target) {
-	if t.cur.Service == "" || t.cur.Mesh != MeshAuto || t.viaService.Load() {
-		t.tryService = false
-		return
+// fallBack applies MeshAuto's rule at the end of a direct scrape: when no
+// pod answered, some refused as a mesh's proxy does and none failed
+// otherwise, the same scrape samples the pods again through the Service
+// (Knative's scraper falls back within one Scrape, and goes on trying the
+// pods first until the Service has answered once). It reports whether the
+// scrape goes on. The places that find no room in the job queue are filled
+// by the calling worker, so a full queue delays the fallback but never
+// blocks a worker on it.
+func (s *Scraper) fallBack(t *target, x *exchange) bool {
+	if t.service || t.cur.Service == "" || t.cur.Mesh != MeshAuto ||
+		t.ok.Load() != 0 || !t.meshRefused.Load() || t.nonMesh.Load() {
+		return false
 	}
-	switch {
-	case !t.service:
-		t.tryService = t.short.Load() && t.ok.Load() == 0 && !t.nonMesh.Load()
-	case !t.short.Load():
-		t.viaService.Store(true)
-		t.tryService = false
-		t.log.Info("direct pod scraping off, scraping through the Service: every pod refused as a mesh's proxy does", zap.String("service", t.cur.Service))
-	default:
-		t.tryService = false
+	if s.limit.Allow(t.cur.Ref.Key()+" fallback", s.now()) {
+		t.log.Warn("no pod scraped directly, every one refused as a mesh's proxy does: trying the Service",
+			zap.Int("pods", len(t.pods)), zap.String("service", t.cur.Service))
 	}
+	t.service = true
+	t.serviceSample()
+	inline := 0
+	for range t.n {
+		select {
+		case s.jobs <- job{t: t}:
+		default:
+			inline++
+		}
+	}
+	// t may be another scrape's once the last place is done: only the
+	// count is read from here on.
+	for range inline {
+		s.serviceSlot(t, x)
+	}
+	return true
 }
 
 // Extrapolate sums the sampled pods' readings and scales them to all ready
