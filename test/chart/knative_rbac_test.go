@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/tidalscale/tidal/knativeconfig"
 	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 var (
@@ -94,13 +96,8 @@ func newKnativeRBACFixture(t *testing.T) *knativeRBACFixture {
 // namespace.
 func (f *knativeRBACFixture) waitFor(t *testing.T, a *account, verb, group, resource, sub string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !a.can(t, verb, group, resource, sub, f.wns, "") {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s may not %s %s.%s/%s 30 s after the install", a.name, verb, resource, group, sub)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("%s allowed to %s %s.%s/%s after the install", a.name, verb, resource, group, sub),
+		func() bool { return a.can(t, verb, group, resource, sub, f.wns, "") })
 }
 
 func (f *knativeRBACFixture) rulesNow(t *testing.T) map[string]map[string]map[string]bool {

@@ -160,21 +160,15 @@ func startTLSProc(t *testing.T, bin string, args ...string) *tlsProc {
 		}
 		logf.Close()
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, filepath.Base(bin)+" ready", func() bool {
 		resp, err := http.Get("http://" + h + "/readyz") //nolint:noctx // a loopback probe
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("%s not ready: %v\n%s", bin, err, b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, func() string { b, _ := os.ReadFile(logf.Name()); return string(b) })
+	return p
 }
 
 // TestGeneratedCertificates checks the default rendering: a CA Secret no

@@ -168,8 +168,8 @@ func TestPushedStatReachesActuator(t *testing.T) {
 	decider := deciderv1.NewDeciderServiceClient(dial(t, dec.GRPCAddr))
 	actuator := actuatorv1.NewActuatorServiceClient(dial(t, act.GRPCAddr))
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var sc *actuatorv1.GetScaleResponse
+	testkit.Eventually(t, 30*time.Second, "a Scale reaching the actuator", func() bool {
 		// Keep pushing, as an activator does while requests wait: the first
 		// push may land before the collector's stream to the decider is up.
 		_, err := collector.PushStats(context.Background(), &collectorv1.PushStatsRequest{Stats: []*collectorv1.Stat{{
@@ -178,29 +178,22 @@ func TestPushedStatReachesActuator(t *testing.T) {
 		if err != nil {
 			t.Fatalf("PushStats: %v", err)
 		}
-		sc, err := actuator.GetScale(context.Background(), &actuatorv1.GetScaleRequest{Target: target})
-		if err != nil {
+		if sc, err = actuator.GetScale(context.Background(), &actuatorv1.GetScaleRequest{Target: target}); err != nil {
 			t.Fatalf("GetScale: %v", err)
 		}
-		if sc.GetLastAppliedSequence() > 0 {
-			if sc.GetReplicas() < 1 {
-				t.Fatalf("actuator applied %d replicas for a target with 250 requests in flight, want at least 1", sc.GetReplicas())
-			}
-			dec, err := decider.GetDecision(context.Background(), &deciderv1.GetDecisionRequest{Target: target})
-			if err != nil {
-				t.Fatalf("GetDecision: %v", err)
-			}
-			if got := dec.GetDecision().GetSequence(); got < sc.GetLastAppliedSequence() {
-				t.Errorf("decider's latest sequence %d is older than the actuator's applied %d", got, sc.GetLastAppliedSequence())
-			}
-			if dec.GetDecision().GetReason() == "" || sc.GetLastReason() == "" {
-				t.Errorf("decision reason %q, applied reason %q: want both set", dec.GetDecision().GetReason(), sc.GetLastReason())
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Scale reached the actuator within 30s")
-		}
-		time.Sleep(200 * time.Millisecond)
+		return sc.GetLastAppliedSequence() > 0
+	})
+	if sc.GetReplicas() < 1 {
+		t.Fatalf("actuator applied %d replicas for a target with 250 requests in flight, want at least 1", sc.GetReplicas())
+	}
+	d, err := decider.GetDecision(context.Background(), &deciderv1.GetDecisionRequest{Target: target})
+	if err != nil {
+		t.Fatalf("GetDecision: %v", err)
+	}
+	if got := d.GetDecision().GetSequence(); got < sc.GetLastAppliedSequence() {
+		t.Errorf("decider's latest sequence %d is older than the actuator's applied %d", got, sc.GetLastAppliedSequence())
+	}
+	if d.GetDecision().GetReason() == "" || sc.GetLastReason() == "" {
+		t.Errorf("decision reason %q, applied reason %q: want both set", d.GetDecision().GetReason(), sc.GetLastReason())
 	}
 }
