@@ -77,12 +77,6 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	a := testkit.FreeAddr(t)
-	return a
-}
-
 // grpcurl runs the pinned grpcurl against addr.
 func grpcurl(t *testing.T, args ...string) string {
 	t.Helper()
@@ -146,7 +140,7 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		t.Fatalf("valid Scale after refusals = %v, %v; want 2 replicas applied", resp, err)
 	}
 
-	col := start(t, "collector", "--decider-addr", freeAddr(t))
+	col := start(t, "collector", "--decider-addr", testkit.FreeAddr(t))
 	_, err = collectorv1.NewCollectorServiceClient(dial(t, col.GRPCAddr)).PushStats(context.Background(), &collectorv1.PushStatsRequest{
 		Stats: []*collectorv1.Stat{{Target: target, PodName: "activator-1", AverageConcurrency: 1, AverageProxiedConcurrency: 2}},
 	})
