@@ -2,14 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
 	"net"
-	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -24,8 +18,6 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/tidalscale/tidal/identity"
@@ -35,6 +27,7 @@ import (
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/services/server/servertest"
 )
 
 // testPKI is a CA and one certificate directory per caller of the matrix,
@@ -180,80 +173,23 @@ func (p *testPKI) dialAs(t *testing.T, caller, addr string) *grpc.ClientConn {
 // call invokes method with an empty message (every request type decodes
 // from it) and returns the status the server ended the call with.
 func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.StreamDesc) error {
-	return callWith(ctx, conn, method, desc, &emptypb.Empty{})
+	return servertest.Call(ctx, conn, method, desc, &emptypb.Empty{})
 }
 
-// callWith is call with req as the request.
-func callWith(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.StreamDesc, req proto.Message) error {
-	if desc == nil {
-		return conn.Invoke(ctx, method, req, &emptypb.Empty{})
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s, err := conn.NewStream(ctx, desc, method)
-	if err != nil {
-		return err
-	}
-	if err := s.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	if err := s.CloseSend(); err != nil {
-		return err
-	}
-	// A stream that passed the check may run for ever (a watch): the first
-	// message, or the end of a stream the server closed, is the answer.
-	err = s.RecvMsg(&emptypb.Empty{})
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
-}
-
-// requestIn is a request of method whose every namespace is ns: every
-// namespace field set, every message field filled, every list of
-// messages given one, a few levels deep.
+// requestIn is a request of method whose every namespace is ns
+// (servertest.RequestIn).
 func requestIn(t *testing.T, method, ns string) proto.Message {
 	t.Helper()
-	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	msg, _, err := servertest.RequestIn(method, ns)
 	if err != nil {
-		t.Fatalf("%s: %v", method, err)
+		t.Fatal(err)
 	}
-	md := d.(protoreflect.ServiceDescriptor).Methods().ByName(protoreflect.Name(name))
-	if md == nil {
-		t.Fatalf("%s: no such method", method)
-	}
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
-	if err != nil {
-		t.Fatalf("%s: %v", method, err)
-	}
-	msg := mt.New()
-	var fill func(m protoreflect.Message, depth int)
-	fill = func(m protoreflect.Message, depth int) {
-		fields := m.Descriptor().Fields()
-		for i := range fields.Len() {
-			fd := fields.Get(i)
-			switch {
-			case fd.IsMap() || depth > 3:
-			case fd.Name() == namespaceField && fd.Kind() == protoreflect.StringKind:
-				m.Set(fd, protoreflect.ValueOfString(ns))
-			case fd.Kind() == protoreflect.MessageKind && fd.IsList():
-				l := m.Mutable(fd).List()
-				el := l.NewElement()
-				fill(el.Message(), depth+1)
-				l.Append(el)
-			case fd.Kind() == protoreflect.MessageKind:
-				fill(m.Mutable(fd).Message(), depth+1)
-			}
-		}
-	}
-	fill(msg, 0)
-	return msg.Interface()
+	return msg
 }
 
 // namesNamespace says whether method's request has a field naming a
-// namespace, so that a namespace-bound caller's request can fall outside
-// its namespaces.
+// namespace that the scope check reads, so that a namespace-bound caller's
+// request can fall outside its namespaces.
 func namesNamespace(t *testing.T, method string) bool {
 	t.Helper()
 	_, found := firstOutOfScope(requestIn(t, method, "kube-system"), map[string]bool{})
@@ -263,50 +199,11 @@ func namesNamespace(t *testing.T, method string) bool {
 // methods lists every method a server with registerAll's services serves,
 // with its stream shape, from the registered service descriptors: a method
 // added to a service is in the matrix without anyone listing it.
-func methods() map[string]*grpc.StreamDesc {
+func methods(t *testing.T) map[string]*grpc.StreamDesc {
+	t.Helper()
 	srv := New(Config{}, zap.NewNop(), prometheus.NewRegistry())
 	registerAll(srv)
-	out := map[string]*grpc.StreamDesc{}
-	for svc, info := range srv.GRPC().GetServiceInfo() {
-		for _, m := range info.Methods {
-			var desc *grpc.StreamDesc
-			if m.IsClientStream || m.IsServerStream {
-				desc = &grpc.StreamDesc{StreamName: m.Name, ClientStreams: m.IsClientStream, ServerStreams: m.IsServerStream}
-			}
-			out["/"+svc+"/"+m.Name] = desc
-		}
-	}
-	return out
-}
-
-// protoServices are the full names of the services declared in the
-// repository's .proto files, read from the files themselves.
-func protoServices(t *testing.T) []string {
-	t.Helper()
-	pkgRE := regexp.MustCompile(`(?m)^package\s+([\w.]+)\s*;`)
-	svcRE := regexp.MustCompile(`(?m)^service\s+(\w+)\s*\{`)
-	var out []string
-	err := filepath.WalkDir(filepath.Join("..", "..", "proto"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".proto") {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		svcs := svcRE.FindAllSubmatch(b, -1)
-		if len(svcs) == 0 {
-			return nil
-		}
-		pkg := pkgRE.FindSubmatch(b)
-		if pkg == nil {
-			return fmt.Errorf("%s: services but no package", path)
-		}
-		for _, m := range svcs {
-			out = append(out, string(pkg[1])+"."+string(m[1]))
-		}
-		return nil
-	})
+	out, err := servertest.Methods(servertest.Served(srv.GRPC()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,21 +216,16 @@ func protoServices(t *testing.T) []string {
 // or service without a policy fails here, and TestAuthzOverTLS then tries
 // it with every identity.
 func TestMatrixCoversEveryMethod(t *testing.T) {
-	served := methods()
-	servedSvc := map[string]bool{}
-	for m := range served {
-		svc, _, _ := strings.Cut(strings.TrimPrefix(m, "/"), "/")
-		servedSvc[svc] = true
+	srv := New(Config{}, zap.NewNop(), prometheus.NewRegistry())
+	registerAll(srv)
+	missing, err := servertest.Unserved(filepath.Join("..", "..", "proto"), servertest.Served(srv.GRPC()))
+	if err != nil {
+		t.Fatal(err)
 	}
-	declared := protoServices(t)
-	if len(declared) < 6 {
-		t.Fatalf("found %d services in proto/ (%v); want the six tidal's binaries serve", len(declared), declared)
+	for _, svc := range missing {
+		t.Errorf("service %s is declared but registerAll does not serve it: add it, so the matrix tries its methods", svc)
 	}
-	for _, svc := range append(declared, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection") {
-		if !servedSvc[svc] {
-			t.Errorf("service %s is declared but registerAll does not serve it: add it, so the matrix tries its methods", svc)
-		}
-	}
+	served := methods(t)
 	for m := range served {
 		if _, ok := wantAllowed[m]; !ok {
 			t.Errorf("%s is in no row of the authorization matrix: decide who may call it", m)
@@ -368,13 +260,13 @@ func TestAuthzOverTLS(t *testing.T) {
 		if nss := scoped[c.name]; len(nss) > 0 {
 			in = nss[0]
 		}
-		for method, desc := range methods() {
+		for method, desc := range methods(t) {
 			for _, ns := range []string{in, "kube-system"} {
 				role := contains(wantAllowed[method], c.name)
 				bound := role && scoped[c.name] != nil && ns != in && namesNamespace(t, method)
 				want := role && !bound
 				cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-				err := callWith(cctx, conn, method, desc, requestIn(t, method, ns))
+				err := servertest.Call(cctx, conn, method, desc, requestIn(t, method, ns))
 				ccancel()
 				code := status.Code(err)
 				switch {

@@ -5,13 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +19,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/tidalscale/tidal/identity"
 	"github.com/tidalscale/tidal/identity/pki"
@@ -28,7 +26,7 @@ import (
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
-	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
+	"github.com/tidalscale/tidal/services/server/servertest"
 	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/system"
 )
@@ -57,55 +55,69 @@ const (
 )
 
 // The identities: the three services (the defaults of --authz-* for a
-// release "tidal" in namespace "tidal"), a pusher and an operator the
-// services are told of, an identity of the trust domain with no role, and
-// certificates the CA signed without any SPIFFE ID or with an ID of
-// another trust domain.
+// release "tidal" in namespace "tidal"); a pusher, operators, KEDA, a
+// deployer and a reader the services are told of; a tenant's identity with
+// no role, which reads only its ServiceAccount's namespace; an operator
+// bound to the tenant's namespace by --authz-namespaces; and certificates
+// the CA signed without any SPIFFE ID or with an ID of another trust
+// domain.
 var ids = map[string]identity.ID{
-	"collector": identity.MustNew(trustDomain, namespace, "tidal-collector"),
-	"decider":   identity.MustNew(trustDomain, namespace, "tidal-decider"),
-	"actuator":  identity.MustNew(trustDomain, namespace, "tidal-actuator"),
-	"pusher":    identity.MustNew(trustDomain, "knative-serving", "activator"),
-	"operator":  identity.MustNew(trustDomain, "ops", "oncall"),
-	"keda":      identity.MustNew(trustDomain, "keda", "keda-operator"),
-	"reader":    identity.MustNew(trustDomain, "default", "grpcurl"),
-	"foreign":   identity.MustNew("other.example", namespace, "tidal-decider"),
-	"anonymous": {},
+	"collector":       identity.MustNew(trustDomain, namespace, "tidal-collector"),
+	"decider":         identity.MustNew(trustDomain, namespace, "tidal-decider"),
+	"actuator":        identity.MustNew(trustDomain, namespace, "tidal-actuator"),
+	"pusher":          identity.MustNew(trustDomain, "knative-serving", "activator"),
+	"operator":        identity.MustNew(trustDomain, "ops", "oncall"),
+	"keda":            identity.MustNew(trustDomain, "keda", "keda-operator"),
+	"deployer":        identity.MustNew(trustDomain, "ci", "riff"),
+	"reader":          identity.MustNew(trustDomain, "default", "grpcurl"),
+	"tenant":          identity.MustNew(trustDomain, tenantA, "grpcurl"),
+	"tenant operator": identity.MustNew(trustDomain, tenantA, "oncall"),
+	"foreign":         identity.MustNew("other.example", namespace, "tidal-decider"),
+	"anonymous":       {},
 }
 
-// allowed is the matrix the issue asks for: which callers get past the
-// check of each method. A method not listed is a read, open to every
-// identity of the trust domain.
+// tenantA is the namespace the tenant's identities are bound to.
+const tenantA = "team-a"
+
+// scoped are the callers bound to namespaces: a request of theirs naming
+// another namespace is refused.
+var scoped = map[string]bool{"tenant": true, "tenant operator": true}
+
+// readers are the callers every read is open to, within their namespaces.
+var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "deployer", "reader", "tenant", "tenant operator"}
+
+// allowed is the matrix the issue asks for, written out apart from the
+// policy's code: which callers get past the check of each method. Every
+// method the three binaries serve (listed through their server reflection,
+// with every service declared in proto/) must have a row, so a new method
+// fails TestSecurity until someone decides who may call it.
 var allowed = map[string][]string{
-	"/tidal.actuator.v1.ActuatorService/Scale":             {"decider", "actuator", "operator"},
-	"/tidal.actuator.v1.ActuatorService/Deploy":            {"operator"},
-	"/tidal.actuator.v1.ActuatorService/Undeploy":          {"operator"},
-	"/tidal.actuator.v1.ActuatorService/Update":            {"operator"},
-	"/tidal.decider.v1.DeciderService/Ingest":              {"collector"},
-	"/tidal.collector.v1.CollectorService/PushStats":       {"pusher"},
-	"/tidal.collector.v1.CollectorService/PushStatsStream": {"pusher"},
-	"/externalscaler.ExternalScaler/IsActive":              {"keda", "operator"},
-	"/externalscaler.ExternalScaler/StreamIsActive":        {"keda", "operator"},
-	"/externalscaler.ExternalScaler/GetMetricSpec":         {"keda", "operator"},
-	"/externalscaler.ExternalScaler/GetMetrics":            {"keda", "operator"},
-	"/externalscaler.ExternalScaler/StreamMetricSpec":      {"keda", "operator"},
-	// Collector replicas forward a KEDA trigger to the replica owning it.
-	"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget": {"collector"},
-}
-
-var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "reader"}
-
-func allows(method, caller string) bool {
-	list, ok := allowed[method]
-	if !ok {
-		list = readers
-	}
-	for _, c := range list {
-		if c == caller {
-			return true
-		}
-	}
-	return false
+	"/tidal.actuator.v1.ActuatorService/Scale":                       {"decider", "actuator", "operator", "tenant operator"},
+	"/tidal.actuator.v1.ActuatorService/Deploy":                      {"deployer", "operator", "tenant operator"},
+	"/tidal.actuator.v1.ActuatorService/Undeploy":                    {"deployer", "operator", "tenant operator"},
+	"/tidal.actuator.v1.ActuatorService/Update":                      {"deployer", "operator", "tenant operator"},
+	"/tidal.actuator.v1.ActuatorService/GetScale":                    readers,
+	"/tidal.decider.v1.DeciderService/Ingest":                        {"collector"},
+	"/tidal.decider.v1.DeciderService/GetDecision":                   readers,
+	"/tidal.decider.v1.DeciderService/ListDecisions":                 readers,
+	"/tidal.decider.v1.DeciderService/WatchDecisions":                readers,
+	"/tidal.decider.v1.DeciderService/Explain":                       readers,
+	"/tidal.collector.v1.CollectorService/PushStats":                 {"pusher"},
+	"/tidal.collector.v1.CollectorService/PushStatsStream":           {"pusher"},
+	"/tidal.collector.v1.CollectorService/ListTargets":               readers,
+	"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
+	"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget":         {"collector"},
+	"/tidal.collector.v1.ActivatorStatService/ForwardActivatorStats": {"collector"},
+	"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/GetMetrics":                      {"keda", "operator", "tenant operator"},
+	"/externalscaler.ExternalScaler/StreamMetricSpec":                {"keda", "operator", "tenant operator"},
+	"/grpc.health.v1.Health/Check":                                   readers,
+	"/grpc.health.v1.Health/Watch":                                   readers,
+	"/grpc.health.v1.Health/List":                                    readers,
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      readers,
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": readers,
 }
 
 // fleet is the three services as processes, each with its own certificate,
@@ -132,7 +144,7 @@ func startFleet(t *testing.T) *fleet {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.dirs[name] = filepath.Join(root, name)
+		f.dirs[name] = filepath.Join(root, strings.ReplaceAll(name, " ", "-"))
 		if err := ca.WriteDir(f.dirs[name], iss); err != nil {
 			t.Fatal(err)
 		}
@@ -144,8 +156,9 @@ func startFleet(t *testing.T) *fleet {
 		files := pki.DirFiles(f.dirs[svc])
 		args = append(args,
 			"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-ca-file", files.CA,
-			"--authz-pushers", ids["pusher"].String(), "--authz-operators", ids["operator"].String(), "--authz-keda", ids["keda"].String(),
-			"--authz-readers", ids["reader"].String())
+			"--authz-pushers", ids["pusher"].String(), "--authz-operators", ids["operator"].String()+","+ids["tenant operator"].String(),
+			"--authz-keda", ids["keda"].String(), "--authz-deployers", ids["deployer"].String(), "--authz-readers", ids["reader"].String(),
+			"--authz-namespaces", ids["tenant operator"].String()+"="+tenantA)
 		p, err := system.NewProc(svc, binDir, svc, logDir, args...)
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +179,8 @@ func startFleet(t *testing.T) *fleet {
 	}
 	f.actuator = start("actuator", "--scaler", "memory")
 	f.decider = start("decider", "--actuator-addr", f.actuator.GRPCAddr)
-	f.collector = start("collector", "--discovery", "push", "--decider-addr", f.decider.GRPCAddr)
+	// --activator-listen registers the ActivatorStatService too.
+	f.collector = start("collector", "--discovery", "push", "--decider-addr", f.decider.GRPCAddr, "--activator-listen", "127.0.0.1:0")
 	return f
 }
 
@@ -197,44 +211,36 @@ func (f *fleet) dial(t *testing.T, caller string, p *system.Proc) *grpc.ClientCo
 	return conn
 }
 
-// call invokes method with an empty message, which every request type
-// decodes from, and returns how the call ended: a stream that passed the
-// check and runs on (a watch) ends with its deadline.
-func call(ctx context.Context, conn *grpc.ClientConn, method string, desc *grpc.StreamDesc) error {
-	if desc == nil {
-		return conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{})
-	}
-	s, err := conn.NewStream(ctx, desc, method)
-	if err != nil {
-		return err
-	}
-	if desc.ClientStreams {
-		if err := s.SendMsg(&emptypb.Empty{}); err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-	}
-	if err := s.CloseSend(); err != nil {
-		return err
-	}
-	if err := s.RecvMsg(&emptypb.Empty{}); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
+// guardRefused says whether err is the authorization check's refusal (of
+// the caller, or of a namespace outside its binding), not a handler's.
+func guardRefused(err error) bool {
+	msg := status.Convert(err).Message()
+	return status.Code(err) == codes.PermissionDenied && (strings.Contains(msg, "may not call it") || strings.Contains(msg, "(--authz-namespaces)"))
 }
 
-// methodsOf lists a service's methods with their stream shapes, and the
-// health and reflection methods every binary serves.
-func methodsOf(sd grpc.ServiceDesc) map[string]*grpc.StreamDesc {
-	out := map[string]*grpc.StreamDesc{
-		"/grpc.health.v1.Health/Check":                              nil,
-		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": {ServerStreams: true, ClientStreams: true},
+// served lists every method the fleet's binaries serve, by binary, read
+// through each one's server reflection, and fails the test unless every
+// service declared in proto/ (and health and reflection) is among them.
+func (f *fleet) served(ctx context.Context, t *testing.T) map[*system.Proc]map[string]*grpc.StreamDesc {
+	t.Helper()
+	out := map[*system.Proc]map[string]*grpc.StreamDesc{}
+	var all []string
+	for _, p := range []*system.Proc{f.actuator, f.decider, f.collector} {
+		svcs, err := servertest.Listed(ctx, f.dial(t, "reader", p))
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		if out[p], err = servertest.Methods(svcs); err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		all = append(all, svcs...)
 	}
-	for _, m := range sd.Methods {
-		out["/"+sd.ServiceName+"/"+m.MethodName] = nil
+	missing, err := servertest.Unserved(filepath.Join("..", "..", "proto"), all)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := range sd.Streams {
-		s := sd.Streams[i]
-		out["/"+sd.ServiceName+"/"+s.StreamName] = &s
+	for _, svc := range missing {
+		t.Errorf("service %s is served by none of the binaries the test runs: start them so that it is, and the matrix tries its methods", svc)
 	}
 	return out
 }
@@ -286,34 +292,59 @@ func TestSecurity(t *testing.T) {
 		}
 	})
 
+	// Every caller calls every method each binary serves, with a request
+	// naming its own namespace (team-a for an unbound caller) and with one
+	// naming kube-system: it gets past the check exactly when the matrix
+	// lets it call the method and the request names only namespaces it
+	// may reach; a refusal is PERMISSION_DENIED naming the method, the
+	// caller and, for a namespace, the namespace.
 	t.Run("matrix", func(t *testing.T) {
-		for _, served := range []struct {
-			svc *system.Proc
-			sd  grpc.ServiceDesc
-		}{
-			{f.actuator, actuatorv1.ActuatorService_ServiceDesc}, {f.decider, deciderv1.DeciderService_ServiceDesc},
-			{f.collector, collectorv1.CollectorService_ServiceDesc}, {f.collector, externalscaler.ExternalScaler_ServiceDesc},
-			{f.collector, collectorv1.KEDATargetService_ServiceDesc},
-		} {
-			svc, sd := served.svc, served.sd
-			for caller := range ids {
-				conn := f.dial(t, caller, svc)
-				for method, desc := range methodsOf(sd) {
-					cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-					err := call(cctx, conn, method, desc)
-					ccancel()
-					code := status.Code(err)
-					if allows(method, caller) {
-						if code == codes.PermissionDenied || code == codes.Unavailable || code == codes.ResourceExhausted {
-							t.Errorf("%s by %s on the %s: %v, want it let through", method, caller, svc.Name, err)
-						}
-						continue
-					}
-					if code != codes.PermissionDenied || !strings.Contains(err.Error(), method) {
-						t.Errorf("%s by %s on the %s: %v, want PERMISSION_DENIED naming the method", method, caller, svc.Name, err)
-					}
+		served := f.served(ctx, t)
+		for _, p := range []*system.Proc{f.actuator, f.decider, f.collector} {
+			for m := range served[p] {
+				if _, ok := allowed[m]; !ok {
+					t.Errorf("%s, served by the %s, is in no row of the matrix: decide who may call it", m, p.Name)
 				}
 			}
+		}
+		for m := range allowed {
+			if !slices.ContainsFunc([]*system.Proc{f.actuator, f.decider, f.collector}, func(p *system.Proc) bool { _, ok := served[p][m]; return ok }) {
+				t.Errorf("the matrix's row %s is no method the binaries serve", m)
+			}
+		}
+		for caller := range ids {
+			t.Run(caller, func(t *testing.T) {
+				t.Parallel()
+				for _, p := range []*system.Proc{f.actuator, f.decider, f.collector} {
+					conn := f.dial(t, caller, p)
+					for method, desc := range served[p] {
+						for _, ns := range []string{tenantA, "kube-system"} {
+							req, named, err := servertest.RequestIn(method, ns)
+							if err != nil {
+								t.Fatal(err)
+							}
+							role := slices.Contains(allowed[method], caller)
+							outside := role && scoped[caller] && ns != tenantA && named
+							cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+							err = servertest.Call(cctx, conn, method, desc, req)
+							ccancel()
+							code := status.Code(err)
+							switch {
+							case role && !outside && (guardRefused(err) || code == codes.Unauthenticated || code == codes.Unavailable || code == codes.ResourceExhausted):
+								t.Errorf("%s by %s in %s on the %s: %v, want it let through", method, caller, ns, p.Name, err)
+							case (!role || outside) && !guardRefused(err):
+								t.Errorf("%s by %s in %s on the %s: %v, want PERMISSION_DENIED by the authorization check", method, caller, ns, p.Name, err)
+							case (!role || outside) && !strings.Contains(err.Error(), method):
+								t.Errorf("%s by %s in %s on the %s: refusal %q does not name the method", method, caller, ns, p.Name, err)
+							case (!role || outside) && !ids[caller].IsZero() && !strings.Contains(err.Error(), ids[caller].String()):
+								t.Errorf("%s by %s in %s on the %s: refusal %q does not name the caller", method, caller, ns, p.Name, err)
+							case outside && !strings.Contains(err.Error(), `"kube-system"`):
+								t.Errorf("%s by %s in %s on the %s: refusal %q does not name the namespace", method, caller, ns, p.Name, err)
+							}
+						}
+					}
+				}
+			})
 		}
 	})
 
