@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -215,6 +216,21 @@ type AuthzConfig struct {
 	// that are). 0 turns the bound off.
 	ReadRate  float64
 	ReadBurst int
+	// NamespaceReadRate and NamespaceReadBurst bound each identity's reads
+	// about one namespace (the one the request names; "" when it names
+	// none), spent before ReadRate's: one tenant's flood through an
+	// identity several tenants share (a dashboard, a binding to several
+	// namespaces) is refused before it takes the reads the others need.
+	// 0 turns the bound off.
+	NamespaceReadRate  float64
+	NamespaceReadBurst int
+	// NamespaceWatchesPerCaller bounds the watch streams (WatchDecisions)
+	// one identity holds open about one namespace, NamespaceWatches those
+	// of every identity but tidal's own services about one namespace: a
+	// tenant's many ServiceAccounts cannot take the decider's every watch
+	// slot. 0 turns a bound off.
+	NamespaceWatchesPerCaller int
+	NamespaceWatches          int
 
 	// policy is built by Validate.
 	policy *policy
@@ -429,6 +445,19 @@ const (
 	// CPU that Scale needs.
 	defaultReadRate  = 50
 	defaultReadBurst = 200
+	// A tenant's dashboard reads its namespace a few times a second, a
+	// test harness polling a target up to ten; two fifths of an
+	// identity's reads each leave an identity several tenants share room
+	// for the rest while one floods.
+	defaultNamespaceReadRate  = 20
+	defaultNamespaceReadBurst = 80
+	// Below the decider's 16 per caller and 256 in all
+	// (--watch-max-streams-per-caller, --watch-max-streams): a tenant
+	// watches its namespace from a few places, and one namespace's
+	// watchers, however many identities they use, leave most of the
+	// decider's slots to the others.
+	defaultNamespaceWatchesPerCaller = 4
+	defaultNamespaceWatches          = 32
 )
 
 // RegisterFlags registers the authorization flags on fs.
@@ -452,6 +481,10 @@ func (c *AuthzConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MutatingBurst, "authz-mutating-burst", defaultMutatingBurst, "Calls an identity may make at once above --authz-mutating-rate.")
 	fs.Float64Var(&c.ReadRate, "authz-read-rate", defaultReadRate, "Reads per second each identity but tidal's own services may make (a stream counts when opened); more get RESOURCE_EXHAUSTED. 0 means no bound.")
 	fs.IntVar(&c.ReadBurst, "authz-read-burst", defaultReadBurst, "Reads an identity may make at once above --authz-read-rate.")
+	fs.Float64Var(&c.NamespaceReadRate, "authz-namespace-read-rate", defaultNamespaceReadRate, "Reads per second each identity but tidal's own services may make about one namespace (the one the request names; a List or Watch of every namespace counts as one), spent before --authz-read-rate, so a flood about one namespace leaves the identity's reads of the others; more get RESOURCE_EXHAUSTED. 0 means no bound.")
+	fs.IntVar(&c.NamespaceReadBurst, "authz-namespace-read-burst", defaultNamespaceReadBurst, "Reads an identity may make about one namespace at once above --authz-namespace-read-rate.")
+	fs.IntVar(&c.NamespaceWatchesPerCaller, "authz-namespace-watches-per-caller", defaultNamespaceWatchesPerCaller, "WatchDecisions streams each identity but tidal's own services may hold open about one namespace; one more gets RESOURCE_EXHAUSTED. 0 means no bound.")
+	fs.IntVar(&c.NamespaceWatches, "authz-namespace-watches", defaultNamespaceWatches, "WatchDecisions streams all identities but tidal's own services may hold open about one namespace, so one tenant's many identities cannot take every watch; one more gets RESOURCE_EXHAUSTED. 0 means no bound.")
 }
 
 // Validate checks the flags and the file and builds the policy.
@@ -467,6 +500,18 @@ func (c *AuthzConfig) Validate() error {
 	}
 	if c.ReadRate > 0 && c.ReadBurst < 1 {
 		return fmt.Errorf("--authz-read-burst %d: want at least 1 with a rate", c.ReadBurst)
+	}
+	if !(c.NamespaceReadRate >= 0) || math.IsInf(c.NamespaceReadRate, 0) {
+		return fmt.Errorf("--authz-namespace-read-rate %g: want a finite number, at least 0", c.NamespaceReadRate)
+	}
+	if c.NamespaceReadRate > 0 && c.NamespaceReadBurst < 1 {
+		return fmt.Errorf("--authz-namespace-read-burst %d: want at least 1 with a rate", c.NamespaceReadBurst)
+	}
+	if c.NamespaceWatchesPerCaller < 0 {
+		return fmt.Errorf("--authz-namespace-watches-per-caller %d: want at least 0", c.NamespaceWatchesPerCaller)
+	}
+	if c.NamespaceWatches < 0 {
+		return fmt.Errorf("--authz-namespace-watches %d: want at least 0", c.NamespaceWatches)
 	}
 	for _, f := range []struct{ flag, v string }{{"authz-namespace", c.Namespace}, {"authz-account-prefix", c.AccountPrefix}} {
 		if f.v != "" && !k8sName.MatchString(f.v) {

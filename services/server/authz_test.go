@@ -221,6 +221,10 @@ func TestAuthzFlags(t *testing.T) {
 		{name: "bad binding", args: []string{"--authz-namespaces", idTenant.String() + "=a/b"}, wantErr: "namespace"},
 		{name: "negative read rate", args: []string{"--authz-read-rate", "-1"}, wantErr: "--authz-read-rate"},
 		{name: "read rate without burst", args: []string{"--authz-read-burst", "0"}, wantErr: "--authz-read-burst"},
+		{name: "negative namespace read rate", args: []string{"--authz-namespace-read-rate", "-1"}, wantErr: "--authz-namespace-read-rate"},
+		{name: "namespace read rate without burst", args: []string{"--authz-namespace-read-burst", "0"}, wantErr: "--authz-namespace-read-burst"},
+		{name: "negative watches per caller", args: []string{"--authz-namespace-watches-per-caller", "-1"}, wantErr: "--authz-namespace-watches-per-caller"},
+		{name: "negative watches", args: []string{"--authz-namespace-watches", "-1"}, wantErr: "--authz-namespace-watches"},
 		{name: "allow rule by prefix", args: []string{"--authz-allow", "tidal.decider.v1.DeciderService/=" + idStranger.String()},
 			method: "/tidal.decider.v1.DeciderService/Ingest", id: idStranger, want: true},
 		{name: "allow rules separated by ;", args: []string{"--authz-allow", "/a/=" + idPusher.String() + ";/tidal.actuator.v1.ActuatorService/Scale=" + idStranger.String() + "," + idCollector.String()},
@@ -356,5 +360,30 @@ func TestRateLimiterBounds(t *testing.T) {
 	}
 	if got := l.len(); got != 3 {
 		t.Errorf("tracked identities = %d, want the bound 3", got)
+	}
+}
+
+func TestWatchCountsBounds(t *testing.T) {
+	w := newWatchCounts(0, 0, 2)
+	ra, err := w.acquire("a", "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.acquire("a", "team-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.acquire("a", "team-c"); err == nil || !strings.Contains(err.Error(), "2 namespaces") {
+		t.Errorf("a watch of a third namespace with 2 tracked: %v, want it refused", err)
+	}
+	if _, err := w.acquire("a", "team-a"); err != nil {
+		t.Errorf("another watch of a tracked namespace: %v, want it through (no count bound)", err)
+	}
+	ra()
+	ra() // a second release frees nothing more
+	if got := w.byNamespace["team-a"]; got != 1 {
+		t.Errorf("team-a's count after one of two watches ended, released twice: %d, want 1", got)
+	}
+	if _, err := w.acquire("b", "team-c"); err == nil {
+		t.Error("a third namespace while two are still watched: allowed, want refused")
 	}
 }

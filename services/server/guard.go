@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +28,13 @@ import (
 // identities; the bound only stops a misconfiguration from growing it.
 const maxTrackedIdentities = 1024
 
+// maxTrackedNamespaces bounds the per-namespace read buckets and watch
+// counts: an identity that may read every namespace can name any, so
+// beyond it the least recently used bucket is forgotten (its next read
+// starts full; the identity's own bucket still bounds it) and a watch
+// about one more namespace is refused.
+const maxTrackedNamespaces = 16384
+
 // refusalLogPeriod is how often one caller's refusals of one method are
 // logged; every refusal is counted.
 const refusalLogPeriod = 10 * time.Second
@@ -36,10 +45,13 @@ const refusalLogPeriod = 10 * time.Second
 type guard struct {
 	policy     *policy
 	commonName bool
-	// limiter bounds mutating calls, reads reads, per identity; nil
-	// means no bound.
+	// limiter bounds mutating calls, reads reads, per identity; nsReads
+	// reads per identity and namespace, watches the watch streams open per
+	// identity and namespace and per namespace; nil means no bound.
 	limiter  *rateLimiter
 	reads    *rateLimiter
+	nsReads  *rateLimiter
+	watches  *watchCounts
 	log      *zap.Logger
 	logLimit *logkey.Limiter
 	refused  *prometheus.CounterVec
@@ -53,7 +65,7 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 		now:      time.Now,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_grpc_refused_total",
-			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, keda, deployer, reader, other, unknown) and reason (permission_denied, namespace, rate_limited).",
+			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, keda, deployer, reader, other, unknown) and reason (permission_denied, namespace, rate_limited, namespace_rate_limited, watch_limited).",
 		}, []string{"method", "role", "reason"}),
 	}
 	reg.MustRegister(g.refused)
@@ -78,6 +90,12 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 	if cfg.Authz.ReadRate > 0 {
 		g.reads = newRateLimiter(rate.Limit(cfg.Authz.ReadRate), cfg.Authz.ReadBurst, maxTrackedIdentities)
 	}
+	if cfg.Authz.NamespaceReadRate > 0 {
+		g.nsReads = newRateLimiter(rate.Limit(cfg.Authz.NamespaceReadRate), cfg.Authz.NamespaceReadBurst, maxTrackedNamespaces)
+	}
+	if cfg.Authz.NamespaceWatchesPerCaller > 0 || cfg.Authz.NamespaceWatches > 0 {
+		g.watches = newWatchCounts(cfg.Authz.NamespaceWatchesPerCaller, cfg.Authz.NamespaceWatches, maxTrackedNamespaces)
+	}
 	return g
 }
 
@@ -86,11 +104,17 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 type verdict struct {
 	caller string
 	scope  map[string]bool
+	// role is the caller's bounded metric label.
+	role string
+	// reads says the call spends the caller's read budgets, once its
+	// request names the namespace it is about.
+	reads bool
 }
 
 // check refuses a call the caller may not make, or may not make now; an
 // allowed call's context carries the caller's identity (Caller), and its
-// verdict says what its requests may name.
+// verdict says what its requests may name and whether it is a read to
+// charge (chargeRead).
 func (g *guard) check(ctx context.Context, method string) (context.Context, verdict, error) {
 	if g.policy == nil {
 		return ctx, verdict{}, nil
@@ -109,22 +133,50 @@ func (g *guard) check(ctx context.Context, method string) (context.Context, verd
 		}
 		return ctx, verdict{}, status.Errorf(codes.PermissionDenied, "%s: caller %s may not call it: %s", method, identity.Quote(caller), d.reason)
 	}
-	limiter, kind := g.limiter, "mutating calls"
-	if d.read {
-		limiter, kind = g.reads, "reads"
-	}
-	if d.limited && limiter != nil && !limiter.allow(caller, g.now()) {
-		g.refused.WithLabelValues(method, d.label, "rate_limited").Inc()
-		if g.logLimit.Allow("limited "+kind+" "+caller, g.now()) {
-			g.log.Warn("call refused: caller over its rate of "+kind,
-				zap.String("method", method), zap.String("caller", identity.Quote(caller)), zap.String("role", d.label), zap.Float64("rate", float64(limiter.rate)))
-		}
-		return ctx, verdict{}, status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g %s per second; retry later", method, identity.Quote(caller), float64(limiter.rate), kind)
+	v := verdict{caller: caller, scope: d.scope, role: d.label, reads: d.read && d.limited && (g.reads != nil || g.nsReads != nil || g.watches != nil)}
+	if d.limited && !d.read && g.limiter != nil && !g.limiter.allow(caller, g.now()) {
+		return ctx, verdict{}, g.exhausted(method, v, "rate_limited", "over its rate of mutating calls",
+			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g mutating calls per second (--authz-mutating-rate); retry later", method, identity.Quote(caller), float64(g.limiter.rate)))
 	}
 	if idErr == nil {
 		ctx = withCaller(ctx, caller)
 	}
-	return ctx, verdict{caller: caller, scope: d.scope}, nil
+	return ctx, v, nil
+}
+
+// chargeRead spends one read of v's caller about namespace ns ("" for
+// every namespace): from the caller's budget for ns first, so that a flood
+// about one namespace is refused there before it spends the caller's own
+// budget, which its reads about other namespaces need.
+func (g *guard) chargeRead(method string, v verdict, ns string) error {
+	now := g.now()
+	if g.nsReads != nil && !g.nsReads.allow(v.caller+"\x00"+ns, now) {
+		return g.exhausted(method, v, "namespace_rate_limited", "over its rate of reads about one namespace",
+			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g reads per second about %s (--authz-namespace-read-rate); retry later", method, identity.Quote(v.caller), float64(g.nsReads.rate), namespaceText(ns)))
+	}
+	if g.reads != nil && !g.reads.allow(v.caller, now) {
+		return g.exhausted(method, v, "rate_limited", "over its rate of reads",
+			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g reads per second (--authz-read-rate); retry later", method, identity.Quote(v.caller), float64(g.reads.rate)))
+	}
+	return nil
+}
+
+// namespaceText names ns in a refusal.
+func namespaceText(ns string) string {
+	if ns == "" {
+		return "every namespace"
+	}
+	return "namespace " + identity.Quote(ns)
+}
+
+// exhausted counts and logs a call refused for a budget, and returns err.
+func (g *guard) exhausted(method string, v verdict, reason, what string, err error) error {
+	g.refused.WithLabelValues(method, v.role, reason).Inc()
+	if g.logLimit.Allow(reason+" "+v.caller, g.now()) {
+		g.log.Warn("call refused: caller "+what,
+			zap.String("method", method), zap.String("caller", identity.Quote(v.caller)), zap.String("role", v.role), zap.String("reason", status.Convert(err).Message()))
+	}
+	return err
 }
 
 // checkRequest refuses a request naming a namespace outside the caller's
@@ -154,6 +206,11 @@ func (g *guard) unary() grpc.UnaryServerInterceptor {
 				return nil, err
 			}
 		}
+		if v.reads {
+			if err := g.chargeRead(info.FullMethod, v, requestNamespace(req)); err != nil {
+				return nil, err
+			}
+		}
 		return handler(ctx, req)
 	}
 }
@@ -166,26 +223,82 @@ func (g *guard) stream() grpc.StreamServerInterceptor {
 		}
 		w := middleware.WrapServerStream(ss)
 		w.WrappedContext = ctx
-		if v.scope == nil {
+		if v.reads && info.IsClientStream {
+			// Its requests come later, if ever (reflection): charged
+			// when opened, about every namespace.
+			if err := g.chargeRead(info.FullMethod, v, ""); err != nil {
+				return err
+			}
+			v.reads = false
+		}
+		if v.scope == nil && !v.reads {
 			return handler(srv, w)
 		}
-		return handler(srv, &scopedStream{WrappedServerStream: w, g: g, method: info.FullMethod, v: v})
+		s := &checkedStream{WrappedServerStream: w, g: g, method: info.FullMethod, v: v, watch: v.reads && g.watches != nil && isWatch(info.FullMethod)}
+		defer s.done()
+		return handler(srv, s)
 	}
 }
 
-// scopedStream checks every message a namespace-bound caller sends.
-type scopedStream struct {
+// isWatch says whether method is a watch of tidal's services
+// (WatchDecisions): a stream its caller holds open, counted per caller
+// and namespace. Health's Watch is not: kubelets and load balancers use it.
+func isWatch(method string) bool {
+	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	return ok && strings.HasPrefix(svc, "tidal.") && strings.HasPrefix(name, "Watch")
+}
+
+// checkedStream checks every message a namespace-bound caller sends, and
+// charges a read stream's budgets when its request arrives: the request
+// names the namespace it is about.
+type checkedStream struct {
 	*middleware.WrappedServerStream
 	g      *guard
 	method string
 	v      verdict
+	// watch says the stream takes a watch slot of its caller and
+	// namespace, held until the handler returns.
+	watch bool
+	// charged is set once the read is charged; release frees the watch
+	// slot taken, if any.
+	charged bool
+	release func()
 }
 
-func (s *scopedStream) RecvMsg(m any) error {
+func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.WrappedServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.g.checkRequest(s.method, s.v, m)
+	if s.v.scope != nil {
+		if err := s.g.checkRequest(s.method, s.v, m); err != nil {
+			return err
+		}
+	}
+	if !s.v.reads || s.charged {
+		return nil
+	}
+	s.charged = true
+	ns := requestNamespace(m)
+	if err := s.g.chargeRead(s.method, s.v, ns); err != nil {
+		return err
+	}
+	if !s.watch {
+		return nil
+	}
+	release, err := s.g.watches.acquire(s.v.caller, ns)
+	if err != nil {
+		return s.g.exhausted(s.method, s.v, "watch_limited", "over its watch streams about one namespace",
+			status.Errorf(codes.ResourceExhausted, "%s: caller %s: %v; close a watch or retry later", s.method, identity.Quote(s.v.caller), err))
+	}
+	s.release = release
+	return nil
+}
+
+// done frees what the stream held once its handler returned.
+func (s *checkedStream) done() {
+	if s.release != nil {
+		s.release()
+	}
 }
 
 // errNoClientCert is a caller without a verified certificate; the TLS
@@ -251,4 +364,52 @@ func (l *rateLimiter) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.order.Len()
+}
+
+// watchCounts counts the watch streams open per caller and namespace and
+// per namespace; an entry lives while a stream it counts is open, and at
+// most maxKeys of each are held.
+type watchCounts struct {
+	// perCaller and perNamespace bound the counts; 0 is no bound.
+	perCaller, perNamespace, maxKeys int
+
+	// mu guards byCaller (keyed caller NUL namespace) and byNamespace.
+	mu          sync.Mutex
+	byCaller    map[string]int
+	byNamespace map[string]int
+}
+
+func newWatchCounts(perCaller, perNamespace, maxKeys int) *watchCounts {
+	return &watchCounts{perCaller: perCaller, perNamespace: perNamespace, maxKeys: maxKeys, byCaller: map[string]int{}, byNamespace: map[string]int{}}
+}
+
+// acquire takes a watch slot of caller about ns ("" for every namespace),
+// or says which bound refuses it; release gives the slot back, once.
+func (w *watchCounts) acquire(caller, ns string) (release func(), err error) {
+	key := caller + "\x00" + ns
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.perCaller > 0 && w.byCaller[key] >= w.perCaller:
+		return nil, fmt.Errorf("%d watch streams open about %s (--authz-namespace-watches-per-caller)", w.perCaller, namespaceText(ns))
+	case w.perNamespace > 0 && w.byNamespace[ns] >= w.perNamespace:
+		return nil, fmt.Errorf("all callers hold %d watch streams open about %s (--authz-namespace-watches)", w.perNamespace, namespaceText(ns))
+	case w.byCaller[key] == 0 && len(w.byCaller) >= w.maxKeys, w.byNamespace[ns] == 0 && len(w.byNamespace) >= w.maxKeys:
+		return nil, fmt.Errorf("watch streams open about %d namespaces, the most tracked (--authz-namespace-watches)", w.maxKeys)
+	}
+	w.byCaller[key]++
+	w.byNamespace[ns]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.byCaller[key]--; w.byCaller[key] <= 0 {
+				delete(w.byCaller, key)
+			}
+			if w.byNamespace[ns]--; w.byNamespace[ns] <= 0 {
+				delete(w.byNamespace, ns)
+			}
+		})
+	}, nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 	"github.com/tidalscale/tidal/services/server/servertest"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // testPKI is a CA and one certificate directory per caller of the matrix,
@@ -553,5 +555,142 @@ func TestConnectionBounds(t *testing.T) {
 		if !conn.WaitForStateChange(ctx, st) {
 			t.Fatalf("the idle connection stayed %s; want the server to close it after 200ms", st)
 		}
+	}
+}
+
+// TestNamespaceReadBudget: an identity bound to two tenants' namespaces
+// floods reads about one; the flood is refused by the budget of that
+// namespace before it spends the identity's own, so its reads about the
+// other namespace, unary and watch, still pass. The identity's own budget
+// still bounds reads about ever new namespaces; tidal's services have
+// neither.
+func TestNamespaceReadBudget(t *testing.T) {
+	p := newTestPKI(t)
+	reg := prometheus.NewRegistry()
+	addr, _ := startServer(t, p.config(t, "actuator",
+		"--authz-read-rate", "0.001", "--authz-read-burst", "10",
+		"--authz-namespace-read-rate", "0.001", "--authz-namespace-read-burst", "3",
+		"--authz-namespaces", idStranger.String()+"=team-a,team-b"), zap.NewNop(), reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shared := deciderv1.NewDeciderServiceClient(p.dialAs(t, "stranger", addr))
+	list := func(c deciderv1.DeciderServiceClient, ns string) error {
+		_, err := c.ListDecisions(ctx, &deciderv1.ListDecisionsRequest{Namespace: ns})
+		if status.Code(err) == codes.Unimplemented {
+			return nil // through to the fake decider
+		}
+		return err
+	}
+	for i := range 20 {
+		err := list(shared, "team-a")
+		if i < 3 {
+			if err != nil {
+				t.Fatalf("read %d about team-a within the namespace's burst: %v", i+1, err)
+			}
+			continue
+		}
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--authz-namespace-read-rate") || !strings.Contains(err.Error(), `"team-a"`) {
+			t.Fatalf("read %d about team-a: %v, want RESOURCE_EXHAUSTED naming --authz-namespace-read-rate and team-a", i+1, err)
+		}
+	}
+	for i := range 2 {
+		if err := list(shared, "team-b"); err != nil {
+			t.Errorf("read %d about team-b after the flood about team-a: %v, want it through", i+1, err)
+		}
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	if err := firstWatch(wctx, shared, "team-b"); err != nil {
+		t.Errorf("a watch of team-b after the flood about team-a: %v, want it through", err)
+	}
+	if got := refusals(t, reg, "/tidal.decider.v1.DeciderService/ListDecisions", "other", "namespace_rate_limited"); got != 17 {
+		t.Errorf("reads refused for their namespace = %v, want 17", got)
+	}
+
+	// Reads about ever new namespaces meet the identity's own budget.
+	reader := deciderv1.NewDeciderServiceClient(p.dialAs(t, "reader", addr))
+	var err error
+	n := 0
+	for ; n < 20 && err == nil; n++ {
+		err = list(reader, fmt.Sprintf("ns-%d", n))
+	}
+	if n != 11 || status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--authz-read-rate") {
+		t.Errorf("reads about new namespaces: refused at read %d with %v; want RESOURCE_EXHAUSTED naming --authz-read-rate at read 11", n, err)
+	}
+	dec := deciderv1.NewDeciderServiceClient(p.dialAs(t, "decider", addr))
+	for i := range 10 {
+		if err := list(dec, "team-a"); err != nil {
+			t.Fatalf("read %d by the decider: %v, want no budget for tidal's services", i+1, err)
+		}
+	}
+}
+
+// firstWatch opens a WatchDecisions stream of ns and waits for its first
+// message (the fake decider sends one at once): nil means it got through.
+// The stream stays open until ctx ends.
+func firstWatch(ctx context.Context, c deciderv1.DeciderServiceClient, ns string) error {
+	s, err := c.WatchDecisions(ctx, &deciderv1.WatchDecisionsRequest{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	_, err = s.Recv()
+	return err
+}
+
+// TestNamespaceWatchBounds: watch streams are bounded per caller and
+// namespace and per namespace across callers, so one tenant's identities
+// cannot take every watch; another namespace's watchers, and tidal's own
+// services, are not held back, and a closed watch frees its place.
+func TestNamespaceWatchBounds(t *testing.T) {
+	p := newTestPKI(t)
+	reg := prometheus.NewRegistry()
+	addr, dec := startServer(t, p.config(t, "actuator", "--authz-namespace-watches-per-caller", "2", "--authz-namespace-watches", "3"), zap.NewNop(), reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := func(caller string) deciderv1.DeciderServiceClient {
+		return deciderv1.NewDeciderServiceClient(p.dialAs(t, caller, addr))
+	}
+	tenant, tenantOp := client("tenant"), client("tenant operator")
+	var first context.CancelFunc
+	for i := range 3 {
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		if i == 0 {
+			first = wcancel
+		}
+		err := firstWatch(wctx, tenant, "team-a")
+		switch {
+		case i < 2 && err != nil:
+			t.Fatalf("the tenant's watch %d of team-a: %v, want it through", i+1, err)
+		case i == 2 && (status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--authz-namespace-watches-per-caller")):
+			t.Fatalf("the tenant's third watch of team-a: %v, want RESOURCE_EXHAUSTED naming --authz-namespace-watches-per-caller", err)
+		}
+	}
+	if err := firstWatch(ctx, tenantOp, "team-a"); err != nil {
+		t.Fatalf("the tenant operator's watch of team-a: %v, want it through (3 in team-a)", err)
+	}
+	err := firstWatch(ctx, tenantOp, "team-a")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--authz-namespace-watches)") || !strings.Contains(err.Error(), `"team-a"`) {
+		t.Fatalf("a fourth watch of team-a: %v, want RESOURCE_EXHAUSTED naming --authz-namespace-watches and team-a", err)
+	}
+	for _, w := range []struct {
+		caller, ns string
+	}{{"stranger", "default"}, {"reader", "team-b"}, {"reader", ""}, {"collector", "team-a"}, {"collector", "team-a"}, {"collector", "team-a"}} {
+		if err := firstWatch(ctx, client(w.caller), w.ns); err != nil {
+			t.Errorf("a watch of %q by %s while team-a is full: %v, want it through", w.ns, w.caller, err)
+		}
+	}
+	if got := refusals(t, reg, "/tidal.decider.v1.DeciderService/WatchDecisions", "other", "watch_limited"); got != 1 {
+		t.Errorf("the tenant's watches refused = %v, want 1", got)
+	}
+	if got := refusals(t, reg, "/tidal.decider.v1.DeciderService/WatchDecisions", "operator", "watch_limited"); got != 1 {
+		t.Errorf("the tenant operator's watches refused = %v, want 1", got)
+	}
+	// Closing a watch of team-a frees its place.
+	open := dec.watching.Load()
+	first()
+	testkit.Eventually(t, 10*time.Second, "the closed watch to end", func() bool { return dec.watching.Load() == open-1 })
+	if err := firstWatch(ctx, tenantOp, "team-a"); err != nil {
+		t.Errorf("a watch of team-a after one closed: %v, want it through", err)
 	}
 }

@@ -19,29 +19,26 @@ import (
 // of ListTargets, ListDecisions and WatchDecisions (empty: all of them).
 const namespaceField = "namespace"
 
-// firstOutOfScope returns the first namespace msg names that scope does
-// not hold. Every string field called namespace counts, set or not, in msg
+// eachNamespace calls fn with every namespace msg names, until fn returns
+// false. Every string field called namespace counts, set or not, in msg
 // and in every message it holds (a TargetRef without a namespace names
-// none, which no scope holds); map values do not (KEDA's trigger metadata,
-// which the external scaler checks itself).
-func firstOutOfScope(msg proto.Message, scope map[string]bool) (string, bool) {
-	var out string
-	found := false
+// none, ""); map values do not (KEDA's trigger metadata, which the
+// external scaler checks itself).
+func eachNamespace(msg proto.Message, fn func(ns string) bool) {
+	more := true
 	var walk func(m protoreflect.Message)
 	walk = func(m protoreflect.Message) {
 		fields := m.Descriptor().Fields()
-		for i := 0; i < fields.Len() && !found; i++ {
+		for i := 0; i < fields.Len() && more; i++ {
 			fd := fields.Get(i)
 			switch {
 			case fd.IsMap():
 			case fd.Kind() == protoreflect.StringKind && !fd.IsList() && fd.Name() == namespaceField:
-				if ns := m.Get(fd).String(); !scope[ns] {
-					out, found = ns, true
-				}
+				more = fn(m.Get(fd).String())
 			case fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind:
 			case fd.IsList():
 				l := m.Get(fd).List()
-				for j := 0; j < l.Len() && !found; j++ {
+				for j := 0; j < l.Len() && more; j++ {
 					walk(l.Get(j).Message())
 				}
 			case m.Has(fd):
@@ -50,7 +47,37 @@ func firstOutOfScope(msg proto.Message, scope map[string]bool) (string, bool) {
 		}
 	}
 	walk(msg.ProtoReflect())
+}
+
+// firstOutOfScope returns the first namespace msg names that scope does
+// not hold; a request naming no namespace ("": every one) is outside
+// every scope.
+func firstOutOfScope(msg proto.Message, scope map[string]bool) (string, bool) {
+	var out string
+	found := false
+	eachNamespace(msg, func(ns string) bool {
+		if !scope[ns] {
+			out, found = ns, true
+		}
+		return !found
+	})
 	return out, found
+}
+
+// requestNamespace is the namespace a request is about, for the
+// per-namespace budgets: the first its fields name, "" (every namespace)
+// when it names none. tidal's reads name one.
+func requestNamespace(req any) string {
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return ""
+	}
+	var out string
+	eachNamespace(msg, func(ns string) bool {
+		out = ns
+		return false
+	})
+	return out
 }
 
 // maxScopeNamed bounds how many of a caller's namespaces a refusal lists.

@@ -30,6 +30,7 @@ func TestSchemaRefuses(t *testing.T) {
 		{"pusher not a SPIFFE ID", []string{"authz.pushers[0]=activator"}, []string{"/authz/pushers/0"}},
 		{"allow rule without identities", []string{"authz.allow[0].method=/tidal.decider.v1.DeciderService/"}, []string{"/authz/allow/0", "identities"}},
 		{"no concurrent streams", []string{"authz.maxConcurrentStreams=0"}, []string{"/authz/maxConcurrentStreams", "minimum"}},
+		{"negative namespace watches", []string{"authz.namespaceWatches=-1"}, []string{"/authz/namespaceWatches", "minimum"}},
 		{"tick interval not in seconds", []string{"decider.tickInterval=1500ms"}, []string{"/decider/tickInterval"}},
 		{"history not a duration", []string{"collector.history=two minutes"}, []string{"/collector/history"}},
 		{"secret name not a DNS name", []string{"actuator.secretNames[0]=Not_A_Name"}, []string{"/actuator/secretNames/0"}},

@@ -56,9 +56,10 @@ const (
 
 // The identities: the three services (the defaults of --authz-* for a
 // release "tidal" in namespace "tidal"); a pusher, operators, KEDA, a
-// deployer and a reader the services are told of; a tenant's identity with
-// no role, which reads only its ServiceAccount's namespace; an operator
-// bound to the tenant's namespace by --authz-namespaces; and certificates
+// deployer and a reader the services are told of; two tenants' identities
+// with no role, each reading only its ServiceAccount's namespace; an
+// operator bound to the first tenant's namespace and a dashboard bound to
+// both tenants' by --authz-namespaces; and certificates
 // the CA signed without any SPIFFE ID or with an ID of another trust
 // domain.
 var ids = map[string]identity.ID{
@@ -72,19 +73,24 @@ var ids = map[string]identity.ID{
 	"reader":          identity.MustNew(trustDomain, "default", "grpcurl"),
 	"tenant":          identity.MustNew(trustDomain, tenantA, "grpcurl"),
 	"tenant operator": identity.MustNew(trustDomain, tenantA, "oncall"),
+	"tenant b":        identity.MustNew(trustDomain, tenantB, "grpcurl"),
+	"shared":          identity.MustNew(trustDomain, "dashboards", "tenants"),
 	"foreign":         identity.MustNew("other.example", namespace, "tidal-decider"),
 	"anonymous":       {},
 }
 
-// tenantA is the namespace the tenant's identities are bound to.
-const tenantA = "team-a"
+// tenantA and tenantB are the tenants' namespaces.
+const (
+	tenantA = "team-a"
+	tenantB = "team-b"
+)
 
-// scoped are the callers bound to namespaces: a request of theirs naming
-// another namespace is refused.
-var scoped = map[string]bool{"tenant": true, "tenant operator": true}
+// scoped are the callers bound to namespaces, and to which: a request of
+// theirs naming another namespace is refused.
+var scoped = map[string][]string{"tenant": {tenantA}, "tenant operator": {tenantA}, "tenant b": {tenantB}, "shared": {tenantA, tenantB}}
 
 // readers are the callers every read is open to, within their namespaces.
-var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "deployer", "reader", "tenant", "tenant operator"}
+var readers = []string{"collector", "decider", "actuator", "pusher", "operator", "keda", "deployer", "reader", "tenant", "tenant operator", "tenant b", "shared"}
 
 // allowed is the matrix the issue asks for, written out apart from the
 // policy's code: which callers get past the check of each method. Every
@@ -123,8 +129,29 @@ var allowed = map[string][]string{
 // fleet is the three services as processes, each with its own certificate,
 // and a certificate directory per caller.
 type fleet struct {
+	ca                           *pki.CA
+	root                         string
 	dirs                         map[string]string
 	collector, decider, actuator *system.Proc
+}
+
+// issue gives the caller name a certificate of id, signed by the fleet's
+// CA: an identity the services were told nothing of, like the many a
+// tenant's ServiceAccounts get.
+func (f *fleet) issue(t *testing.T, name string, id identity.ID) {
+	t.Helper()
+	leaf := pki.Leaf{ID: id, Validity: time.Hour, DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	if id.IsZero() {
+		leaf.CommonName = "tidal.tidal.svc"
+	}
+	iss, err := f.ca.Issue(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.dirs[name] = filepath.Join(f.root, strings.ReplaceAll(name, " ", "-"))
+	if err := f.ca.WriteDir(f.dirs[name], iss); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func startFleet(t *testing.T) *fleet {
@@ -133,21 +160,9 @@ func startFleet(t *testing.T) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := t.TempDir()
-	f := &fleet{dirs: map[string]string{}}
+	f := &fleet{ca: ca, root: t.TempDir(), dirs: map[string]string{}}
 	for name, id := range ids {
-		leaf := pki.Leaf{ID: id, Validity: time.Hour, DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}
-		if id.IsZero() {
-			leaf.CommonName = "tidal.tidal.svc"
-		}
-		iss, err := ca.Issue(leaf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.dirs[name] = filepath.Join(root, strings.ReplaceAll(name, " ", "-"))
-		if err := ca.WriteDir(f.dirs[name], iss); err != nil {
-			t.Fatal(err)
-		}
+		f.issue(t, name, id)
 	}
 	logDir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -158,7 +173,7 @@ func startFleet(t *testing.T) *fleet {
 			"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-ca-file", files.CA,
 			"--authz-pushers", ids["pusher"].String(), "--authz-operators", ids["operator"].String()+","+ids["tenant operator"].String(),
 			"--authz-keda", ids["keda"].String(), "--authz-deployers", ids["deployer"].String(), "--authz-readers", ids["reader"].String(),
-			"--authz-namespaces", ids["tenant operator"].String()+"="+tenantA)
+			"--authz-namespaces", ids["tenant operator"].String()+"="+tenantA+";"+ids["shared"].String()+"="+tenantA+","+tenantB)
 		p, err := system.NewProc(svc, binDir, svc, logDir, args...)
 		if err != nil {
 			t.Fatal(err)
@@ -293,7 +308,7 @@ func TestSecurity(t *testing.T) {
 	})
 
 	// Every caller calls every method each binary serves, with a request
-	// naming its own namespace (team-a for an unbound caller) and with one
+	// naming a namespace of its own (team-a for an unbound caller) and one
 	// naming kube-system: it gets past the check exactly when the matrix
 	// lets it call the method and the request names only namespaces it
 	// may reach; a refusal is PERMISSION_DENIED naming the method, the
@@ -317,14 +332,18 @@ func TestSecurity(t *testing.T) {
 				t.Parallel()
 				for _, p := range []*system.Proc{f.actuator, f.decider, f.collector} {
 					conn := f.dial(t, caller, p)
+					in := tenantA
+					if nss := scoped[caller]; len(nss) > 0 {
+						in = nss[0]
+					}
 					for method, desc := range served[p] {
-						for _, ns := range []string{tenantA, "kube-system"} {
+						for _, ns := range []string{in, "kube-system"} {
 							req, named, err := servertest.RequestIn(method, ns)
 							if err != nil {
 								t.Fatal(err)
 							}
 							role := slices.Contains(allowed[method], caller)
-							outside := role && scoped[caller] && ns != tenantA && named
+							outside := role && scoped[caller] != nil && ns != in && named
 							cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 							err = servertest.Call(cctx, conn, method, desc, req)
 							ccancel()

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	deciderv1 "github.com/tidalscale/tidal/proto/tidal/decider/v1"
 )
@@ -21,35 +19,22 @@ const (
 
 // TestWatchStreamFlood is the watcher attack on a decider holding
 // 1,000 targets: 5,000 WatchDecisions streams, from three identities over
-// ten connections, that never read. The decider holds at most 16 per
-// caller (--watch-max-streams-per-caller) and 256 in all, refuses the rest,
-// and its memory and goroutines stay bounded.
+// ten connections, that never read. The authorization interceptor lets
+// through at most 4 per caller and namespace
+// (--authz-namespace-watches-per-caller; these watch every namespace) and
+// 32 per namespace, the decider holds at most 16 per caller
+// (--watch-max-streams-per-caller) and 256 in all; the rest are refused,
+// and the decider's memory and goroutines stay bounded.
 func TestWatchStreamFlood(t *testing.T) {
 	f := startFleet(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	st, err := deciderv1.NewDeciderServiceClient(f.dial(t, "collector", f.decider)).Ingest(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	ready := int32(1)
-	req := &deciderv1.IngestRequest{CollectorId: "flood"}
+	var refs []*commonv1.TargetRef
 	for i := range 1000 {
-		ref := &commonv1.TargetRef{Namespace: "flood", Name: fmt.Sprintf("t%04d", i)}
-		req.Specs = append(req.Specs, &deciderv1.TargetSpec{Target: ref, Strategy: commonv1.Strategy_STRATEGY_KPA})
-		req.Metrics = append(req.Metrics, &deciderv1.TargetMetrics{Target: ref, Samples: []*commonv1.MetricSample{{
-			Time: timestamppb.New(now.Add(-time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE,
-			AverageConcurrency: float64(100 + i%50), RequestCount: 1, ReadyPods: &ready,
-		}}})
+		refs = append(refs, &commonv1.TargetRef{Namespace: "flood", Name: fmt.Sprintf("t%04d", i)})
 	}
-	if err := st.Send(req); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CloseAndRecv(); err != nil {
-		t.Fatal(err)
-	}
+	f.ingest(ctx, t, refs)
 	time.Sleep(3 * time.Second) // a tick decides every target
 	before, err := residentBytes(f.decider)
 	if err != nil {
@@ -78,10 +63,11 @@ func TestWatchStreamFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Refused by the decider's watch bounds, or before them by the
-	// callers' read budgets (--authz-read-rate).
+	// authorization interceptor's budgets (--authz-read-rate,
+	// --authz-namespace-read-rate, --authz-namespace-watches*).
 	refused, _ := f.decider.Metric("tidal_decider_watch_refused_total")
 	limited, _ := f.decider.Metric("tidal_grpc_refused_total")
-	t.Logf("decider with 1,000 targets: RSS %d MiB before, %d MiB after 5,000 silent watchers; %d goroutines; %d watchers refused by the watch bounds, %d by the read budgets",
+	t.Logf("decider with 1,000 targets: RSS %d MiB before, %d MiB after 5,000 silent watchers; %d goroutines; %d watchers refused by the decider's watch bounds, %d by the interceptor's budgets",
 		before>>20, after>>20, int(g), int(refused), int(limited))
 	refused += limited
 	if after > watchRSSBound {
