@@ -1,6 +1,7 @@
 package knmetrics
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	"github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpa"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
@@ -94,4 +96,85 @@ func exposition(t *testing.T, e *engine.Engine, names ...string) (string, int) {
 		}
 	}
 	return b.String(), n
+}
+
+// TestFamiliesOfKnativeSource: every family Knative Serving v0.50.0's
+// deciders export (pkg/autoscaler/scaling/metrics.go, read from the module
+// cache and named as knative.dev/pkg's Prometheus exporter names them) is
+// exported after a decision, with Knative's help, type and labels, for a
+// revision on concurrency and one on rps; and the collector exports no
+// family Knative does not.
+func TestFamiliesOfKnativeSource(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all, err := knativetest.AutoscalerMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]knativetest.Metric{}
+	for _, m := range all {
+		if m.File == "pkg/autoscaler/scaling/metrics.go" {
+			want[m.Name] = m
+		}
+	}
+	if len(want) != 9 {
+		t.Fatalf("%d families in Knative's scaling/metrics.go, want 9 (3, and 3 each for concurrency and rps): %v", len(want), want)
+	}
+	e := engine.New(engine.Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second})
+	now := time.Unix(1700000000, 0)
+	web := engine.Target{Namespace: "shop", Name: "web-00001-deployment", APIVersion: "apps/v1", Kind: "Deployment"}
+	api := engine.Target{Namespace: "shop", Name: "api-00001-deployment", APIVersion: "apps/v1", Kind: "Deployment"}
+	for _, s := range []engine.Spec{
+		{Target: web, Strategy: engine.KPA, Reachable: true, Knative: &engine.KnativeRevision{Revision: "web-00001", Configuration: "web", Service: "web"}},
+		{Target: api, Strategy: engine.KPA, Reachable: true, Annotations: map[string]string{kpaconfig.Prefix + "metric": "rps"},
+			Knative: &engine.KnativeRevision{Revision: "api-00001", Configuration: "api", Service: "api"}},
+	} {
+		if err := e.Upsert(s, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for sec := range 4 {
+		at := now.Add(time.Duration(sec)*time.Second + 500*time.Millisecond)
+		for _, ref := range []engine.Target{web, api} {
+			if _, err := e.Record(ref, engine.Sample{At: at, Stat: kpa.Stat{AverageConcurrentRequests: 3, RequestCount: 3}, ReadyPods: 1}, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.Tick(at.Add(600 * time.Millisecond))
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(New(e))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		m, ok := want[mf.GetName()]
+		if !ok {
+			t.Errorf("%s: not a family of Knative's %s", mf.GetName(), "pkg/autoscaler/scaling/metrics.go")
+			continue
+		}
+		got[mf.GetName()] = true
+		if mf.GetHelp() != m.Help || mf.GetType() != m.Type {
+			t.Errorf("%s: help %q, type %v; Knative's %q, %v", m.Name, mf.GetHelp(), mf.GetType(), m.Help, m.Type)
+		}
+		for _, s := range mf.GetMetric() {
+			var names []string
+			for _, l := range s.GetLabel() {
+				names = append(names, l.GetName())
+				if l.GetName() == "otel_scope_name" && l.GetValue() != m.Scope {
+					t.Errorf("%s: scope %q, Knative's %q", m.Name, l.GetValue(), m.Scope)
+				}
+			}
+			if !slices.Equal(names, m.Labels) {
+				t.Errorf("%s: labels %v, Knative's %v", m.Name, names, m.Labels)
+			}
+		}
+	}
+	for name, m := range want {
+		if !got[name] {
+			t.Errorf("%s (%s, unit %q) not exported", name, m.OTelName, m.Unit)
+		}
+	}
 }

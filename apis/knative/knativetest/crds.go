@@ -46,24 +46,13 @@ func InstallCRDs(ctx context.Context, c *cluster.Cluster) error {
 
 // crdDir copies the two CRDs into a new directory.
 func crdDir(ctx context.Context) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	modDir := filepath.Join(filepath.Dir(file), "..", "..", "..", "test", "benchknative")
 	dirs := map[string]string{}
 	for _, mod := range []string{"knative.dev/serving", "knative.dev/networking"} {
-		cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
-		cmd.Dir = modDir
-		out, err := cmd.Output()
+		dir, err := moduleDir(ctx, mod)
 		if err != nil {
-			return "", fmt.Errorf("go mod download %s in %s: %w", mod, modDir, err)
+			return "", err
 		}
-		var m struct{ Dir, Error string }
-		if err := json.Unmarshal(out, &m); err != nil {
-			return "", fmt.Errorf("go mod download %s: %w", mod, err)
-		}
-		if m.Dir == "" {
-			return "", fmt.Errorf("go mod download %s: no module directory: %s", mod, m.Error)
-		}
-		dirs[mod] = m.Dir
+		dirs[mod] = dir
 	}
 	tmp, err := os.MkdirTemp("", "knative-crds")
 	if err != nil {
@@ -83,4 +72,25 @@ func crdDir(ctx context.Context) (string, error) {
 		}
 	}
 	return tmp, nil
+}
+
+// moduleDir is the module cache's directory of mod at the version
+// test/benchknative requires.
+func moduleDir(ctx context.Context, mod string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	modDir := filepath.Join(filepath.Dir(file), "..", "..", "..", "test", "benchknative")
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
+	cmd.Dir = modDir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s in %s: %w", mod, modDir, err)
+	}
+	var m struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &m); err != nil {
+		return "", fmt.Errorf("go mod download %s: %w", mod, err)
+	}
+	if m.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: no module directory: %s", mod, m.Error)
+	}
+	return m.Dir, nil
 }
