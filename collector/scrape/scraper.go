@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -106,6 +107,9 @@ type Target struct {
 	// are then always scraped directly, whatever Mesh says.
 	Service string
 	Mesh    Mesh
+	// Duration, if set, also observes each scrape's seconds, from its
+	// start to its sample or failure (a scrape of no ready pods is none).
+	Duration prometheus.Observer
 }
 
 // serviceTries is how often one place of a sample is tried through the
@@ -562,7 +566,11 @@ func (s *Scraper) slotDone(t *target, ok bool, x *exchange) {
 		return
 	}
 	now := s.now()
-	s.metrics.latency.Observe(now.Sub(t.start).Seconds())
+	took := now.Sub(t.start).Seconds()
+	s.metrics.latency.Observe(took)
+	if t.cur.Duration != nil {
+		t.cur.Duration.Observe(took)
+	}
 	if t.service {
 		// Young pods fill the places old ones left (Knative).
 		ok := int(t.ok.Load())

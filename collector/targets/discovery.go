@@ -119,6 +119,8 @@ type Discovery struct {
 	// refused counts targets whose spec setSpec refused; nil until
 	// RegisterMetrics.
 	refused prometheus.Counter
+	// knScrapes is Knative's scrape duration of the Knative targets.
+	knScrapes *knScrapes
 
 	// knative is the Knative configuration in effect once the ConfigMaps
 	// are read (SetKnativeConfig); nil until then.
@@ -194,6 +196,9 @@ type active struct {
 	pods   *podSource
 	ready  int32
 	lagged bool
+	// kn labels a Knative PodAutoscaler's series (knmetrics.go); nil for
+	// other sources.
+	kn *knRevision
 }
 
 // New returns a Discovery; nothing is watched before Start.
@@ -227,6 +232,7 @@ func New(cfg Config, kube kubernetes.Interface, tidal tidalclient.Interface, sin
 		following: map[string]*active{},
 		claims:    map[string]map[string]rank{},
 		claimed:   map[string]string{},
+		knScrapes: newKnScrapes(),
 	}
 	enqueue := func(prefix string) cache.ResourceEventHandlerFuncs {
 		h := func(obj any) {
@@ -751,6 +757,7 @@ func (d *Discovery) standDown(key string) {
 		return
 	}
 	d.scraper.Remove(a.ref)
+	d.knScrapes.drop(key)
 	d.fetcher.Remove(a.ref)
 	d.sink.SetError(a.ref, "")
 }
@@ -769,6 +776,7 @@ func (d *Discovery) remove(key string, tell bool) {
 		return
 	}
 	d.scraper.Remove(a.ref)
+	d.knScrapes.drop(key)
 	d.fetcher.Remove(a.ref)
 	if tell {
 		d.sink.Remove(a.ref)

@@ -38,6 +38,7 @@ func TestMain(m *testing.M) { cluster.Main(m) }
 // replica is one collector's measuring side: discovery feeding a hub, a
 // scraper and a lag fetcher, all real.
 type replica struct {
+	reg     *prometheus.Registry
 	hub     *dispatch.Hub
 	scraper *scrape.Scraper
 	fetcher *lag.Fetcher
@@ -57,7 +58,7 @@ func startReplica(t *testing.T, c *cluster.Cluster, cfg Config, owns func(*Disco
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	log := zap.NewNop()
-	r := &replica{hub: dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 16}, dispatch.NewMetrics(reg), log)}
+	r := &replica{reg: reg, hub: dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 16}, dispatch.NewMetrics(reg), log)}
 	var sc scrape.Config
 	sc.RegisterFlagsWithPrefix("", flag.NewFlagSet("t", flag.PanicOnError))
 	sc.Interval = time.Hour // driven by ScrapeNow
@@ -68,6 +69,7 @@ func startReplica(t *testing.T, c *cluster.Cluster, cfg Config, owns func(*Disco
 		t.Fatal(err)
 	}
 	r.disc = New(cfg, c.Client, tidal, r.hub, r.scraper, r.fetcher, log)
+	r.disc.RegisterMetrics(reg)
 	if owns != nil {
 		r.disc.SetOwnership(owns(r.disc))
 	}

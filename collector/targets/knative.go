@@ -230,17 +230,30 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 	// The Revision's pods, as Knative's autoscaler counts them, scraped at
 	// 9090, queue-proxy's autoscaling metrics port ("http-autometric").
 	ls := &metav1.LabelSelector{MatchLabels: map[string]string{knautoscaling.LabelRevision: pa.Revision()}}
-	src := d.setSelector(key, ns, ls, labels.SelectorFromSet(ls.MatchLabels))
+	sel := labels.SelectorFromSet(ls.MatchLabels)
+	src := d.setSelector(key, ns, ls, sel)
 	d.sink.SetReadyPods(ref, int32(len(src.ReadyPods(nil))))
+	// Knative's reconciler labels its series with the PodAutoscaler's name
+	// and its Revision's labels, which may be empty.
+	kn := &knRevision{ns: ns, name: name, configuration: pa.Labels[knautoscaling.LabelConfiguration],
+		service: pa.Labels[knautoscaling.LabelService], sel: sel}
+	d.mu.Lock()
+	if a := d.active[key]; a != nil {
+		a.kn = kn
+	}
+	d.mu.Unlock()
 	if rerr != nil {
+		d.knScrapes.drop(key)
 		return d.scrapeRefused(ref, fmt.Errorf("knative podautoscaler %s/%s: %w", ns, name, rerr))
 	}
 	if !rev.Scraped() {
 		// target-burst-capacity -1: the activator's stats are the signal.
 		d.scraper.Remove(ref)
+		d.knScrapes.drop(key)
 		return nil
 	}
-	tgt := scrape.Target{Ref: ref, Path: "/metrics", StableWindow: rev.StableWindow(), Pods: src, Mesh: d.knativeMesh()}
+	tgt := scrape.Target{Ref: ref, Path: "/metrics", StableWindow: rev.StableWindow(), Pods: src, Mesh: d.knativeMesh(),
+		Duration: d.knScrapes.observer(key, kn)}
 	if svc := pa.Status.MetricsServiceName; svc != "" && len(validation.IsDNS1123Label(svc)) == 0 {
 		// The private Service Knative's SKS reconciler made, port 9090, as
 		// Knative's scraper reaches it (its urlFromTarget), by its full name.

@@ -129,6 +129,7 @@ func (d *Discovery) RegisterMetrics(reg prometheus.Registerer) {
 		Name: "tidal_collector_targets_refused_total",
 		Help: "Targets not measured because their spec (scale target reference or annotations) is beyond what the decider accepts.",
 	})
+	reg.MustRegister(knPods{d}, d.knScrapes.vec)
 }
 
 // retention is the history a KPA target's decider needs: the stable window
