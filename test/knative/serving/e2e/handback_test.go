@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,11 +45,15 @@ func TestUninstallGivesPodAutoscalersBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// tidal's decider exports its decisions under Knative's names.
-	tidalMetrics, err := knativeFamilies(t, "http://"+s.tidal.Decider.HTTPAddr+"/metrics", s.rev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// tidal's decider exports its decisions under Knative's names, its
+	// collector the pods and scrapes (after a scrape of the revision).
+	var tidalMetrics map[string]*dto.MetricFamily
+	eventually(t, s.kc, 30*time.Second, "tidal's kn_* metrics of the revision", func() (bool, string) {
+		var err error
+		tidalMetrics, err = tidalFamilies(t, s.tidal, s.ns)
+		return err == nil && tidalMetrics["kn_revision_pods_desired"] != nil && tidalMetrics["kn_autoscaler_scrape_duration_seconds"] != nil,
+			fmt.Sprintf("%v: families %v", err, slices.Sorted(maps.Keys(tidalMetrics)))
+	})
 
 	// Uninstall: tidal's services stop. What they leave must need no
 	// tidal to go away.
@@ -107,8 +112,9 @@ func TestUninstallGivesPodAutoscalersBack(t *testing.T) {
 	var knMetrics map[string]*dto.MetricFamily
 	eventually(t, ka, 30*time.Second, "Knative's autoscaler's kn_revision_* metrics", func() (bool, string) {
 		var err error
-		knMetrics, err = knativeFamilies(t, "http://"+knativeMetricsAddr+"/metrics", s.rev)
-		return err == nil && knMetrics["kn_revision_pods_desired"] != nil, fmt.Sprintf("%v: %d families", err, len(knMetrics))
+		knMetrics, err = knativeFamilies(t, "http://"+knativeMetricsAddr+"/metrics", s.ns)
+		return err == nil && knMetrics["kn_revision_pods_desired"] != nil && knMetrics["kn_revision_pods_count"] != nil &&
+			knMetrics["kn_autoscaler_scrape_duration_seconds"] != nil, fmt.Sprintf("%v: families %v", err, slices.Sorted(maps.Keys(knMetrics)))
 	})
 	compareKnativeMetrics(t, tidalMetrics, knMetrics)
 

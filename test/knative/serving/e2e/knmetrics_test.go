@@ -12,11 +12,15 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/tidalscale/tidal/test/system"
 )
 
-// knativeFamilies reads the kn_revision_* families of url (a Prometheus
-// text endpoint), each with the one series of the revision rev.
-func knativeFamilies(t *testing.T, url, rev string) (map[string]*dto.MetricFamily, error) {
+// knativeFamilies reads the families of Knative's autoscaler (kn_*) at
+// url (a Prometheus text endpoint), each with its series of namespace ns,
+// where the one revision of a scene lives (the scrape duration has no
+// revision label).
+func knativeFamilies(t *testing.T, url, ns string) (map[string]*dto.MetricFamily, error) {
 	t.Helper()
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(url)
@@ -34,15 +38,37 @@ func knativeFamilies(t *testing.T, url, rev string) (map[string]*dto.MetricFamil
 	}
 	out := map[string]*dto.MetricFamily{}
 	for name, f := range fams {
-		if !strings.HasPrefix(name, "kn_revision_") {
+		if !strings.HasPrefix(name, "kn_revision_") && !strings.HasPrefix(name, "kn_autoscaler_") {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "kn_revision_name" && l.GetValue() == rev {
+				if l.GetName() == "k8s_namespace_name" && l.GetValue() == ns {
 					out[name] = &dto.MetricFamily{Name: f.Name, Help: f.Help, Type: f.Type, Metric: []*dto.Metric{m}}
 				}
 			}
+		}
+	}
+	return out, nil
+}
+
+// tidalFamilies is knativeFamilies over every tidal service that exports
+// some of Knative's families: the decider (its decisions) and each
+// collector (pod counts and scrape durations of the revisions it
+// measures).
+func tidalFamilies(t *testing.T, sys *system.System, ns string) (map[string]*dto.MetricFamily, error) {
+	t.Helper()
+	out := map[string]*dto.MetricFamily{}
+	for _, p := range append([]*system.Proc{sys.Decider}, sys.Collectors...) {
+		fams, err := knativeFamilies(t, "http://"+p.HTTPAddr+"/metrics", ns)
+		if err != nil {
+			return nil, err
+		}
+		for name, f := range fams {
+			if out[name] != nil {
+				return nil, fmt.Errorf("%s exported by two of tidal's services", name)
+			}
+			out[name] = f
 		}
 	}
 	return out, nil
@@ -58,15 +84,14 @@ func labelsOf(m *dto.Metric) []string {
 	return out
 }
 
-// compareKnativeMetrics checks tidal's kn_revision_* families for a
-// revision against Knative's own autoscaler's for the same revision: every
-// family tidal exports, Knative exports with the same name, help, type and
-// labels (names and values); it logs Knative's families tidal does not
-// export.
+// compareKnativeMetrics checks tidal's families of Knative's autoscaler for
+// a revision against Knative's own autoscaler's for the same revision:
+// each family either exports, the other exports too, with the same name,
+// help, type and labels (names and values).
 func compareKnativeMetrics(t *testing.T, tidal, knative map[string]*dto.MetricFamily) {
 	t.Helper()
 	if len(tidal) == 0 {
-		t.Fatal("tidal exports no kn_revision_* series for the revision")
+		t.Fatal("tidal exports none of Knative's families for the revision")
 	}
 	for _, name := range slices.Sorted(maps.Keys(tidal)) {
 		tf, kf := tidal[name], knative[name]
@@ -81,12 +106,10 @@ func compareKnativeMetrics(t *testing.T, tidal, knative map[string]*dto.MetricFa
 			t.Errorf("%s: tidal's labels %v, Knative's %v", name, tl, kl)
 		}
 	}
-	var missing []string
-	for name := range knative {
+	for _, name := range slices.Sorted(maps.Keys(knative)) {
 		if tidal[name] == nil {
-			missing = append(missing, name)
+			t.Errorf("Knative's autoscaler exports %s, tidal does not", name)
 		}
 	}
-	slices.Sort(missing)
-	t.Logf("kn_revision_* families both export alike: %v; Knative's that tidal does not: %v", slices.Sorted(maps.Keys(tidal)), missing)
+	t.Logf("Knative's families both export alike: %v", slices.Sorted(maps.Keys(tidal)))
 }
