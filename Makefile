@@ -153,9 +153,11 @@ endif
 e2e:
 	$(GO) test -count=1 -timeout 60m ./test/e2e/...
 
-## keda: tidal's external scaler driven by KEDA v2.21.0's own client code (test/keda, its own module). Builds
-## first, with progress and outside any test deadline: the control plane, the services, then KEDA's packages
-## (cold: about 25 minutes on two cores; cached after that) and the test binary; then runs the tests.
+## keda: tidal's external scaler driven by KEDA v2.21.0's own client code, and by KEDA's own operator and metrics
+## API server with kube-controller-manager's HPA (test/keda, its own module). Builds first, with progress and
+## outside any test deadline: the control plane, the services, then KEDA's packages (cold: about 25 minutes on two
+## cores; cached after that), KEDA's binaries (test/keda/operator, cached outside the checkout) and the test binary;
+## then runs the tests.
 keda:
 	@echo "== keda: the Kubernetes control plane (built once per version, then cached)"
 	$(GO) run ./test/cluster/cmd/testcluster build
@@ -167,6 +169,8 @@ keda:
 		total=$$(echo "$$pkgs" | wc -l); \
 		$(GO) build -v $$pkgs 2>&1 | awk -v total=$$total \
 			'/^#|\.go:[0-9]+/ { print; next } { if (++n % 200 == 0) printf "   %d packages compiled (of %d; cached ones are not counted)\n", n, total }'
+	@echo "== keda: KEDA's operator and metrics API server (built once per test/keda/module/go.mod, then cached; cold, after the step above: minutes)"
+	cd test/keda && $(GO) run ./cmd/kedabuild
 	@mkdir -p bin
 	cd test/keda && $(GO) test -c -o ../../bin/keda.test .
 	@echo "== keda: running"

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -123,4 +125,19 @@ func moduleStamp(moduleDir string) (string, error) {
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// GoModDir is the directory of the module the go command sees from the
+// working directory, which must be named name (test/knative's "knative",
+// test/keda's "keda"): where a peer's build command runs from.
+func GoModDir(name string) (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if filepath.Base(filepath.Dir(gomod)) != name {
+		return "", fmt.Errorf("not inside test/%s (go.mod %s)", name, gomod)
+	}
+	return filepath.Dir(gomod), nil
 }

@@ -27,12 +27,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
@@ -213,40 +215,18 @@ type deployment struct {
 	certs      *certs
 }
 
-// apply creates the example's ScaledObject in d.ns with its TriggerAuthentication
-// and the Secrets that reads, in the API server with KEDA's CRDs, and
-// returns the ScalerConfig KEDA's operator would build for the trigger: the
-// metadata as written (scalerAddress pointed at the test's collector) and
-// the auth params resolved by KEDA's resolver from the Secrets. Overrides
-// change metadata keys (an empty value deletes the key).
+// apply creates the example's ScaledObject in d.ns with what its
+// authenticationRef names and the Secrets that reads, in the API server with
+// KEDA's CRDs, and returns the ScalerConfig KEDA's operator would build for
+// the trigger: the metadata as written (scalerAddress pointed at the test's
+// collector) and the auth params resolved by KEDA's resolver from the
+// Secrets. Overrides change metadata keys (an empty value deletes the key).
 func (d *deployment) apply(t *testing.T, ex *examples, e exampleTrigger, name string, overrides map[string]string) *scalersconfig.ScalerConfig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	so := e.so.DeepCopy()
-	so.Name, so.Namespace = name, d.ns
-	tr := &so.Spec.Triggers[e.index]
-	if tr.Metadata["scalerAddress"] == "" {
-		t.Fatalf("%s: no scalerAddress", e)
-	}
-	tr.Metadata = maps.Clone(tr.Metadata)
-	tr.Metadata["scalerAddress"] = d.scalerAddr
-	for k, v := range overrides {
-		if v == "" {
-			delete(tr.Metadata, k)
-		} else {
-			tr.Metadata[k] = v
-		}
-	}
-	if ref := tr.AuthenticationRef; ref != nil {
-		if ref.Kind != "" && ref.Kind != "TriggerAuthentication" {
-			t.Fatalf("%s: authenticationRef kind %s: the test applies TriggerAuthentications only", e, ref.Kind)
-		}
-		d.applyAuth(ctx, t, ex, e, ref.Name)
-	}
-	if err := d.kube.Create(ctx, so); err != nil {
-		t.Fatalf("%s: create ScaledObject (KEDA's CRD schema): %v", e, err)
-	}
+	so := d.create(t, ex, e, name, overrides, nil)
+	tr := so.Spec.Triggers[e.index]
 
 	cfg := &scalersconfig.ScalerConfig{
 		ScalableObjectName:      so.Name,
@@ -263,8 +243,8 @@ func (d *deployment) apply(t *testing.T, ex *examples, e exampleTrigger, name st
 		ScaledObject:            so,
 		TriggerUniqueKey:        fmt.Sprintf("ScaledObject-%s-%s-%d", so.Namespace, so.Name, e.index),
 	}
-	// The operator resolves auth params from the TriggerAuthentication it
-	// reads back from the API server; the scale target's pod template only
+	// The operator resolves auth params from the (Cluster)TriggerAuthentication
+	// it reads back from the API server; the scale target's pod template only
 	// matters for env-based auth, which the examples do not use.
 	params, _, err := resolver.ResolveAuthRefAndPodIdentity(ctx, d.kube, logf.Log.WithName("resolver"), tr.AuthenticationRef, nil, so.Namespace, &authentication.AuthClientSet{})
 	if err != nil {
@@ -275,12 +255,100 @@ func (d *deployment) apply(t *testing.T, ex *examples, e exampleTrigger, name st
 		// it; here that would only show later as a failed handshake.
 		for _, p := range []string{"caCert", "tlsClientCert", "tlsClientKey"} {
 			if params[p] == "" {
-				t.Fatalf("%s: KEDA resolved no %s from TriggerAuthentication %s", e, p, tr.AuthenticationRef.Name)
+				t.Fatalf("%s: KEDA resolved no %s from %s %s", e, p, tr.AuthenticationRef.Kind, tr.AuthenticationRef.Name)
 			}
 		}
 	}
 	cfg.AuthParams = params
 	return cfg
+}
+
+// create creates the example's ScaledObject as name in d.ns, its
+// scalerAddress pointed at the test's collector and its metadata changed by
+// overrides (an empty value deletes the key), then changed by edit when
+// given, with what its authenticationRef names, and returns it.
+func (d *deployment) create(t *testing.T, ex *examples, e exampleTrigger, name string, overrides map[string]string, edit func(*kedav1alpha1.ScaledObject)) *kedav1alpha1.ScaledObject {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	so := e.so.DeepCopy()
+	so.Name, so.Namespace = name, d.ns
+	tr := &so.Spec.Triggers[e.index]
+	if tr.Metadata["scalerAddress"] == "" {
+		t.Fatalf("%s: no scalerAddress", e)
+	}
+	tr.Metadata = maps.Clone(tr.Metadata)
+	tr.Metadata["scalerAddress"] = d.scalerAddr
+	for k, v := range overrides {
+		if v == "" {
+			delete(tr.Metadata, k)
+		} else {
+			tr.Metadata[k] = v
+		}
+	}
+	if edit != nil {
+		edit(so)
+	}
+	if ref := tr.AuthenticationRef; ref != nil {
+		switch ref.Kind {
+		case "", "TriggerAuthentication":
+			d.applyAuth(ctx, t, ex, e, ref.Name)
+		case "ClusterTriggerAuthentication":
+			d.applyClusterAuth(ctx, t, e, ref.Name)
+		default:
+			t.Fatalf("%s: authenticationRef kind %s", e, ref.Kind)
+		}
+	}
+	if err := d.kube.Create(ctx, so); err != nil {
+		t.Fatalf("%s: create ScaledObject (KEDA's CRD schema): %v", e, err)
+	}
+	// KEDA's operator, in the tests that run it, puts a finalizer on the
+	// ScaledObject: delete it while the operator still runs (cleanups run
+	// last registered first), or the namespace would never go.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.kube.Delete(ctx, so); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete ScaledObject %s: %v", so.Name, err)
+			return
+		}
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			err := d.kube.Get(ctx, client.ObjectKeyFromObject(so), &kedav1alpha1.ScaledObject{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Errorf("ScaledObject %s not gone 30 s after its deletion: %v", so.Name, err)
+		}
+	})
+	return so
+}
+
+// material is what the test's Secrets hold for each auth parameter KEDA's
+// external scaler reads: the test's CA and KEDA's client certificate.
+func (d *deployment) material(t *testing.T) map[string][]byte {
+	cert, key := d.certs.pem(t, "keda")
+	return map[string][]byte{"caCert": d.certs.caPEM, "tlsClientCert": cert, "tlsClientKey": key}
+}
+
+// secretsFor are the Secrets in ns that refs read, holding the test's
+// material under the keys they name.
+func (d *deployment) secretsFor(t *testing.T, e exampleTrigger, what, ns string, refs []kedav1alpha1.AuthSecretTargetRef) map[string]*corev1.Secret {
+	t.Helper()
+	material := d.material(t)
+	secrets := map[string]*corev1.Secret{}
+	for _, ref := range refs {
+		v, ok := material[ref.Parameter]
+		if !ok {
+			t.Fatalf("%s: %s: parameter %s: the test has material for %s only", e, what, ref.Parameter, strings.Join(sortedKeys(material), ", "))
+		}
+		s := secrets[ref.Name]
+		if s == nil {
+			s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ns}, Data: map[string][]byte{}}
+			secrets[ref.Name] = s
+		}
+		s.Data[ref.Key] = v
+	}
+	return secrets
 }
 
 // applyAuth creates the TriggerAuthentication name (once per namespace) and
@@ -295,28 +363,76 @@ func (d *deployment) applyAuth(ctx context.Context, t *testing.T, ex *examples, 
 	}
 	ta := src.DeepCopy()
 	ta.Namespace = d.ns
-	cert, key := d.certs.pem(t, "keda")
-	material := map[string][]byte{"caCert": d.certs.caPEM, "tlsClientCert": cert, "tlsClientKey": key}
-	secrets := map[string]*corev1.Secret{}
-	for _, ref := range ta.Spec.SecretTargetRef {
-		v, ok := material[ref.Parameter]
-		if !ok {
-			t.Fatalf("%s: TriggerAuthentication %s: parameter %s: the test has material for %s only", e, name, ref.Parameter, strings.Join(sortedKeys(material), ", "))
-		}
-		s := secrets[ref.Name]
-		if s == nil {
-			s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: d.ns}, Data: map[string][]byte{}}
-			secrets[ref.Name] = s
-		}
-		s.Data[ref.Key] = v
-	}
-	for _, s := range secrets {
+	for _, s := range d.secretsFor(t, e, "TriggerAuthentication "+name, d.ns, ta.Spec.SecretTargetRef) {
 		if err := d.kube.Create(ctx, s); err != nil && !alreadyExists(err) {
 			t.Fatalf("%s: create Secret %s: %v", e, s.Name, err)
 		}
 	}
 	if err := d.kube.Create(ctx, ta); err != nil && !alreadyExists(err) {
 		t.Fatalf("%s: create TriggerAuthentication %s (KEDA's CRD schema): %v", e, name, err)
+	}
+}
+
+// chartRelease is how the tests render the chart for its
+// ClusterTriggerAuthentication: release tidal with tls.keda, KEDA in
+// kedaNamespace.
+var chartRelease = release.Options{Name: "tidal", Namespace: "tidal-system",
+	Set: []string{"tls.keda=true", "keda.namespace=" + kedaNamespace}}
+
+// chartAuths are the ClusterTriggerAuthentications the chart renders, once
+// per test binary (Helm is slow to start).
+var chartAuths struct {
+	once sync.Once
+	objs map[string]*kedav1alpha1.ClusterTriggerAuthentication
+	err  error
+}
+
+// applyClusterAuth applies the chart's ClusterTriggerAuthentication name,
+// as rendered by Helm, and writes the Secrets it reads in KEDA's namespace
+// with the test's CA and KEDA's client certificate (this test's: a Secret
+// an earlier test wrote is updated). Nothing goes in the tenant's
+// namespace.
+func (d *deployment) applyClusterAuth(ctx context.Context, t *testing.T, e exampleTrigger, name string) {
+	t.Helper()
+	chartAuths.once.Do(func() {
+		objs, err := release.Render(ctx, chartRelease)
+		if err != nil {
+			chartAuths.err = err
+			return
+		}
+		chartAuths.objs = map[string]*kedav1alpha1.ClusterTriggerAuthentication{}
+		for _, o := range objs {
+			if o.GetKind() != "ClusterTriggerAuthentication" {
+				continue
+			}
+			cta := &kedav1alpha1.ClusterTriggerAuthentication{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, cta, true); err != nil {
+				chartAuths.err = fmt.Errorf("the chart's ClusterTriggerAuthentication %s: %w", o.GetName(), err)
+				return
+			}
+			chartAuths.objs[cta.Name] = cta
+		}
+	})
+	if chartAuths.err != nil {
+		t.Fatalf("render the chart: %v", chartAuths.err)
+	}
+	src := chartAuths.objs[name]
+	if src == nil {
+		t.Fatalf("%s: authenticationRef %s: the chart (%s) renders ClusterTriggerAuthentications %v, not %s", e, name,
+			strings.Join(chartRelease.Set, ", "), sortedKeys(chartAuths.objs), name)
+	}
+	ensureNamespace(ctx, t, d.c, kedaNamespace)
+	for _, s := range d.secretsFor(t, e, "ClusterTriggerAuthentication "+name, kedaNamespace, src.Spec.SecretTargetRef) {
+		err := d.kube.Create(ctx, s)
+		if alreadyExists(err) {
+			err = d.kube.Update(ctx, s)
+		}
+		if err != nil {
+			t.Fatalf("%s: write Secret %s/%s: %v", e, s.Namespace, s.Name, err)
+		}
+	}
+	if err := d.kube.Create(ctx, src.DeepCopy()); err != nil && !alreadyExists(err) {
+		t.Fatalf("%s: create ClusterTriggerAuthentication %s (KEDA's CRD schema): %v", e, name, err)
 	}
 }
 

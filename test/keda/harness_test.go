@@ -32,6 +32,13 @@ func TestMain(m *testing.M) {
 	// KEDA's scalers log through controller-runtime's global logger; without
 	// one set, their errors would be lost (and controller-runtime complains).
 	logf.SetLogger(kedaLog.logger())
+	// KEDA's resolver, run in this process, reads the Secrets of
+	// ClusterTriggerAuthentications in KEDA's namespace, which it learns
+	// from this variable as the operator does.
+	if err := os.Setenv("KEDA_CLUSTER_OBJECT_NAMESPACE", kedaNamespace); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	cluster.Main(m)
 }
 
@@ -139,7 +146,7 @@ func (c *certs) flags(name string) []string {
 	return []string{"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-file", f.CA}
 }
 
-// pem returns name's certificate and key in PEM, as a TriggerAuthentication
+// pem returns name's certificate and key in PEM, as a ClusterTriggerAuthentication
 // hands them to KEDA (tlsClientCert, tlsClientKey).
 func (c *certs) pem(t *testing.T, name string) (cert, key []byte) {
 	t.Helper()

@@ -8,11 +8,8 @@ package serving
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -70,14 +67,4 @@ func EnsureBinaries(ctx context.Context, moduleDir string, log io.Writer) (Binar
 
 // ModuleDir is test/knative as the go command sees it from the working
 // directory.
-func ModuleDir() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if filepath.Base(filepath.Dir(gomod)) != "knative" {
-		return "", fmt.Errorf("not inside test/knative (go.mod %s)", gomod)
-	}
-	return filepath.Dir(gomod), nil
-}
+func ModuleDir() (string, error) { return cluster.GoModDir("knative") }
