@@ -231,6 +231,14 @@ type AuthzConfig struct {
 	// slot. 0 turns a bound off.
 	NamespaceWatchesPerCaller int
 	NamespaceWatches          int
+	// NamespaceMutatingRate and NamespaceMutatingBurst bound each
+	// identity's calls of methods that are not reads about one namespace,
+	// spent before MutatingRate's, tidal's own services excepted: KEDA's one
+	// identity calls the external scaler for every tenant's ScaledObjects,
+	// and one tenant's thousands of ScaledObjects must not spend the rate
+	// every other tenant's need. 0 turns the bound off.
+	NamespaceMutatingRate  float64
+	NamespaceMutatingBurst int
 
 	// policy is built by Validate.
 	policy *policy
@@ -458,6 +466,13 @@ const (
 	// decider's slots to the others.
 	defaultNamespaceWatchesPerCaller = 4
 	defaultNamespaceWatches          = 32
+	// A tenth of an identity's calls per namespace: KEDA's external scaler
+	// answers a namespace at most 100 calls a second
+	// (--keda-namespace-call-rate), so only a namespace whose calls are
+	// refused anyway meets this bound, and ten such tenants to take all
+	// of KEDA's rate.
+	defaultNamespaceMutatingRate  = 500
+	defaultNamespaceMutatingBurst = 2000
 )
 
 // RegisterFlags registers the authorization flags on fs.
@@ -484,6 +499,8 @@ func (c *AuthzConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.NamespaceReadRate, "authz-namespace-read-rate", defaultNamespaceReadRate, "Reads per second each identity but tidal's own services may make about one namespace (the one the request names; a List or Watch of every namespace counts as one), spent before --authz-read-rate, so a flood about one namespace leaves the identity's reads of the others; more get RESOURCE_EXHAUSTED. 0 means no bound.")
 	fs.IntVar(&c.NamespaceReadBurst, "authz-namespace-read-burst", defaultNamespaceReadBurst, "Reads an identity may make about one namespace at once above --authz-namespace-read-rate.")
 	fs.IntVar(&c.NamespaceWatchesPerCaller, "authz-namespace-watches-per-caller", defaultNamespaceWatchesPerCaller, "WatchDecisions streams each identity but tidal's own services may hold open about one namespace; one more gets RESOURCE_EXHAUSTED. 0 means no bound.")
+	fs.Float64Var(&c.NamespaceMutatingRate, "authz-namespace-mutating-rate", defaultNamespaceMutatingRate, "Calls per second each identity but tidal's own services may make to methods that change something about one namespace (the one the request names; a stream of several counts as none, when opened), spent before --authz-mutating-rate, so that one tenant's ScaledObjects cannot spend KEDA's whole rate; more get RESOURCE_EXHAUSTED. 0 means no bound.")
+	fs.IntVar(&c.NamespaceMutatingBurst, "authz-namespace-mutating-burst", defaultNamespaceMutatingBurst, "Calls an identity may make about one namespace at once above --authz-namespace-mutating-rate.")
 	fs.IntVar(&c.NamespaceWatches, "authz-namespace-watches", defaultNamespaceWatches, "WatchDecisions streams all identities but tidal's own services may hold open about one namespace, so one tenant's many identities cannot take every watch; one more gets RESOURCE_EXHAUSTED. 0 means no bound.")
 }
 
@@ -506,6 +523,12 @@ func (c *AuthzConfig) Validate() error {
 	}
 	if c.NamespaceReadRate > 0 && c.NamespaceReadBurst < 1 {
 		return fmt.Errorf("--authz-namespace-read-burst %d: want at least 1 with a rate", c.NamespaceReadBurst)
+	}
+	if !(c.NamespaceMutatingRate >= 0) || math.IsInf(c.NamespaceMutatingRate, 0) {
+		return fmt.Errorf("--authz-namespace-mutating-rate %g: want a finite number, at least 0", c.NamespaceMutatingRate)
+	}
+	if c.NamespaceMutatingRate > 0 && c.NamespaceMutatingBurst < 1 {
+		return fmt.Errorf("--authz-namespace-mutating-burst %d: want at least 1 with a rate", c.NamespaceMutatingBurst)
 	}
 	if c.NamespaceWatchesPerCaller < 0 {
 		return fmt.Errorf("--authz-namespace-watches-per-caller %d: want at least 0", c.NamespaceWatchesPerCaller)
@@ -700,6 +723,10 @@ type decision struct {
 	// read says a limited call counts against the read budget, not the
 	// mutating one; unlimited reads are tidal's own services'.
 	read bool
+	// service says the caller is one of tidal's own services, whose calls
+	// follow from work that is budgeted already: no per-namespace budget
+	// holds them back.
+	service bool
 	// scope is the namespaces the call's request may name; nil is any.
 	scope map[string]bool
 	// label is the caller's bounded metric label.
@@ -716,7 +743,7 @@ func (p *policy) decide(method string, id identity.ID, idErr error) decision {
 	}
 	key := id.String()
 	roles := p.roles[key]
-	d := decision{label: roles.label()}
+	d := decision{label: roles.label(), service: roles&serviceRoles != 0}
 	if id.TrustDomain() != p.trustDomain && !p.named[key] {
 		d.label = labelUnknown
 		d.reason = fmt.Sprintf("trust domain %s is not %s", identity.Quote(id.TrustDomain()), identity.Quote(p.trustDomain))

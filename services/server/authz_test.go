@@ -224,6 +224,8 @@ func TestAuthzFlags(t *testing.T) {
 		{name: "negative namespace read rate", args: []string{"--authz-namespace-read-rate", "-1"}, wantErr: "--authz-namespace-read-rate"},
 		{name: "namespace read rate without burst", args: []string{"--authz-namespace-read-burst", "0"}, wantErr: "--authz-namespace-read-burst"},
 		{name: "negative watches per caller", args: []string{"--authz-namespace-watches-per-caller", "-1"}, wantErr: "--authz-namespace-watches-per-caller"},
+		{name: "negative namespace mutating rate", args: []string{"--authz-namespace-mutating-rate", "-1"}, wantErr: "--authz-namespace-mutating-rate"},
+		{name: "namespace mutating rate without burst", args: []string{"--authz-namespace-mutating-burst", "0"}, wantErr: "--authz-namespace-mutating-burst"},
 		{name: "negative watches", args: []string{"--authz-namespace-watches", "-1"}, wantErr: "--authz-namespace-watches"},
 		{name: "allow rule by prefix", args: []string{"--authz-allow", "tidal.decider.v1.DeciderService/=" + idStranger.String()},
 			method: "/tidal.decider.v1.DeciderService/Ingest", id: idStranger, want: true},

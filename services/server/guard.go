@@ -45,12 +45,11 @@ const refusalLogPeriod = 10 * time.Second
 type guard struct {
 	policy     *policy
 	commonName bool
-	// limiter bounds mutating calls, reads reads, per identity; nsReads
-	// reads per identity and namespace, watches the watch streams open per
-	// identity and namespace and per namespace; nil means no bound.
-	limiter  *rateLimiter
-	reads    *rateLimiter
-	nsReads  *rateLimiter
+	// mutating and reads are the budgets of mutating calls and of reads;
+	// watches bounds the watch streams open per identity and namespace
+	// and per namespace, nil meaning no bound.
+	mutating budget
+	reads    budget
 	watches  *watchCounts
 	log      *zap.Logger
 	logLimit *logkey.Limiter
@@ -84,19 +83,32 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 	}
 	g.policy = p
 	g.commonName = cfg.Authz.CommonName
-	if cfg.Authz.MutatingRate > 0 {
-		g.limiter = newRateLimiter(rate.Limit(cfg.Authz.MutatingRate), cfg.Authz.MutatingBurst, maxTrackedIdentities)
-	}
-	if cfg.Authz.ReadRate > 0 {
-		g.reads = newRateLimiter(rate.Limit(cfg.Authz.ReadRate), cfg.Authz.ReadBurst, maxTrackedIdentities)
-	}
-	if cfg.Authz.NamespaceReadRate > 0 {
-		g.nsReads = newRateLimiter(rate.Limit(cfg.Authz.NamespaceReadRate), cfg.Authz.NamespaceReadBurst, maxTrackedNamespaces)
-	}
+	a := cfg.Authz
+	g.mutating = newBudget("mutating calls", "authz-mutating-rate", a.MutatingRate, a.MutatingBurst, "authz-namespace-mutating-rate", a.NamespaceMutatingRate, a.NamespaceMutatingBurst)
+	g.reads = newBudget("reads", "authz-read-rate", a.ReadRate, a.ReadBurst, "authz-namespace-read-rate", a.NamespaceReadRate, a.NamespaceReadBurst)
 	if cfg.Authz.NamespaceWatchesPerCaller > 0 || cfg.Authz.NamespaceWatches > 0 {
 		g.watches = newWatchCounts(cfg.Authz.NamespaceWatchesPerCaller, cfg.Authz.NamespaceWatches, maxTrackedNamespaces)
 	}
 	return g
+}
+
+// budget is a token bucket per identity and one per identity and
+// namespace, for one kind of call; a nil bucket is no bound.
+type budget struct {
+	kind               string
+	perCaller, perNS   *rateLimiter
+	callerFlag, nsFlag string
+}
+
+func newBudget(kind, callerFlag string, callerRate float64, callerBurst int, nsFlag string, nsRate float64, nsBurst int) budget {
+	b := budget{kind: kind, callerFlag: callerFlag, nsFlag: nsFlag}
+	if callerRate > 0 {
+		b.perCaller = newRateLimiter(rate.Limit(callerRate), callerBurst, maxTrackedIdentities)
+	}
+	if nsRate > 0 {
+		b.perNS = newRateLimiter(rate.Limit(nsRate), nsBurst, maxTrackedNamespaces)
+	}
+	return b
 }
 
 // verdict is an allowed call's caller and the namespaces its requests
@@ -106,15 +118,17 @@ type verdict struct {
 	scope  map[string]bool
 	// role is the caller's bounded metric label.
 	role string
-	// reads says the call spends the caller's read budgets, once its
-	// request names the namespace it is about.
-	reads bool
+	// charge is the budget the call spends once its request names the
+	// namespace it is about (charge); nil when nothing is left to charge.
+	charge *budget
+	// read says the call is a read, which a watch stream is.
+	read bool
 }
 
 // check refuses a call the caller may not make, or may not make now; an
 // allowed call's context carries the caller's identity (Caller), and its
-// verdict says what its requests may name and whether it is a read to
-// charge (chargeRead).
+// verdict says what its requests may name and what budget the call is
+// still to spend.
 func (g *guard) check(ctx context.Context, method string) (context.Context, verdict, error) {
 	if g.policy == nil {
 		return ctx, verdict{}, nil
@@ -133,10 +147,21 @@ func (g *guard) check(ctx context.Context, method string) (context.Context, verd
 		}
 		return ctx, verdict{}, status.Errorf(codes.PermissionDenied, "%s: caller %s may not call it: %s", method, identity.Quote(caller), d.reason)
 	}
-	v := verdict{caller: caller, scope: d.scope, role: d.label, reads: d.read && d.limited && (g.reads != nil || g.nsReads != nil || g.watches != nil)}
-	if d.limited && !d.read && g.limiter != nil && !g.limiter.allow(caller, g.now()) {
-		return ctx, verdict{}, g.exhausted(method, v, "rate_limited", "over its rate of mutating calls",
-			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g mutating calls per second (--authz-mutating-rate); retry later", method, identity.Quote(caller), float64(g.limiter.rate)))
+	v := verdict{caller: caller, scope: d.scope, role: d.label, read: d.read}
+	switch {
+	case !d.limited:
+	case d.read:
+		if g.reads.perCaller != nil || g.reads.perNS != nil || g.watches != nil {
+			v.charge = &g.reads
+		}
+	case d.service || g.mutating.perNS == nil:
+		// tidal's own services have no budget per namespace: the
+		// caller's own is spent at once.
+		if err := g.spend(method, v, &g.mutating, "", false); err != nil {
+			return ctx, verdict{}, err
+		}
+	default:
+		v.charge = &g.mutating
 	}
 	if idErr == nil {
 		ctx = withCaller(ctx, caller)
@@ -144,19 +169,27 @@ func (g *guard) check(ctx context.Context, method string) (context.Context, verd
 	return ctx, v, nil
 }
 
-// chargeRead spends one read of v's caller about namespace ns ("" for
-// every namespace): from the caller's budget for ns first, so that a flood
-// about one namespace is refused there before it spends the caller's own
-// budget, which its reads about other namespaces need.
-func (g *guard) chargeRead(method string, v verdict, ns string) error {
-	now := g.now()
-	if g.nsReads != nil && !g.nsReads.allow(v.caller+"\x00"+ns, now) {
-		return g.exhausted(method, v, "namespace_rate_limited", "over its rate of reads about one namespace",
-			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g reads per second about %s (--authz-namespace-read-rate); retry later", method, identity.Quote(v.caller), float64(g.nsReads.rate), namespaceText(ns)))
+// charge spends one call of v's caller about namespace ns ("" for every
+// namespace) from v's budget: from the caller's budget for ns first, so
+// that a flood about one namespace is refused there before it spends the
+// caller's own budget, which its calls about other namespaces need.
+func (g *guard) charge(method string, v verdict, ns string) error {
+	if v.charge == nil {
+		return nil
 	}
-	if g.reads != nil && !g.reads.allow(v.caller, now) {
-		return g.exhausted(method, v, "rate_limited", "over its rate of reads",
-			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g reads per second (--authz-read-rate); retry later", method, identity.Quote(v.caller), float64(g.reads.rate)))
+	return g.spend(method, v, v.charge, ns, true)
+}
+
+// spend takes a token of v's caller from b: about ns first when perNS.
+func (g *guard) spend(method string, v verdict, b *budget, ns string, perNS bool) error {
+	now := g.now()
+	if l := b.perNS; perNS && l != nil && !l.allow(v.caller+"\x00"+ns, now) {
+		return g.exhausted(method, v, "namespace_rate_limited", "over its rate of "+b.kind+" about one namespace",
+			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g %s per second about %s (--%s); retry later", method, identity.Quote(v.caller), float64(l.rate), b.kind, namespaceText(ns), b.nsFlag))
+	}
+	if l := b.perCaller; l != nil && !l.allow(v.caller, now) {
+		return g.exhausted(method, v, "rate_limited", "over its rate of "+b.kind,
+			status.Errorf(codes.ResourceExhausted, "%s: caller %s is over %g %s per second (--%s); retry later", method, identity.Quote(v.caller), float64(l.rate), b.kind, b.callerFlag))
 	}
 	return nil
 }
@@ -206,10 +239,8 @@ func (g *guard) unary() grpc.UnaryServerInterceptor {
 				return nil, err
 			}
 		}
-		if v.reads {
-			if err := g.chargeRead(info.FullMethod, v, requestNamespace(req)); err != nil {
-				return nil, err
-			}
+		if err := g.charge(info.FullMethod, v, requestNamespace(req)); err != nil {
+			return nil, err
 		}
 		return handler(ctx, req)
 	}
@@ -223,18 +254,18 @@ func (g *guard) stream() grpc.StreamServerInterceptor {
 		}
 		w := middleware.WrapServerStream(ss)
 		w.WrappedContext = ctx
-		if v.reads && info.IsClientStream {
-			// Its requests come later, if ever (reflection): charged
-			// when opened, about every namespace.
-			if err := g.chargeRead(info.FullMethod, v, ""); err != nil {
+		if info.IsClientStream {
+			// Its requests come later, if ever, and may name several
+			// namespaces: charged when opened, about every namespace.
+			if err := g.charge(info.FullMethod, v, ""); err != nil {
 				return err
 			}
-			v.reads = false
+			v.charge = nil
 		}
-		if v.scope == nil && !v.reads {
+		if v.scope == nil && v.charge == nil {
 			return handler(srv, w)
 		}
-		s := &checkedStream{WrappedServerStream: w, g: g, method: info.FullMethod, v: v, watch: v.reads && g.watches != nil && isWatch(info.FullMethod)}
+		s := &checkedStream{WrappedServerStream: w, g: g, method: info.FullMethod, v: v, watch: v.read && g.watches != nil && isWatch(info.FullMethod)}
 		defer s.done()
 		return handler(srv, s)
 	}
@@ -249,7 +280,7 @@ func isWatch(method string) bool {
 }
 
 // checkedStream checks every message a namespace-bound caller sends, and
-// charges a read stream's budgets when its request arrives: the request
+// charges a stream's budget when its one request arrives: the request
 // names the namespace it is about.
 type checkedStream struct {
 	*middleware.WrappedServerStream
@@ -259,7 +290,7 @@ type checkedStream struct {
 	// watch says the stream takes a watch slot of its caller and
 	// namespace, held until the handler returns.
 	watch bool
-	// charged is set once the read is charged; release frees the watch
+	// charged is set once the call is charged; release frees the watch
 	// slot taken, if any.
 	charged bool
 	release func()
@@ -274,12 +305,12 @@ func (s *checkedStream) RecvMsg(m any) error {
 			return err
 		}
 	}
-	if !s.v.reads || s.charged {
+	if s.v.charge == nil || s.charged {
 		return nil
 	}
 	s.charged = true
 	ns := requestNamespace(m)
-	if err := s.g.chargeRead(s.method, s.v, ns); err != nil {
+	if err := s.g.charge(s.method, s.v, ns); err != nil {
 		return err
 	}
 	if !s.watch {

@@ -694,3 +694,66 @@ func TestNamespaceWatchBounds(t *testing.T) {
 		t.Errorf("a watch of team-a after one closed: %v, want it through", err)
 	}
 }
+
+// TestNamespaceMutatingBudget: KEDA's one identity calls the external
+// scaler for every tenant's ScaledObjects; one tenant's flood is refused by
+// the budget of its namespace before it spends KEDA's own, so another
+// namespace's calls and streams still pass. The identity's own budget
+// still bounds calls about ever new namespaces; tidal's services have no
+// budget per namespace.
+func TestNamespaceMutatingBudget(t *testing.T) {
+	p := newTestPKI(t)
+	reg := prometheus.NewRegistry()
+	addr, _ := startServer(t, p.config(t, "actuator",
+		"--authz-mutating-rate", "0.001", "--authz-mutating-burst", "10",
+		"--authz-namespace-mutating-rate", "0.001", "--authz-namespace-mutating-burst", "3"), zap.NewNop(), reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keda := externalscaler.NewExternalScalerClient(p.dialAs(t, "keda", addr))
+	metrics := func(ns string) error {
+		_, err := keda.GetMetrics(ctx, &externalscaler.GetMetricsRequest{ScaledObjectRef: &externalscaler.ScaledObjectRef{Namespace: ns, Name: "so"}})
+		if status.Code(err) == codes.Unimplemented {
+			return nil // through to the handler
+		}
+		return err
+	}
+	for i := range 20 {
+		err := metrics("team-a")
+		switch {
+		case i < 3 && err != nil:
+			t.Fatalf("KEDA's call %d about team-a within the namespace's burst: %v", i+1, err)
+		case i >= 3 && (status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--authz-namespace-mutating-rate") || !strings.Contains(err.Error(), `"team-a"`)):
+			t.Fatalf("KEDA's call %d about team-a: %v, want RESOURCE_EXHAUSTED naming --authz-namespace-mutating-rate and team-a", i+1, err)
+		}
+	}
+	for i := range 2 {
+		if err := metrics("team-b"); err != nil {
+			t.Errorf("KEDA's call %d about team-b after the flood about team-a: %v, want it through", i+1, err)
+		}
+	}
+	st, err := keda.StreamIsActive(ctx, &externalscaler.ScaledObjectRef{Namespace: "team-b", Name: "so"})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("KEDA's stream about team-b after the flood about team-a: %v, want it through to the handler", err)
+	}
+	if got := refusals(t, reg, "/externalscaler.ExternalScaler/GetMetrics", "keda", "namespace_rate_limited"); got != 17 {
+		t.Errorf("KEDA's calls refused for their namespace = %v, want 17", got)
+	}
+	// 6 of the identity's 10 are spent: calls about new namespaces meet
+	// its own budget at the fifth.
+	n := 0
+	for err = nil; n < 10 && err == nil; n++ {
+		err = metrics(fmt.Sprintf("ns-%d", n))
+	}
+	if n != 5 || status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--authz-mutating-rate") {
+		t.Errorf("KEDA's calls about new namespaces: refused at call %d with %v; want RESOURCE_EXHAUSTED naming --authz-mutating-rate at call 5", n, err)
+	}
+	dec := actuatorv1.NewActuatorServiceClient(p.dialAs(t, "decider", addr))
+	for i := range 5 {
+		if _, err := dec.Scale(ctx, &actuatorv1.ScaleRequest{Target: &commonv1.TargetRef{Namespace: "team-a", Name: "web"}, DecisionSequence: 1}); err != nil {
+			t.Fatalf("the decider's Scale %d in team-a: %v, want no budget per namespace for tidal's services", i+1, err)
+		}
+	}
+}
