@@ -25,6 +25,11 @@ func (o *Ownership) Set(f OwnerFunc) {
 	o.owner.Store(&f)
 }
 
+// Shared reports whether replicas share the objects (an OwnerFunc is
+// installed): each object then has one owner at a time, as the Leases
+// behind the OwnerFunc arbitrate.
+func (o *Ownership) Shared() bool { return o.owner.Load() != nil }
+
 // Owns reports whether this replica reconciles name, and who does if not.
 func (o *Ownership) Owns(name cache.ObjectName) (addr string, mine bool) {
 	f := o.owner.Load()

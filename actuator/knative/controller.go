@@ -59,6 +59,9 @@ type Config struct {
 	// TargetRetry is how long to wait before looking again for a missing
 	// scale target.
 	TargetRetry time.Duration
+	// StatusInterval coalesces the writes that report changes
+	// (podautoscaler.Spec).
+	StatusInterval time.Duration
 	// ClusterDomain is the suffix of Service host names the activator probe
 	// dials ("cluster.local").
 	ClusterDomain string
@@ -118,16 +121,17 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		sksInformer: knclient.NewServerlessServiceInformer(client, cfg.Namespaces, cfg.Resync),
 	}
 	c, err := podautoscaler.NewReconciler(podautoscaler.Spec[*knautoscaling.PodAutoscaler, *knnetworking.ServerlessService]{
-		Kind:        k,
-		Name:        "knative podautoscaler",
-		GVK:         knautoscaling.Kind,
-		Informer:    k.paInformer,
-		Handles:     k.mine,
-		Synced:      []cache.InformerSynced{k.sksInformer.HasSynced},
-		Run:         []cache.SharedIndexInformer{k.paInformer, k.sksInformer},
-		Workers:     cfg.Workers,
-		TargetRetry: cfg.TargetRetry,
-		ProbeRetry:  probeRetry,
+		Kind:           k,
+		Name:           "knative podautoscaler",
+		GVK:            knautoscaling.Kind,
+		Informer:       k.paInformer,
+		Handles:        k.mine,
+		Synced:         []cache.InformerSynced{k.sksInformer.HasSynced},
+		Run:            []cache.SharedIndexInformer{k.paInformer, k.sksInformer},
+		Workers:        cfg.Workers,
+		TargetRetry:    cfg.TargetRetry,
+		ProbeRetry:     probeRetry,
+		StatusInterval: cfg.StatusInterval,
 	}, log, clk, kubeInformers.Core().V1().Pods().Informer(), scaler, recorder)
 	if err != nil {
 		return nil, nil, err
@@ -153,6 +157,12 @@ func (k *kind) Fetch(ctx context.Context, name cache.ObjectName) (*knautoscaling
 
 func (k *kind) UpdateStatus(ctx context.Context, pa *knautoscaling.PodAutoscaler) (*knautoscaling.PodAutoscaler, error) {
 	return k.client.PodAutoscalers(pa.Namespace).UpdateStatus(ctx, pa, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+}
+
+func (k *kind) WithStatus(pa, from *knautoscaling.PodAutoscaler) *knautoscaling.PodAutoscaler {
+	c := pa.DeepCopy()
+	from.Status.DeepCopyInto(&c.Status)
+	return c
 }
 
 func (k *kind) Target(pa *knautoscaling.PodAutoscaler) scale.Target {

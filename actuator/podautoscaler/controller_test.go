@@ -151,6 +151,19 @@ func (h *harness) podAutoscaler(name, target string, annotations map[string]stri
 	return pa
 }
 
+// reconciledWeb makes the Deployment and PodAutoscaler "web" and waits
+// for the first reconcile and for the Deployment in the cache.
+func (h *harness) reconciledWeb() {
+	h.t.Helper()
+	h.deployment("web", 1)
+	h.podAutoscaler("web", "web", nil)
+	h.eventually("first reconcile", func() bool { return h.get("web").Status.ActualScale != nil })
+	h.eventually("deployment in cache", func() bool {
+		s, err := h.ctrl.scaler.GetScale(context.Background(), scale.Target{Namespace: h.ns, Name: "web"})
+		return err == nil && s.Selector != ""
+	})
+}
+
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
 	testkit.Eventually(h.t, 20*time.Second, what, cond)
@@ -684,16 +697,19 @@ func TestOwnershipSplitsPodAutoscalers(t *testing.T) {
 // they send can be told from the controller's own.
 type callTag struct{}
 
-// requests counts the API requests made under a tagged context, by method
-// and the last path segments ("PUT podautoscalers/status").
+// requests counts the API requests made under a tagged context (or, with
+// all, every write), by method and the last path segments ("PUT
+// podautoscalers/status").
 type requests struct {
 	mu sync.Mutex
 	n  map[string]int
+	// all counts every write, tagged or not.
+	all bool
 }
 
 func (r *requests) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Context().Value(callTag{}) != nil {
+		if req.Context().Value(callTag{}) != nil || r.all && req.Method != http.MethodGet {
 			parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
 			// .../namespaces/NS/RESOURCE/NAME[/SUB]
 			what := ""
@@ -732,13 +748,7 @@ func TestScaleWritesOnceAndReadsCaches(t *testing.T) {
 	reqs := &requests{n: map[string]int{}}
 	c := cluster.Shared(t)
 	h := startHarness(t, c, c.Namespace(t), harnessOpts{wrap: reqs.wrap})
-	h.deployment("web", 1)
-	h.podAutoscaler("web", "web", nil)
-	h.eventually("first reconcile", func() bool { return h.get("web").Status.ActualScale != nil })
-	h.eventually("deployment in cache", func() bool {
-		s, err := h.ctrl.scaler.GetScale(context.Background(), scale.Target{Namespace: h.ns, Name: "web"})
-		return err == nil && s.Selector != ""
-	})
+	h.reconciledWeb()
 	ctx := context.WithValue(context.Background(), callTag{}, true)
 	call := func(seq uint64, desired int32) scale.Result {
 		t.Helper()

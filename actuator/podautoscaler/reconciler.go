@@ -23,11 +23,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -69,6 +71,8 @@ type Kind[P Object[P], C any] interface {
 	Get(name cache.ObjectName) (P, error)
 	Fetch(ctx context.Context, name cache.ObjectName) (P, error)
 	UpdateStatus(ctx context.Context, pa P) (P, error)
+	// WithStatus returns a copy of pa with from's status.
+	WithStatus(pa, from P) P
 
 	// Target is pa's scale target; Revision resolves its KPA settings;
 	// Decision is the decision recorded in its status, nil when none.
@@ -205,6 +209,14 @@ type Spec[P Object[P], C any] struct {
 	// Fallback, when set, applies the decisions for targets no
 	// PodAutoscaler names.
 	Fallback *scale.Applier
+	// StatusInterval, when above 0, coalesces the writes that report
+	// changes: a Scaled Event only when the direction of scaling changes,
+	// and, while replicas share PodAutoscalers through Leases (SetOwnership)
+	// and this replica made the last status write it knows of, status at
+	// most once per interval per PodAutoscaler, with everything applied
+	// meanwhile (see writeStatus). 0 records every decision and reports
+	// every change at once.
+	StatusInterval time.Duration
 }
 
 // targetScaler reads and writes targets' scale subresources.
@@ -237,6 +249,16 @@ type Reconciler[P Object[P], C any] struct {
 	// informer has not delivered yet: reads see them at once, and their
 	// watch events are known as echoes of our own writes.
 	written *overlay.Overlay[cache.ObjectName, P]
+	// reports are, with Spec.StatusInterval, what this replica keeps of
+	// the PodAutoscalers it reconciles to coalesce its reports: one entry
+	// per PodAutoscaler in the informer's cache, dropped when it leaves it
+	// or another replica owns it. reportsMu guards the map; an entry's
+	// fields are guarded by its PodAutoscaler's lock.
+	reportsMu sync.Mutex
+	reports   map[cache.ObjectName]*report[P]
+	// epoch counts changes of ownership: a status write made in an earlier
+	// epoch proves nothing about who writes now.
+	epoch atomic.Uint64
 	// podIndexer is the pod cache, indexed by label.
 	podIndexer cache.Indexer
 	// selectors maps pods to the PodAutoscalers whose targets select them.
@@ -283,6 +305,7 @@ func NewReconciler[P Object[P], C any](spec Spec[P, C], log *zap.Logger, clk clo
 		recorder:  recorder,
 		seed:      maphash.MakeSeed(),
 		written:   overlay.New[cache.ObjectName, P](),
+		reports:   map[cache.ObjectName]*report[P]{},
 		selectors: pods.NewSelectors[cache.ObjectName](),
 	}
 	if err := spec.Informer.AddIndexers(cache.Indexers{indexTarget: r.targetIndex}); err != nil {
@@ -358,16 +381,27 @@ func (r *Reconciler[P, C]) Run(ctx context.Context) error {
 // SetOwnership shares the PodAutoscalers among actuator replicas: owner
 // names the replica that reconciles each one. Call Resync when this replica
 // gains or loses PodAutoscalers.
-func (r *Reconciler[P, C]) SetOwnership(owner controller.OwnerFunc) { r.Set(owner) }
+func (r *Reconciler[P, C]) SetOwnership(owner controller.OwnerFunc) {
+	r.epoch.Add(1)
+	r.Set(owner)
+}
 
 // Resync queues every PodAutoscaler this replica owns, after a change of
 // ownership.
-func (r *Reconciler[P, C]) Resync() { r.Controller.Resync(r.spec.Informer.GetStore()) }
+func (r *Reconciler[P, C]) Resync() {
+	r.epoch.Add(1)
+	r.Controller.Resync(r.spec.Informer.GetStore())
+}
 
 // Kept is what the reconciler keeps beyond the informers' copies: the pod
 // selectors of the PodAutoscalers it reconciles, and its writes the cache
-// has not delivered yet.
-func (r *Reconciler[P, C]) Kept() (selectors, writes int) { return r.selectors.Len(), r.written.Len() }
+// has not delivered yet with what it keeps to coalesce them.
+func (r *Reconciler[P, C]) Kept() (selectors, writes int) {
+	r.reportsMu.Lock()
+	n := len(r.reports)
+	r.reportsMu.Unlock()
+	return r.selectors.Len(), r.written.Len() + n
+}
 
 // targetIndex keys a PodAutoscaler this reconciler serves by its target's
 // identity (targetkey.Of), the way Scale looks targets up.
@@ -427,12 +461,13 @@ func (r *Reconciler[P, C]) current(name cache.ObjectName) (P, error) {
 	}
 	if pa == none {
 		r.written.Delete(name)
+		r.forget(name)
 		return none, nil
 	}
 	if w, ok := r.written.Newer(name, pa.GetResourceVersion()); ok {
-		return w, nil
+		pa = w
 	}
-	return pa, nil
+	return r.withPending(name, pa), nil
 }
 
 // sync is a worker's reconcile of name.
@@ -456,6 +491,7 @@ func (r *Reconciler[P, C]) Sync(ctx context.Context, name cache.ObjectName) (Out
 		// Gone, of another class now, or reconciled by another replica:
 		// its pods need not wake us.
 		r.selectors.Delete(name)
+		r.forget(name)
 		if pa == none && mine && r.spec.Gone != nil {
 			return Outcome{}, r.spec.Gone(ctx, name)
 		}
@@ -596,7 +632,8 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 		out.Requeue = ownWriteRequeue
 	}
 	// Before a patch the write is made even when status is unchanged: it
-	// is what proves pa current.
+	// is what proves pa current (unless this replica holds it, see
+	// writeStatus).
 	if err := r.writeStatus(ctx, p, p.Patch != nil); err != nil {
 		return out, err
 	}
@@ -614,7 +651,9 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 				return out, fmt.Errorf("scale %s: %w", p.Target, err)
 			}
 			out.After, out.Patched = *p.Patch, true
-			r.recorder.Event(r.ref(p.PA), corev1.EventTypeNormal, EventScaled, msg)
+			if r.turned(cache.MetaObjectToName(pa), *p.Patch-p.Scale.Replicas) {
+				r.recorder.Event(r.ref(p.PA), corev1.EventTypeNormal, EventScaled, msg)
+			}
 			var seq int64
 			var reason string
 			if d := p.Decision; d != nil {
@@ -650,12 +689,34 @@ func (r *Reconciler[P, C]) refuse(ctx context.Context, p *Pass[P, C], out Outcom
 // with force), with the resourceVersion p.PA was read at, and remembers the
 // write so the next read sees it before the cache does. A write that
 // conflicts leaves p.PA as it was.
+//
+// While this replica holds the PodAutoscaler (see holds), the write waits
+// until Spec.StatusInterval after the first change not written yet, and
+// every pass meanwhile reads and adds to the status kept for it: one write
+// reports all they did, the decisions they recorded included, and no
+// force is needed, as no other replica writes it.
 func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force bool) error {
+	name := cache.MetaObjectToName(p.PA)
+	rep := r.reportOf(name)
+	var none P
+	pending := rep != nil && rep.pending != none && rep.pending == p.PA
 	// Observe and SetStatus change only Next's status.
-	if !force && equality.Semantic.DeepEqual(p.PA, p.Next) {
+	if !force && !pending && equality.Semantic.DeepEqual(p.PA, p.Next) {
 		return nil
 	}
-	name := cache.MetaObjectToName(p.PA)
+	if rep != nil && r.holds(rep, p.PA) {
+		now := r.clock.Now()
+		if !pending {
+			rep.due = now.Add(r.spec.StatusInterval)
+		}
+		if now.Before(rep.due) {
+			if !equality.Semantic.DeepEqual(p.PA, p.Next) {
+				rep.pending, p.PA = p.Next, p.Next
+			}
+			r.AddAfter(name, rep.due.Sub(now))
+			return nil
+		}
+	}
 	if p.PA.GetResourceVersion() == "" {
 		// An unconditional write could undo a newer decision.
 		return fmt.Errorf("update status of %s %s: no resourceVersion to write at", r.spec.Name, name)
@@ -664,9 +725,16 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 	defer cancel()
 	updated, err := r.kind.UpdateStatus(wctx, p.Next)
 	if err != nil {
+		if rep != nil && apierrors.IsConflict(err) {
+			// Someone else wrote it: the next pass starts from theirs.
+			rep.pending = none
+		}
 		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
 	}
 	r.written.Put(name, updated.GetResourceVersion(), updated)
+	if rep != nil {
+		rep.base, rep.epoch, rep.pending = updated, r.epoch.Load(), none
+	}
 	p.PA = updated
 	return nil
 }

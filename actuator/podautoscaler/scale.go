@@ -151,5 +151,16 @@ func (r *Reconciler[P, C]) Status(ctx context.Context, t scale.Target) (scale.St
 		}
 		return scale.Status{}, fmt.Errorf("target %s: no %s scales it: %w", t, r.spec.Name, scale.ErrNotFound)
 	}
+	// The decision this replica applied may not be written yet.
+	name := cache.MetaObjectToName(pa)
+	unlock := r.lock(name)
+	cur, err := r.current(name)
+	unlock()
+	if err != nil {
+		return scale.Status{}, err
+	}
+	if cur != none {
+		pa = cur
+	}
 	return targetStatus(ctx, r.scaler, t, r.kind.Decision(pa))
 }

@@ -81,6 +81,8 @@ type Config struct {
 	// TargetRetry is how long to wait before looking again for a missing
 	// scale target.
 	TargetRetry time.Duration
+	// StatusInterval coalesces the writes that report changes (Spec).
+	StatusInterval time.Duration
 	// queueClock drives the workqueue's delays (tests step a fake one);
 	// nil means the real clock.
 	queueClock clock.WithTicker
@@ -117,15 +119,16 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal ti
 	metricInformer := tidalInformers.Autoscaling().V1alpha1().Metrics()
 	k := &tidalKind{cfg: cfg, tidal: tidal, scaler: scaler, pas: paInformer.Lister(), metrics: metricInformer.Lister()}
 	spec := Spec[*autoscalingv1alpha1.PodAutoscaler, *autoscalingv1alpha1.Metric]{
-		Kind:        k,
-		Name:        "podautoscaler",
-		GVK:         autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"),
-		Informer:    paInformer.Informer(),
-		Synced:      []cache.InformerSynced{metricInformer.Informer().HasSynced},
-		Gone:        k.deleteOrphanMetric,
-		Workers:     cfg.Workers,
-		TargetRetry: cfg.TargetRetry,
-		queueClock:  cfg.queueClock,
+		Kind:           k,
+		Name:           "podautoscaler",
+		GVK:            autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"),
+		Informer:       paInformer.Informer(),
+		Synced:         []cache.InformerSynced{metricInformer.Informer().HasSynced},
+		Gone:           k.deleteOrphanMetric,
+		Workers:        cfg.Workers,
+		TargetRetry:    cfg.TargetRetry,
+		queueClock:     cfg.queueClock,
+		StatusInterval: cfg.StatusInterval,
 	}
 	if fs, ok := scaler.(scale.Scaler); ok {
 		spec.Fallback = scale.New(fs, clk.Now)
@@ -143,22 +146,23 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal ti
 }
 
 // NewEventRecorder returns a recorder writing Events as tidal-actuator, and
-// its broadcaster, which the caller shuts down. Every distinct scale change
-// is kept: the correlator allows bursts of 100 per object and never folds
-// distinct messages into "combined from similar events".
+// its broadcaster, which the caller shuts down. client-go's correlator
+// applies as it does to Kubernetes' own controllers: a repeated Event is a
+// count on the first, similar ones (same object and reason) fold into
+// "combined from similar events" after ten in ten minutes, and an object
+// gets 25 Events at once, then one every five minutes. An Event per scale
+// change, each with its own message, was an API write per change that
+// nothing folded. The correlator remembers eventObjects objects, not
+// client-go's 4,096, so that the budget holds at 10,000 targets.
 func NewEventRecorder(kube kubernetes.Interface) (record.EventRecorder, record.EventBroadcaster) {
-	broadcaster := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{
-		BurstSize: 100,
-		QPS:       1,
-		KeyFunc: func(e *corev1.Event) (string, string) {
-			k := e.Source.Component + "/" + e.InvolvedObject.Namespace + "/" + e.InvolvedObject.Name + "/" +
-				string(e.InvolvedObject.UID) + "/" + e.Reason + "/" + e.Message
-			return k, e.Message
-		},
-	}))
+	broadcaster := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventObjects}))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	return broadcaster.NewRecorder(tidalscheme.Scheme, corev1.EventSource{Component: "tidal-actuator"}), broadcaster
 }
+
+// eventObjects is how many objects' Event budgets the correlator keeps:
+// beyond it the least recent lose theirs (a fresh burst).
+const eventObjects = 16384
 
 func (k *tidalKind) Get(name cache.ObjectName) (*autoscalingv1alpha1.PodAutoscaler, error) {
 	pa, err := k.pas.PodAutoscalers(name.Namespace).Get(name.Name)
@@ -174,6 +178,12 @@ func (k *tidalKind) Fetch(ctx context.Context, name cache.ObjectName) (*autoscal
 
 func (k *tidalKind) UpdateStatus(ctx context.Context, pa *autoscalingv1alpha1.PodAutoscaler) (*autoscalingv1alpha1.PodAutoscaler, error) {
 	return k.tidal.AutoscalingV1alpha1().PodAutoscalers(pa.Namespace).UpdateStatus(ctx, pa, metav1.UpdateOptions{FieldManager: scale.FieldManager})
+}
+
+func (k *tidalKind) WithStatus(pa, from *autoscalingv1alpha1.PodAutoscaler) *autoscalingv1alpha1.PodAutoscaler {
+	c := pa.DeepCopy()
+	from.Status.DeepCopyInto(&c.Status)
+	return c
 }
 
 func (k *tidalKind) Target(pa *autoscalingv1alpha1.PodAutoscaler) scale.Target {

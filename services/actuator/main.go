@@ -66,8 +66,10 @@ type kubeConfig struct {
 	autoscalerDir string
 	deploymentDir string
 	targetRetry   time.Duration
-	brokers       string
-	sidecarImage  string
+	// statusInterval coalesces the PodAutoscalers' status writes.
+	statusInterval time.Duration
+	brokers        string
+	sidecarImage   string
 	// bucket shares the PodAutoscalers among actuator replicas.
 	bucket bucket.Config
 	// knative reconciles Knative Serving's PodAutoscalers of knativeClasses.
@@ -97,6 +99,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.autoscalerDir, "config-autoscaler", "", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap, the deciders' too); empty means Knative's defaults.")
 	fs.StringVar(&k.deploymentDir, "config-deployment", "", "Directory holding Knative's config-deployment keys (progress-deadline: activation times out 30s after it); empty means the defaults.")
 	fs.DurationVar(&k.targetRetry, "target-retry", 10*time.Second, "How long to wait before looking again for a PodAutoscaler's missing scale target.")
+	fs.DurationVar(&k.statusInterval, "status-interval", 3*time.Second, "Longest a PodAutoscaler's status may lag what this actuator applied, with --buckets: status writes are coalesced into one per interval per PodAutoscaler (scale writes are not delayed). Without --buckets, replicas meet only in status, which is then written before every scale write. A Scaled Event reports a change of direction, not every step. 0 writes every change at once, with an Event for each.")
 	fs.StringVar(&k.brokers, "kafka-brokers", "", "Kafka bootstrap servers (host:port, comma-separated) that deployed functions use.")
 	fs.StringVar(&k.sidecarImage, "function-sidecar-image", "projectriff/function-sidecar:0.0.7", "Image of the sidecar container of deployed functions.")
 	k.bucket.RegisterFlagsWithPrefix("", fs, "actuator")
@@ -135,6 +138,9 @@ func (c *config) Validate() error {
 	}
 	if k.targetRetry <= 0 {
 		return fmt.Errorf("--target-retry %s: want > 0", k.targetRetry)
+	}
+	if k.statusInterval < 0 || k.statusInterval > time.Minute {
+		return fmt.Errorf("--status-interval %s: want 0 to 1m", k.statusInterval)
 	}
 	if !(k.liveReadRate > 0) || k.liveReadBurst < 1 {
 		return fmt.Errorf("--live-read-rate %g, --live-read-burst %d: want a rate above 0 and a burst of at least 1", k.liveReadRate, k.liveReadBurst)
@@ -307,11 +313,12 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		}
 	}
 	pas, err := podautoscaler.New(podautoscaler.Config{
-		Autoscaler:  ascfg,
-		Deployment:  depcfg,
-		Live:        liveCfg,
-		Workers:     cfg.kube.workers,
-		TargetRetry: cfg.kube.targetRetry,
+		Autoscaler:     ascfg,
+		Deployment:     depcfg,
+		Live:           liveCfg,
+		Workers:        cfg.kube.workers,
+		TargetRetry:    cfg.kube.targetRetry,
+		StatusInterval: cfg.kube.statusInterval,
 	}, log, tidal, tidalInf, kubeInf, scaler, recorder)
 	if err != nil {
 		return err
@@ -434,14 +441,15 @@ func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpa
 	}
 	log.Info("knative mode", zap.Strings("classes", classes))
 	return knative.New(knative.Config{
-		Classes:       classes,
-		Namespaces:    cfg.kube.namespaces,
-		Autoscaler:    ascfg,
-		Deployment:    depcfg,
-		Live:          live,
-		Workers:       cfg.kube.workers,
-		Resync:        cfg.kube.resync,
-		TargetRetry:   cfg.kube.targetRetry,
-		ClusterDomain: cfg.kube.clusterDomain,
+		Classes:        classes,
+		Namespaces:     cfg.kube.namespaces,
+		Autoscaler:     ascfg,
+		Deployment:     depcfg,
+		Live:           live,
+		Workers:        cfg.kube.workers,
+		Resync:         cfg.kube.resync,
+		TargetRetry:    cfg.kube.targetRetry,
+		StatusInterval: cfg.kube.statusInterval,
+		ClusterDomain:  cfg.kube.clusterDomain,
 	}, log, kn, kubeInf, scaler, recorder)
 }

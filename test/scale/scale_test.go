@@ -35,12 +35,24 @@ const (
 	// decisions (settle, 3 min at most), the steady phase and shutdown. It
 	// is this test's own deadline, well inside `make unit`'s 60 min.
 	guardTimeout = 15 * time.Minute
+	// maxWritesPerChange bounds the actuator's API writes (status, scale,
+	// Events; not Lease renewals) per applied change of spec.replicas. It
+	// was 4.5 when every decision was written to status before its scale
+	// write and every change had an Event; coalesced, this run measures
+	// about 2.9: the scale write, a status write for most changes (the
+	// targets near a level's boundary change alone, seconds apart, and
+	// each change's status is due within the 3 s interval) and an Event
+	// for most (most changes turn; the Event budget of 25 per object is
+	// not spent in two minutes). Issue 27's goal is 1.5.
+	maxWritesPerChange = 3.5
 )
 
 // TestScaleGuard runs the scale test at 300 KPA targets (1–5 pods each, a
 // fifth of them switching load every 30 s) and 30 lag targets for two
 // minutes, and fails when a load change is never applied before the next
-// one, or is applied later than maxChangeLag.
+// one, or is applied later than maxChangeLag, when the actuator writes more
+// than maxWritesPerChange times per applied change, or writes at all to
+// the objects of targets whose load never changed once they converged.
 func TestScaleGuard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a Kubernetes control plane and minutes")
@@ -88,6 +100,19 @@ func TestScaleGuard(t *testing.T) {
 	}
 	if rep.MoveMax > maxChangeLag {
 		t.Errorf("load change → spec.replicas max = %v (p99 %v), want at most %v", rep.MoveMax, rep.MoveP99, maxChangeLag)
+	}
+	// Writes, from the API server's audit log.
+	if rep.Writes.Error != "" {
+		t.Fatalf("writes not measured: %s", rep.Writes.Error)
+	}
+	if rep.Writes.Applied < guardTargets/10 {
+		t.Errorf("changes of spec.replicas applied = %d, want at least %d", rep.Writes.Applied, guardTargets/10)
+	}
+	if got := rep.Writes.PerChange[scale.ActuatorAgent]; got > maxWritesPerChange {
+		t.Errorf("actuator writes per applied change = %.2f (%v), want at most %.1f", got, rep.Writes.ByKind, maxWritesPerChange)
+	}
+	if u := rep.Unchanged; u.Targets == 0 || u.ActuatorWrites > 0 {
+		t.Errorf("actuator writes to the %d targets whose load never changed = %d (%v), want 0", u.Targets, u.ActuatorWrites, u.ActuatorKinds)
 	}
 }
 

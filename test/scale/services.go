@@ -20,10 +20,10 @@ import (
 // services are the run's processes and the broker: Replicas actuators,
 // deciders (decider i sends to actuator i) and collectors (each streaming to
 // every decider, split by rendezvous hashing), all started with
-// test/system's Proc. With more than one replica the collectors and the
-// actuators share the targets through bucket Leases in the targets'
-// namespace (leaseBuckets of them), and an actuator forwards a Scale for a
-// target it does not own to the owner.
+// test/system's Proc. The collectors and the actuators share the targets
+// through bucket Leases in the targets' namespace (leaseBuckets of them),
+// as the chart runs them even with one replica; with more, an actuator
+// forwards a Scale for a target it does not own to the owner.
 type services struct {
 	Kafka   *kfake.Cluster
 	Brokers []string
@@ -82,10 +82,8 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 		fmt.Fprintf(log, "scale: %s serving on %s (metrics %s)\n", name, p.GRPCAddr, p.HTTPAddr)
 		return p, nil
 	}
-	var shared []string
-	if replicas > 1 {
-		shared = []string{"--buckets", strconv.Itoa(leaseBuckets), "--lease-namespace", ns}
-	}
+	// Bucket Leases even for one replica, as the chart runs the services.
+	shared := []string{"--buckets", strconv.Itoa(leaseBuckets), "--lease-namespace", ns}
 	var deciders []string
 	for i := range replicas {
 		a, err := start("actuator", fmt.Sprintf("actuator-%d", i), append([]string{"--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig,

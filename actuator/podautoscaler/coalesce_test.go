@@ -1,0 +1,110 @@
+package podautoscaler
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tidalscale/tidal/actuator/controller"
+	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/test/cluster"
+)
+
+// TestCoalescedReports: with Leases (an ownership) and a status interval,
+// a decision that changes the target costs its scale write alone, one that
+// changes nothing costs nothing, the status write that reports them comes
+// once the interval has passed, with the newest state, and a Scaled Event
+// reports each change of direction. The stale-decision check follows what
+// was applied, written or not; a change of ownership makes the next scale
+// write wait for a status write again.
+func TestCoalescedReports(t *testing.T) {
+	const interval = time.Second
+	reqs := &requests{n: map[string]int{}}
+	all := &requests{n: map[string]int{}, all: true}
+	owner := controller.OwnerFunc(func(string) (string, bool) { return "actuator-a:9003", true })
+	c := cluster.Shared(t)
+	h := startHarness(t, c, c.Namespace(t), harnessOpts{
+		owner:  owner,
+		mutate: func(c *Config) { c.StatusInterval = interval },
+		wrap:   func(rt http.RoundTripper) http.RoundTripper { return all.wrap(reqs.wrap(rt)) },
+	})
+	h.reconciledWeb()
+	target := scale.Target{Namespace: h.ns, Name: "web"}
+	ctx := context.WithValue(context.Background(), callTag{}, true)
+	call := func(seq uint64, desired int32) scale.Result {
+		t.Helper()
+		res, err := h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: target, Desired: desired, Sequence: seq, Reason: "stable: test"}})
+		if err != nil {
+			t.Fatalf("Scale(%d, %d): %v", seq, desired, err)
+		}
+		return res
+	}
+	reqs.take()
+	all.take()
+
+	if res := call(1000, 3); !res.Changed || res.Applied != 3 {
+		t.Fatalf("Scale to 3 = %+v, want changed to 3", res)
+	}
+	if res := call(2000, 5); !res.Changed || res.Applied != 5 {
+		t.Fatalf("Scale to 5 = %+v, want changed to 5", res)
+	}
+	// Applied, not written yet: the decision is served, and an older one
+	// is stale.
+	if st, err := h.ctrl.Status(context.Background(), target); err != nil || st.LastSequence != 2000 {
+		t.Errorf("Status = %+v, %v; want sequence 2000", st, err)
+	}
+	if res := call(1500, 9); !res.Stale || res.LastSequence != 2000 || h.replicas("web") != 5 {
+		t.Errorf("an older decision = %+v, replicas %d; want stale, 5 kept", res, h.replicas("web"))
+	}
+	if res := call(3000, 5); res.Changed || res.LastSequence != 3000 {
+		t.Errorf("a newer decision, same count = %+v; want unchanged, sequence 3000", res)
+	}
+	if res := call(4000, 2); !res.Changed || res.Applied != 2 {
+		t.Fatalf("Scale to 2 = %+v, want changed to 2", res)
+	}
+	want := map[string]int{"PATCH deployments/scale": 3}
+	if got := reqs.take(); !maps.Equal(got, want) {
+		t.Errorf("requests of three changes and two decisions that change nothing = %v, want %v", got, want)
+	}
+	// One Event up, one down.
+	h.waitEvent("web", EventScaled, "stable: 5 → 2, test")
+	if got := h.events("web", EventScaled); len(got) != 2 || got[0] != "stable: 1 → 3, test" {
+		t.Errorf("Scaled Events = %q, want 1 → 3 and 5 → 2", got)
+	}
+	if d := h.get("web").Status.LastDecision; d != nil && d.Sequence >= 1000 {
+		t.Errorf("status.lastDecision = %+v before the interval passed; want none of the test's", d)
+	}
+
+	// The interval passes: one write reports the newest state.
+	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.eventually("status written", func() bool {
+		pa := h.get("web")
+		d := pa.Status.LastDecision
+		return d != nil && d.Sequence == 4000 && pa.Status.DesiredScale != nil && *pa.Status.DesiredScale == 2
+	})
+	if n := all.take()["PUT podautoscalers/status"]; n != 1 {
+		t.Errorf("status writes once the interval passed = %d, want 1", n)
+	}
+
+	// After a change of ownership the next change is recorded first.
+	h.readyPods("web", 2)
+	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.eventually("actualScale 2 written", func() bool {
+		pa := h.get("web")
+		return pa.Status.ActualScale != nil && *pa.Status.ActualScale == 2
+	})
+	h.ctrl.SetOwnership(owner)
+	reqs.take()
+	if res := call(5000, 4); !res.Changed || res.Applied != 4 {
+		t.Fatalf("Scale to 4 = %+v, want changed to 4", res)
+	}
+	want = map[string]int{"PUT podautoscalers/status": 1, "PATCH deployments/scale": 1}
+	if got := reqs.take(); !maps.Equal(got, want) {
+		t.Errorf("requests of the first change after a change of ownership = %v, want %v", got, want)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 5000 {
+		t.Errorf("status.lastDecision = %+v, want sequence 5000", d)
+	}
+}
