@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	"github.com/tidalscale/tidal/collector/queuestat"
+	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/pods"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -236,4 +238,70 @@ func TestDiscoveryKnativeLiveConfig(t *testing.T) {
 		before = n
 		return stopped
 	})
+}
+
+// recScraper records the last target Set for each key, then passes it on.
+type recScraper struct {
+	Scraper
+	mu   sync.Mutex
+	last map[string]scrape.Target
+}
+
+func (r *recScraper) Set(t scrape.Target) {
+	r.mu.Lock()
+	r.last[t.Ref.Key()] = t
+	r.mu.Unlock()
+	r.Scraper.Set(t)
+}
+
+func (r *recScraper) get(ref *commonv1.TargetRef) scrape.Target {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last[ref.Key()]
+}
+
+// TestDiscoveryKnativeMeshFollowsConfigNetwork: a Knative target is scraped
+// through its PodAutoscaler's private Service (status.metricsServiceName,
+// port 9090, by its full name in --cluster-domain) as config-network's
+// mesh-compatibility-mode says, auto until config-network is read, and an
+// edit of it applies to the running target (collector/scrape's
+// TestScrapeMesh* show what each mode does).
+func TestDiscoveryKnativeMeshFollowsConfigNetwork(t *testing.T) {
+	ctx, c, ns, kn := knativeSetup(t)
+	cfg := Config{Knative: KnativeConfig{Enabled: true, Autoscaler: kpaconfig.Default(), ClusterDomain: "example.internal"}}
+	rec := &recScraper{last: map[string]scrape.Target{}}
+	r := startReplica(t, c, cfg, func(d *Discovery) func(string) bool {
+		d.useKnative(kn)
+		rec.Scraper, d.scraper = d.scraper, rec
+		return nil
+	})
+	pa, err := kn.PodAutoscalers(ns).Create(ctx, knativePA(ns, "rev-1", "", nil), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &commonv1.TargetRef{Namespace: ns, Name: "rev-1-deployment", ApiVersion: "apps/v1", Kind: "Deployment"}
+	testkit.Eventually(t, 30*time.Second, "the target scraped from its pods alone", func() bool {
+		tg := rec.get(ref)
+		return tg.Ref != nil && tg.Service == "" && tg.Duration != nil
+	})
+	pa.Status.MetricsServiceName = "rev-1-private"
+	if _, err := kn.PodAutoscalers(ns).UpdateStatus(ctx, pa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := "rev-1-private." + ns + ".svc.example.internal:9090"
+	testkit.Eventually(t, 30*time.Second, "the private Service, mode auto", func() bool {
+		tg := rec.get(ref)
+		return tg.Service == svc && tg.Mesh == scrape.MeshAuto
+	})
+	for _, mode := range []struct {
+		value knativeconfig.MeshMode
+		want  scrape.Mesh
+	}{{knativeconfig.MeshEnabled, scrape.MeshEnabled}, {knativeconfig.MeshDisabled, scrape.MeshDisabled}, {knativeconfig.MeshAuto, scrape.MeshAuto}} {
+		r.disc.SetKnativeConfig(&knativeconfig.Snapshot{Autoscaler: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(),
+			Network: knativeconfig.Network{MeshCompatibilityMode: mode.value}})
+		testkit.Eventually(t, 30*time.Second, "mesh-compatibility-mode "+string(mode.value), func() bool {
+			tg := rec.get(ref)
+			return tg.Service == svc && tg.Mesh == mode.want
+		})
+	}
 }
