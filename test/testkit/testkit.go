@@ -1,6 +1,6 @@
 // Package testkit is what tidal's tests share to wait and to stand in for a
 // service: Eventually (polling with apimachinery's wait, never a sleep),
-// FreePorts, and a decider to stream to (Decider, or any DeciderService
+// FreePorts, TestFunctions (for documents naming their tests), and a decider to stream to (Decider, or any DeciderService
 // served by ServeDecider). The harnesses that build and start the real
 // binaries are test/system and test/cluster.
 package testkit
@@ -10,7 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,4 +161,36 @@ func (d *Decider) Targets() int {
 		}
 	}
 	return len(keys)
+}
+
+// TestFunctions are the names of the test and fuzz functions declared in
+// the _test.go files under root, other modules' included, hidden
+// directories, vendor, node_modules and testdata left out: what a document
+// that names its tests can be checked against.
+func TestFunctions(root string) (map[string]bool, error) {
+	funcs := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]*)\(`)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "vendor" || n == "node_modules" || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllSubmatch(b, -1) {
+			funcs[string(m[1])] = true
+		}
+		return nil
+	})
+	return funcs, err
 }

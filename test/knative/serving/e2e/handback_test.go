@@ -40,6 +40,11 @@ func TestUninstallGivesPodAutoscalersBack(t *testing.T) {
 	s.rate.Set(32)
 	s.reps.waitReady(t, s.kc, up, 90*time.Second, "tidal: step up")
 	pa := s.waitTidalPA(t)
+	// README's check that tidal is in charge: its actuator alone writes
+	// the status.
+	if w := managers(pa.ManagedFields, "status"); !slices.Equal(w, []string{"tidal-actuator"}) {
+		t.Errorf("the PodAutoscaler's status written by %q while tidal holds it, want tidal-actuator alone", w)
+	}
 	sks, err := s.nc.NetworkingV1alpha1().ServerlessServices(s.ns).Get(ctx, s.rev, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
