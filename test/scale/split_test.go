@@ -77,6 +77,20 @@ func TestSplit(t *testing.T) {
 			t.Errorf("stage %q = %+v, want one at %v", st.Name, st.Dist, want[i])
 		}
 	}
+
+	// Under bucket Leases status is written after the scale write: the
+	// first write is the scale write, and no status stage is counted.
+	in.writes = []apiWrite{
+		{agent: actuatorAgent, what: "deployments/scale", name: "a", received: at(15), done: at(16)},
+		{agent: actuatorAgent, what: "podautoscalers/status", name: "a", received: at(18), done: at(18.1)},
+	}
+	sp = in.split()
+	if st := sp.Stages[2]; st.N != 1 || st.P50 != time.Second {
+		t.Errorf("stage %q = %+v, want one at 1s", st.Name, st.Dist)
+	}
+	if st := sp.Stages[3]; st.N != 0 || st.Missing != 0 {
+		t.Errorf("stage %q = %+v, want none, none missing", st.Name, st.Dist)
+	}
 }
 
 func TestReadAudit(t *testing.T) {
