@@ -67,12 +67,12 @@ func (r *Reconciler[P, C]) withPending(name cache.ObjectName, pa P) P {
 	if rep == nil || rep.pending == none {
 		return pa
 	}
+	// After a change of ownership the pending status stays: it is what
+	// this replica applied, and its next write, no longer held (holds), is
+	// made at once at the resourceVersion of its last one, which conflicts
+	// if another replica wrote since. Dropping it would have the rules
+	// follow the older decision written last, and undo the newer one.
 	switch {
-	case rep.epoch != r.epoch.Load():
-		// Ownership changed: what this replica did not write is no longer
-		// its to write.
-		rep.pending = none
-		return pa
 	case rep.pending.GetResourceVersion() == pa.GetResourceVersion():
 		return rep.pending
 	case rep.base != none && equality.Semantic.DeepEqual(r.kind.WithStatus(pa, rep.base), pa):

@@ -18,7 +18,7 @@ import (
 // once the interval has passed, with the newest state, and a Scaled Event
 // reports each change of direction. The stale-decision check follows what
 // was applied, written or not; a change of ownership makes the next scale
-// write wait for a status write again.
+// write wait for a status write again, and has what was applied written.
 func TestCoalescedReports(t *testing.T) {
 	const interval = time.Second
 	reqs := &requests{n: map[string]int{}}
@@ -106,5 +106,23 @@ func TestCoalescedReports(t *testing.T) {
 	}
 	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 5000 {
 		t.Errorf("status.lastDecision = %+v, want sequence 5000", d)
+	}
+
+	// A change applied and not written yet when ownership changes is
+	// written then, not undone by the decision written last.
+	if res := call(6000, 6); !res.Changed || res.Applied != 6 {
+		t.Fatalf("Scale to 6 = %+v, want changed to 6", res)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 5000 {
+		t.Fatalf("status.lastDecision = %+v before the interval passed, want sequence 5000", d)
+	}
+	h.ctrl.SetOwnership(owner)
+	h.ctrl.Resync()
+	h.eventually("decision 6000 written", func() bool {
+		d := h.get("web").Status.LastDecision
+		return d != nil && d.Sequence == 6000
+	})
+	if got := h.replicas("web"); got != 6 {
+		t.Errorf("replicas = %d after a change of ownership, want 6", got)
 	}
 }
