@@ -40,6 +40,9 @@ func TestParseNetwork(t *testing.T) {
 		{"other keys ignored", map[string]string{"ingress-class": "kourier.ingress.networking.knative.dev"}, MeshAuto, ""},
 		{"typo", map[string]string{KeyMeshCompatibilityMode: "enable"}, "", `mesh-compatibility-mode "enable": want enabled, disabled or auto`},
 		{"long value cut", map[string]string{KeyMeshCompatibilityMode: strings.Repeat("x", 1000)}, "", "… (1000 bytes)"},
+		{"pod addressability", map[string]string{KeyEnableMeshPodAddressability: "true", KeyMeshCompatibilityMode: "auto"}, MeshAuto, ""},
+		{"pod addressability off", map[string]string{KeyEnableMeshPodAddressability: "FALSE"}, MeshAuto, ""},
+		{"pod addressability typo", map[string]string{KeyEnableMeshPodAddressability: "yes"}, "", `enable-mesh-pod-addressability "yes": want true or false`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseNetwork(tc.data)
@@ -50,8 +53,8 @@ func TestParseNetwork(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got.MeshCompatibilityMode != tc.want {
-				t.Fatalf("ParseNetwork = %+v, %v; want %s", got, err, tc.want)
+			if err != nil || got.MeshCompatibilityMode != tc.want || got.EnableMeshPodAddressability != (tc.data[KeyEnableMeshPodAddressability] == "true") {
+				t.Fatalf("ParseNetwork = %+v, %v; want %s, pod addressability only for \"true\"", got, err, tc.want)
 			}
 		})
 	}

@@ -44,6 +44,23 @@ func newClient(cfg Config) *client {
 type request struct {
 	head []byte // request line and "Host: "
 	tail []byte // the other headers and the blank line
+	// host, when set, is the Host sent in place of the address.
+	host []byte
+}
+
+// directLB returns r sent to each pod with host as its Host and
+// Knative-Direct-Lb: true, as Knative's scraper asks a mesh with pod
+// addressability (config-network's enable-mesh-pod-addressability) to
+// pass the request through to the pod at the address dialed.
+func (r request) directLB(host string) request {
+	h := []byte(host)
+	for i, b := range h {
+		if b == '\r' || b == '\n' {
+			h[i] = ' '
+		}
+	}
+	tail := append([]byte("\r\nKnative-Direct-Lb: true"), r.tail...)
+	return request{head: r.head, tail: tail, host: h}
 }
 
 // newRequest builds the GET of path asking for f's content type. The path
@@ -97,7 +114,13 @@ func newExchange() *exchange {
 // left: the pod may have closed it meanwhile. A timeout or an oversized
 // body is never retried; nor is a failed dial.
 func (c *client) do(x *exchange, addr string, req request, deadline time.Time) error {
-	x.out = append(append(append(x.out[:0], req.head...), addr...), req.tail...)
+	x.out = append(x.out[:0], req.head...)
+	if req.host != nil {
+		x.out = append(x.out, req.host...)
+	} else {
+		x.out = append(x.out, addr...)
+	}
+	x.out = append(x.out, req.tail...)
 	conn := c.take(addr)
 	for {
 		reused := conn != nil

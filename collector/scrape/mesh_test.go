@@ -211,3 +211,44 @@ func TestScrapeMeshFallbackQueueFull(t *testing.T) {
 		}
 	}
 }
+
+// TestScrapeDirectLB: with a pod Host (config-network's
+// enable-mesh-pod-addressability) each pod is asked at its address with
+// that Host and Knative-Direct-Lb: true, as a mesh with pod addressability
+// passes through; under MeshAuto a scrape whose pods all refuse never falls
+// back to the Service (Knative's usePassthroughLb).
+func TestScrapeDirectLB(t *testing.T) {
+	m := newMeshScene(t, false)
+	var headers atomic.Int32
+	for i, p := range m.src.pods {
+		h := statHandler(queuestat.Stat{PodName: p.Name, AverageConcurrentRequests: 3, ProcessUptime: 3600})
+		m.src.pods[i].Addr = servePod(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.Host != "rev-private.ns" || r.Header.Get("Knative-Direct-Lb") != "true" {
+				http.Error(w, "no route", http.StatusServiceUnavailable)
+				return
+			}
+			headers.Add(1)
+			if m.refuse.Load() {
+				http.Error(w, "upstream connect error", http.StatusServiceUnavailable)
+				return
+			}
+			h(w, r)
+		})
+	}
+	rec := &recorder{}
+	s, _ := startScraper(t, defaultConfig(t), rec)
+	tgt := testTarget(m.src, Format{})
+	tgt.Service, tgt.Mesh, tgt.PodHost = m.service, MeshAuto, "rev-private.ns"
+	s.Set(tgt)
+	s.ScrapeNow(context.Background())
+	if samples, failures := rec.take(); len(samples) != 1 || samples[0].GetAverageConcurrency() != 12 || headers.Load() != 4 {
+		t.Fatalf("samples %v, failures %+v, %d requests with the Host and header; want one at concurrency 12 from 4", samples, failures, headers.Load())
+	}
+	m.refuse.Store(true)
+	for range 2 {
+		s.ScrapeNow(context.Background())
+	}
+	if samples, _ := rec.take(); len(samples) != 0 || m.viaService.Load() != 0 {
+		t.Errorf("pods refusing: %d samples, the Service read %d times; want none, no fallback", len(samples), m.viaService.Load())
+	}
+}

@@ -107,6 +107,12 @@ type Target struct {
 	// are then always scraped directly, whatever Mesh says.
 	Service string
 	Mesh    Mesh
+	// PodHost, when set, is the Host of every direct pod request, sent with
+	// Knative-Direct-Lb: true (config-network's
+	// enable-mesh-pod-addressability: the mesh passes such a request
+	// through to the pod); MeshAuto then never falls back to the Service,
+	// as Knative's scraper does not.
+	PodHost string
 	// Duration, if set, also observes each scrape's seconds, from its
 	// start to its sample or failure (a scrape of no ready pods is none).
 	Duration prometheus.Observer
@@ -349,6 +355,9 @@ func (s *Scraper) begin(t *target) bool {
 	t.cur = *spec
 	if t.reqFor != spec {
 		t.req, t.svcReq, t.reqFor = newRequest(spec.Path, spec.Format, false), newRequest(spec.Path, spec.Format, true), spec
+		if spec.PodHost != "" {
+			t.req = t.req.directLB(spec.PodHost)
+		}
 	}
 	switch {
 	case spec.Service == "" || spec.Mesh == MeshDisabled:
@@ -605,7 +614,7 @@ func (s *Scraper) slotDone(t *target, ok bool, x *exchange) {
 // by the calling worker, so a full queue delays the fallback but never
 // blocks a worker on it.
 func (s *Scraper) fallBack(t *target, x *exchange) bool {
-	if t.service || t.cur.Service == "" || t.cur.Mesh != MeshAuto ||
+	if t.service || t.cur.Service == "" || t.cur.Mesh != MeshAuto || t.cur.PodHost != "" ||
 		t.ok.Load() != 0 || !t.meshRefused.Load() || t.nonMesh.Load() {
 		return false
 	}

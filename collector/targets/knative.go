@@ -128,19 +128,20 @@ func (d *Discovery) knativeAutoscaler() kpaconfig.Config {
 }
 
 // knativeMesh is config-network's mesh-compatibility-mode as in effect now,
-// as the scraper takes it.
-func (d *Discovery) knativeMesh() scrape.Mesh {
-	mode := knativeconfig.DefaultNetwork().MeshCompatibilityMode
+// as the scraper takes it, and whether the mesh makes pods addressable
+// (enable-mesh-pod-addressability).
+func (d *Discovery) knativeMesh() (scrape.Mesh, bool) {
+	n := knativeconfig.DefaultNetwork()
 	if s := d.knative.Load(); s != nil {
-		mode = s.Network.MeshCompatibilityMode
+		n = s.Network
 	}
-	switch mode {
+	switch n.MeshCompatibilityMode {
 	case knativeconfig.MeshEnabled:
-		return scrape.MeshEnabled
+		return scrape.MeshEnabled, n.EnableMeshPodAddressability
 	case knativeconfig.MeshDisabled:
-		return scrape.MeshDisabled
+		return scrape.MeshDisabled, n.EnableMeshPodAddressability
 	}
-	return scrape.MeshAuto
+	return scrape.MeshAuto, n.EnableMeshPodAddressability
 }
 
 // UseKnative watches Knative's PodAutoscalers through the API server of rc
@@ -252,12 +253,17 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 		d.knScrapes.drop(key)
 		return nil
 	}
-	tgt := scrape.Target{Ref: ref, Path: "/metrics", StableWindow: rev.StableWindow(), Pods: src, Mesh: d.knativeMesh(),
+	mesh, podAddressable := d.knativeMesh()
+	tgt := scrape.Target{Ref: ref, Path: "/metrics", StableWindow: rev.StableWindow(), Pods: src, Mesh: mesh,
 		Duration: d.knScrapes.observer(key, kn)}
 	if svc := pa.Status.MetricsServiceName; svc != "" && len(validation.IsDNS1123Label(svc)) == 0 {
 		// The private Service Knative's SKS reconciler made, port 9090, as
 		// Knative's scraper reaches it (its urlFromTarget), by its full name.
 		tgt.Service = svc + "." + ns + ".svc." + d.cfg.Knative.ClusterDomain + ":9090"
+		if podAddressable {
+			// Knative's pass-through Host: the Service's name and namespace.
+			tgt.PodHost = svc + "." + ns
+		}
 	}
 	d.scraper.Set(tgt)
 	return nil

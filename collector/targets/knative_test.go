@@ -263,9 +263,11 @@ func (r *recScraper) get(ref *commonv1.TargetRef) scrape.Target {
 // TestDiscoveryKnativeMeshFollowsConfigNetwork: a Knative target is scraped
 // through its PodAutoscaler's private Service (status.metricsServiceName,
 // port 9090, by its full name in --cluster-domain) as config-network's
-// mesh-compatibility-mode says, auto until config-network is read, and an
-// edit of it applies to the running target (collector/scrape's
-// TestScrapeMesh* show what each mode does).
+// mesh-compatibility-mode says, auto until config-network is read, with
+// the Service's host on the pods' requests under
+// enable-mesh-pod-addressability, and an edit of it applies to the running
+// target (collector/scrape's TestScrapeMesh* and TestScrapeDirectLB show
+// what each mode does).
 func TestDiscoveryKnativeMeshFollowsConfigNetwork(t *testing.T) {
 	ctx, c, ns, kn := knativeSetup(t)
 	cfg := Config{Knative: KnativeConfig{Enabled: true, Autoscaler: kpaconfig.Default(), ClusterDomain: "example.internal"}}
@@ -294,14 +296,21 @@ func TestDiscoveryKnativeMeshFollowsConfigNetwork(t *testing.T) {
 		return tg.Service == svc && tg.Mesh == scrape.MeshAuto
 	})
 	for _, mode := range []struct {
-		value knativeconfig.MeshMode
-		want  scrape.Mesh
-	}{{knativeconfig.MeshEnabled, scrape.MeshEnabled}, {knativeconfig.MeshDisabled, scrape.MeshDisabled}, {knativeconfig.MeshAuto, scrape.MeshAuto}} {
+		value          knativeconfig.MeshMode
+		podAddressable bool
+		want           scrape.Mesh
+		host           string
+	}{
+		{knativeconfig.MeshEnabled, false, scrape.MeshEnabled, ""},
+		{knativeconfig.MeshDisabled, false, scrape.MeshDisabled, ""},
+		{knativeconfig.MeshAuto, true, scrape.MeshAuto, "rev-1-private." + ns},
+		{knativeconfig.MeshAuto, false, scrape.MeshAuto, ""},
+	} {
 		r.disc.SetKnativeConfig(&knativeconfig.Snapshot{Autoscaler: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(),
-			Network: knativeconfig.Network{MeshCompatibilityMode: mode.value}})
-		testkit.Eventually(t, 30*time.Second, "mesh-compatibility-mode "+string(mode.value), func() bool {
+			Network: knativeconfig.Network{MeshCompatibilityMode: mode.value, EnableMeshPodAddressability: mode.podAddressable}})
+		testkit.Eventually(t, 30*time.Second, fmt.Sprintf("mesh-compatibility-mode %s, pod addressability %v", mode.value, mode.podAddressable), func() bool {
 			tg := rec.get(ref)
-			return tg.Service == svc && tg.Mesh == mode.want
+			return tg.Service == svc && tg.Mesh == mode.want && tg.PodHost == mode.host
 		})
 	}
 }
