@@ -1,6 +1,8 @@
 package podautoscaler
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -123,4 +125,51 @@ func (r *Reconciler[P, C]) turned(name cache.ObjectName, delta int32) bool {
 	}
 	rep.dir = dir
 	return true
+}
+
+// FlushPending writes every status this replica kept and has not written,
+// at once: before its buckets go to another replica, which would otherwise
+// start from the older status written last and undo what this one applied
+// (the decider sends a decision only when it changes). A write that
+// conflicts (another replica wrote since) is dropped. It returns the first
+// error.
+func (r *Reconciler[P, C]) FlushPending(ctx context.Context) error {
+	if r.spec.StatusInterval <= 0 {
+		return nil
+	}
+	r.reportsMu.Lock()
+	names := make([]cache.ObjectName, 0, len(r.reports))
+	for name := range r.reports {
+		names = append(names, name)
+	}
+	r.reportsMu.Unlock()
+	var first error
+	for _, name := range names {
+		if err := r.flush(ctx, name); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// flush writes name's pending status, if any.
+func (r *Reconciler[P, C]) flush(ctx context.Context, name cache.ObjectName) error {
+	unlock := r.lock(name)
+	defer unlock()
+	r.reportsMu.Lock()
+	rep := r.reports[name]
+	r.reportsMu.Unlock()
+	var none P
+	if rep == nil || rep.pending == none {
+		return nil
+	}
+	pending := rep.pending
+	rep.pending = none
+	updated, err := r.kind.UpdateStatus(ctx, pending)
+	if err != nil {
+		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
+	}
+	r.written.Put(name, updated.GetResourceVersion(), updated)
+	rep.base = updated
+	return nil
 }

@@ -18,7 +18,8 @@ import (
 // once the interval has passed, with the newest state, and a Scaled Event
 // reports each change of direction. The stale-decision check follows what
 // was applied, written or not; a change of ownership makes the next scale
-// write wait for a status write again, and has what was applied written.
+// write wait for a status write again, and has what was applied written,
+// as FlushPending does before buckets go.
 func TestCoalescedReports(t *testing.T) {
 	const interval = time.Second
 	reqs := &requests{n: map[string]int{}}
@@ -124,5 +125,16 @@ func TestCoalescedReports(t *testing.T) {
 	})
 	if got := h.replicas("web"); got != 6 {
 		t.Errorf("replicas = %d after a change of ownership, want 6", got)
+	}
+
+	// Before its buckets go, a replica writes what it kept.
+	if res := call(7000, 3); !res.Changed || res.Applied != 3 {
+		t.Fatalf("Scale to 3 = %+v, want changed to 3", res)
+	}
+	if err := h.ctrl.FlushPending(context.Background()); err != nil {
+		t.Fatalf("FlushPending: %v", err)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 7000 {
+		t.Errorf("status.lastDecision = %+v after FlushPending, want sequence 7000", d)
 	}
 }

@@ -347,6 +347,20 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	var buckets *bucket.Set
 	if cfg.kube.bucket.Buckets > 0 {
 		buckets = bucket.New(cfg.kube.bucket, kube, func() {
+			// What this replica applied and has not written goes to status
+			// before another replica reads it to take over (the Lease is
+			// released just before; the taker needs a retry period to see
+			// it), and before the stop of a clean shutdown.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+			defer cancel()
+			if err := pas.FlushPending(fctx); err != nil {
+				log.Warn("status not written before a change of ownership", zap.Error(err))
+			}
+			if eng.knative != nil {
+				if err := eng.knative.FlushPending(fctx); err != nil {
+					log.Warn("knative status not written before a change of ownership", zap.Error(err))
+				}
+			}
 			pas.Resync()
 			fns.Resync()
 			if eng.knative != nil {
@@ -403,6 +417,9 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	g.Go(func() error { return srv.Run(gctx) })
 	return g.Wait()
 }
+
+// flushTimeout bounds the status writes made at a change of ownership.
+const flushTimeout = 5 * time.Second
 
 // newAccess is what the handler may act on, from the informers the
 // controllers share.
