@@ -26,6 +26,7 @@ import (
 	"github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/kedavector"
+	"github.com/tidalscale/tidal/test/system"
 	"github.com/tidalscale/tidal/test/testkit"
 )
 
@@ -50,78 +51,15 @@ const (
 // cooldownPeriod (KEDA's operator).
 func TestInlineKafkaThroughKEDA(t *testing.T) {
 	kedaLog.follow(t)
-	ex := loadExamples(t)
-	found := ex.find("bootstrapServers", "external")
-	if len(found) == 0 {
-		t.Fatalf("no example ScaledObject with an inline Kafka trigger (bootstrapServers, type external) in %s", *examplesDir)
-	}
-	e := found[0]
-	md := e.trigger().Metadata
-	topic, group := md["topic"], md["consumerGroup"]
-	threshold, err := strconv.ParseInt(md["lagThreshold"], 10, 64)
-	if err != nil || threshold <= 0 {
-		t.Fatalf("%s: lagThreshold %q", e, md["lagThreshold"])
-	}
-	activation, err := strconv.ParseInt(md["activationLagThreshold"], 10, 64)
-	if err != nil || activation < 4 {
-		t.Fatalf("%s: activationLagThreshold %q; the test needs one of 4 or more to stay under it on every partition", e, md["activationLagThreshold"])
-	}
-	// Four partitions, so that KEDA's cap (no more replicas than
-	// partitions, without allowIdleConsumers) allows N = 4.
-	const parts, n = 4, 4
-
-	c := cluster.Shared(t)
-	installKEDACRDs(t, c)
-	tc := newCerts(t)
-	sys := startTidal(t, c, tc, false)
-	startKEDA(t, c)
-	ns := c.Namespace(t)
-	d := &deployment{c: c, kube: kubeClient(t, c), ns: ns, scalerAddr: sys.Collectors[0].GRPCAddr, certs: tc}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	broker, err := kedavector.NewTopicBroker(topic, parts, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
-	var end int64
-	// setLag writes more records to every partition and commits the group
-	// lagPerPart behind the end.
-	setLag := func(lagPerPart int64) {
-		t.Helper()
-		end += lagPerPart + 10
-		ps := make([]lag.Partition, parts)
-		for i := range ps {
-			ps[i] = lag.Partition{ID: int32(i), End: end, Committed: end - lagPerPart, HasCommitted: true}
-		}
-		sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-		defer scancel()
-		if err := broker.Set(sctx, ps); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("lag %d on each of %d partitions (total %d)", lagPerPart, parts, lagPerPart*parts)
-	}
-	setLag(0)
-
-	target := e.so.Spec.ScaleTargetRef.Name
-	if _, err := c.Client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment(target, nil, 0), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rec := recordReplicas(ctx, t, c, ns, target)
-
-	so := d.create(t, ex, e, e.so.Name, map[string]string{"bootstrapServers": strings.Join(broker.Addrs(), ",")},
-		func(so *kedav1alpha1.ScaledObject) {
-			so.Spec.PollingInterval = ptrTo(int32(scenarioPolling))
-			so.Spec.CooldownPeriod = ptrTo(int32(scenarioCooldown))
-		})
-	hpaName := waitReady(t, d, so)
+	sc := newInlineScenario(t, nil)
+	rec, broker, so, d := sc.rec, sc.broker, sc.so, sc.d
+	c, ns, hpaName, threshold, n := sc.c, sc.ns, sc.hpaName, sc.threshold, sc.n
 
 	// Under activation: KEDA polls (each poll is one OffsetFetch by tidal's
 	// collector) and leaves the Deployment at zero.
-	setLag(activation / parts)
-	polls := broker.Fetches(group)
-	testkit.Eventually(t, time.Minute, "three more polls of the group's offsets", func() bool { return broker.Fetches(group) >= polls+3 })
+	sc.setLag(sc.activation / sc.parts)
+	polls := broker.Fetches(sc.group)
+	testkit.Eventually(t, time.Minute, "three more polls of the group's offsets", func() bool { return broker.Fetches(sc.group) >= polls+3 })
 	if got := rec.current(); got != 0 {
 		t.Fatalf("lag under activationLagThreshold: %d replicas, want 0 (changes %v)", got, rec.changes())
 	}
@@ -131,23 +69,23 @@ func TestInlineKafkaThroughKEDA(t *testing.T) {
 
 	// N × lagThreshold: off zero, then the HPA's ceil(lag / lagThreshold).
 	from := time.Now()
-	setLag(n * threshold / parts)
+	sc.setLag(int64(n) * threshold / sc.parts)
 	rec.waitFor(t, 2*time.Minute, fmt.Sprintf("%d replicas", n), n)
 	t.Logf("0 → %d replicas in %s; changes %v", n, time.Since(from).Round(time.Millisecond), rec.changes())
-	hpa := waitHPA(t, c, ns, hpaName, n, n*threshold)
+	hpa := waitHPA(t, c, ns, hpaName, n, int64(n)*threshold)
 	metric := hpa.Spec.Metrics[0].External.Metric.Name
 	if ev := rescaleEvent(t, c, ns, hpaName, n); ev == "" {
 		t.Errorf("no SuccessfulRescale event of HPA %s to %d", hpaName, n)
 	} else {
 		t.Logf("HPA %s: %s", hpaName, ev)
 	}
-	if v := externalMetric(t, c, ns, metric, so.Name); v != n*threshold*1000 {
-		t.Errorf("external.metrics.k8s.io %s: %dm, want %dm (the lag)", metric, v, n*threshold*1000)
+	if v, want := externalMetric(t, c, ns, metric, so.Name), int64(n)*threshold*1000; v != want {
+		t.Errorf("external.metrics.k8s.io %s: %dm, want %dm (the lag)", metric, v, want)
 	}
 
 	// No lag: back to zero after cooldownPeriod.
 	from = time.Now()
-	setLag(0)
+	sc.setLag(0)
 	rec.waitFor(t, 2*time.Minute, "0 replicas", 0)
 	took := time.Since(from)
 	t.Logf("%d → 0 replicas in %s (cooldownPeriod %d s)", n, took.Round(time.Millisecond), scenarioCooldown)
@@ -160,6 +98,212 @@ func TestInlineKafkaThroughKEDA(t *testing.T) {
 	if got := rec.values(); !slices.Equal(got, want) {
 		t.Errorf("replicas went %v, want %v (changes %v)", got, want, rec.changes())
 	}
+}
+
+// TestInlineKafkaFallback applies the inline Kafka example with KEDA's
+// fallback (failureThreshold 3, replicas 6) and an HPA behavior without
+// scale-down stabilization, as a user sets them in the ScaledObject, and
+// runs it at N replicas on the lag. When tidal cannot measure the lag (the
+// broker refuses the group's offsets), tidal answers GetMetrics with an
+// error, never a number: KEDA counts the failures and, past
+// failureThreshold, its metrics server answers with the fallback, on which
+// the HPA sets the fallback's replicas and the ScaledObject reports
+// Fallback; once the broker answers, the HPA returns to N (at once, by the
+// behavior) and Fallback clears. When tidal's collector itself is
+// unreachable, KEDA's fallback cannot engage (KEDA v2.21.0 asks the
+// external scaler for the metric spec on every metrics request, and gets
+// none): the HPA fails to read the metric and keeps the Deployment as it
+// is, and KEDA does not take it to zero; once the collector is back, on
+// its address, scaling resumes and no lag takes it to zero.
+func TestInlineKafkaFallback(t *testing.T) {
+	kedaLog.follow(t)
+	const fallbackReplicas, failures = 6, 3
+	sc := newInlineScenario(t, func(so *kedav1alpha1.ScaledObject) {
+		so.Spec.Fallback = &kedav1alpha1.Fallback{FailureThreshold: failures, Replicas: fallbackReplicas}
+		so.Spec.Advanced = &kedav1alpha1.AdvancedConfig{HorizontalPodAutoscalerConfig: &kedav1alpha1.HorizontalPodAutoscalerConfig{
+			Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
+				ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptrTo(int32(0))},
+			},
+		}}
+	})
+	n := sc.n
+	sc.setLag(int64(n) * sc.threshold / sc.parts)
+	sc.rec.waitFor(t, 2*time.Minute, fmt.Sprintf("%d replicas on the lag", n), n)
+
+	// The lag cannot be measured: KEDA's fallback.
+	failAt := time.Now()
+	sc.broker.Fail(true)
+	t.Logf("the broker refuses the group's offsets")
+	sc.rec.waitFor(t, 3*time.Minute, fmt.Sprintf("the fallback's %d replicas", fallbackReplicas), fallbackReplicas)
+	t.Logf("%d → %d (fallback) %s after the lag could no longer be measured", n, fallbackReplicas, time.Since(failAt).Round(time.Millisecond))
+	if got := soCondition(t, sc.d, sc.so, kedav1alpha1.ConditionFallback); got != metav1.ConditionTrue {
+		t.Errorf("ScaledObject condition Fallback %s at the fallback's replicas, want True", got)
+	}
+	okAt := time.Now()
+	sc.broker.Fail(false)
+	sc.rec.waitFor(t, 2*time.Minute, fmt.Sprintf("back to %d replicas on tidal's answers", n), n)
+	t.Logf("%d → %d %s after the broker answered again", fallbackReplicas, n, time.Since(okAt).Round(time.Millisecond))
+	testkit.Eventually(t, time.Minute, "the ScaledObject's Fallback condition to clear", func() bool {
+		return soCondition(t, sc.d, sc.so, kedav1alpha1.ConditionFallback) == metav1.ConditionFalse
+	})
+
+	// tidal unreachable: the HPA cannot read the metric and holds.
+	coll := sc.sys.Collectors[0]
+	if err := coll.Stop(10 * time.Second); err != nil {
+		t.Logf("collector stop: %v", err)
+	}
+	downAt := time.Now()
+	t.Logf("tidal's collector stopped")
+	var cond string
+	testkit.Eventually(t, 2*time.Minute, "the HPA to report that it cannot read the metric", func() bool {
+		h, err := sc.c.Client.AutoscalingV2().HorizontalPodAutoscalers(sc.ns).Get(context.Background(), sc.hpaName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range h.Status.Conditions {
+			if c.Type == autoscalingv2.ScalingActive {
+				cond = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+				return c.Status == "False" && c.LastTransitionTime.After(downAt)
+			}
+		}
+		return false
+	}, func() string { return "ScalingActive " + cond })
+	t.Logf("HPA %s: ScalingActive %s", sc.hpaName, cond)
+	// More failed reads than failureThreshold, so that a fallback that
+	// could engage would have.
+	testkit.Eventually(t, 2*time.Minute, fmt.Sprintf("%d failed reads of the metric by the HPA with tidal down", failures+1), func() bool {
+		return failedMetricReads(t, sc, downAt) > failures
+	})
+	if got := sc.rec.current(); got != n {
+		t.Errorf("with tidal unreachable the Deployment went to %d, want it held at %d (changes %v)", got, n, sc.rec.changes())
+	}
+	if got := soCondition(t, sc.d, sc.so, kedav1alpha1.ConditionFallback); got == metav1.ConditionTrue {
+		t.Errorf("ScaledObject condition Fallback True with tidal unreachable: KEDA found a way to fall back; update the test and docs/keda.md")
+	}
+
+	// tidal back, no lag: to zero after cooldownPeriod.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := coll.Start(ctx, 30*time.Second); err != nil {
+		t.Fatalf("restart the collector: %v", err)
+	}
+	t.Logf("tidal's collector back on %s", coll.GRPCAddr)
+	sc.setLag(0)
+	sc.rec.waitFor(t, 2*time.Minute, "0 replicas once tidal is back and the lag gone", 0)
+	if got, want := sc.rec.values(), []int32{0, 1, n, fallbackReplicas, n, 0}; !slices.Equal(got, want) {
+		t.Errorf("replicas went %v, want %v (changes %v)", got, want, sc.rec.changes())
+	}
+}
+
+// failedMetricReads is how many times since since the HPA controller
+// failed to read sc's metric (its FailedGetExternalMetric events).
+func failedMetricReads(t *testing.T, sc *inlineScenario, since time.Time) int32 {
+	t.Helper()
+	evs, err := sc.c.Client.CoreV1().Events(sc.ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.kind": "HorizontalPodAutoscaler", "involvedObject.name": sc.hpaName,
+			"reason": "FailedGetExternalMetric"}.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int32
+	for _, ev := range evs.Items {
+		if !ev.FirstTimestamp.Time.Before(since.Truncate(time.Second)) {
+			n += max(ev.Count, 1)
+		}
+	}
+	return n
+}
+
+// inlineScenario is the inline Kafka example applied in a namespace of
+// its own against tidal and KEDA's operator, metrics server and the HPA: a
+// kfake topic of parts partitions with the example's group, the
+// example's Deployment at zero, and the ScaledObject Ready.
+type inlineScenario struct {
+	c                     *cluster.Cluster
+	sys                   *system.System
+	d                     *deployment
+	ns, group, hpaName    string
+	threshold, activation int64
+	// parts is the topic's partitions, so that KEDA's cap (no more
+	// replicas than partitions, without allowIdleConsumers) allows n.
+	parts  int64
+	n      int32
+	broker *kedavector.Broker
+	end    int64
+	rec    *replicaLog
+	so     *kedav1alpha1.ScaledObject
+	t      *testing.T
+}
+
+// newInlineScenario sets the scenario up; edit, when given, changes the
+// ScaledObject after the test's own changes (pollingInterval,
+// cooldownPeriod).
+func newInlineScenario(t *testing.T, edit func(*kedav1alpha1.ScaledObject)) *inlineScenario {
+	t.Helper()
+	ex := loadExamples(t)
+	found := ex.find("bootstrapServers", "external")
+	if len(found) == 0 {
+		t.Fatalf("no example ScaledObject with an inline Kafka trigger (bootstrapServers, type external) in %s", *examplesDir)
+	}
+	e := found[0]
+	md := e.trigger().Metadata
+	sc := &inlineScenario{t: t, group: md["consumerGroup"], parts: 4, n: 4}
+	var err error
+	if sc.threshold, err = strconv.ParseInt(md["lagThreshold"], 10, 64); err != nil || sc.threshold <= 0 {
+		t.Fatalf("%s: lagThreshold %q", e, md["lagThreshold"])
+	}
+	sc.activation, err = strconv.ParseInt(md["activationLagThreshold"], 10, 64)
+	if err != nil || sc.activation < sc.parts {
+		t.Fatalf("%s: activationLagThreshold %q; the test needs one of %d or more to stay under it on every partition", e, md["activationLagThreshold"], sc.parts)
+	}
+	sc.c = cluster.Shared(t)
+	installKEDACRDs(t, sc.c)
+	tc := newCerts(t)
+	sc.sys = startTidal(t, sc.c, tc, false)
+	startKEDA(t, sc.c)
+	sc.ns = sc.c.Namespace(t)
+	sc.d = &deployment{c: sc.c, kube: kubeClient(t, sc.c), ns: sc.ns, scalerAddr: sc.sys.Collectors[0].GRPCAddr, certs: tc}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	if sc.broker, err = kedavector.NewTopicBroker(md["topic"], int32(sc.parts), sc.group); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sc.broker.Close)
+	sc.setLag(0)
+
+	target := e.so.Spec.ScaleTargetRef.Name
+	if _, err := sc.c.Client.AppsV1().Deployments(sc.ns).Create(ctx, cluster.Deployment(target, nil, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sc.rec = recordReplicas(ctx, t, sc.c, sc.ns, target)
+	sc.so = sc.d.create(t, ex, e, e.so.Name, map[string]string{"bootstrapServers": strings.Join(sc.broker.Addrs(), ",")},
+		func(so *kedav1alpha1.ScaledObject) {
+			so.Spec.PollingInterval = ptrTo(int32(scenarioPolling))
+			so.Spec.CooldownPeriod = ptrTo(int32(scenarioCooldown))
+			if edit != nil {
+				edit(so)
+			}
+		})
+	sc.hpaName = waitReady(t, sc.d, sc.so)
+	return sc
+}
+
+// setLag writes more records to every partition and commits the group
+// lagPerPart behind the end.
+func (sc *inlineScenario) setLag(lagPerPart int64) {
+	sc.t.Helper()
+	sc.end += lagPerPart + 10
+	ps := make([]lag.Partition, sc.parts)
+	for i := range ps {
+		ps[i] = lag.Partition{ID: int32(i), End: sc.end, Committed: sc.end - lagPerPart, HasCommitted: true}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sc.broker.Set(ctx, ps); err != nil {
+		sc.t.Fatal(err)
+	}
+	sc.t.Logf("lag %d on each of %d partitions (total %d)", lagPerPart, sc.parts, lagPerPart*sc.parts)
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -26,9 +26,11 @@ type Broker struct {
 	closed bool
 
 	// fetches counts OffsetFetch requests by group: each poll of a lag
-	// reader (tidal's collector, KEDA's kafka scaler) makes one.
+	// reader (tidal's collector, KEDA's kafka scaler) makes one. While
+	// failing, the broker refuses them.
 	mu      sync.Mutex
 	fetches map[string]int64
+	failing bool
 }
 
 // NewBroker starts a broker with v's topic (Topic when v names none) of
@@ -62,7 +64,20 @@ func NewTopicBroker(topic string, parts int32, group string) (*Broker, error) {
 		for _, g := range r.Groups {
 			b.fetches[g.Group]++
 		}
-		return nil, nil, false // observed, not handled: the broker answers
+		if !b.failing {
+			return nil, nil, false // observed, not handled: the broker answers
+		}
+		// GROUP_AUTHORIZATION_FAILED is not retriable: the reader's poll
+		// fails at once, as against a broker that lost the group's ACL.
+		b.kf.KeepControl()
+		code := kerr.GroupAuthorizationFailed.Code
+		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.SetVersion(r.GetVersion())
+		resp.ErrorCode = code
+		for _, g := range r.Groups {
+			resp.Groups = append(resp.Groups, kmsg.OffsetFetchResponseGroup{Group: g.Group, ErrorCode: code})
+		}
+		return resp, nil, true
 	})
 	return b, nil
 }
@@ -73,6 +88,14 @@ func (b *Broker) Fetches(group string) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.fetches[group]
+}
+
+// Fail makes the broker refuse every OffsetFetch while on, so that no lag
+// reader can measure the group's lag, and answer again once off.
+func (b *Broker) Fail(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failing = on
 }
 
 // Topic is the broker's topic.
