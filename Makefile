@@ -157,7 +157,7 @@ e2e:
 ## API server with kube-controller-manager's HPA (test/keda, its own module). Builds first, with progress and
 ## outside any test deadline: the control plane, the services, then KEDA's packages (cold: about 25 minutes on two
 ## cores; cached after that), KEDA's binaries (test/keda/operator, cached outside the checkout) and the test binary;
-## then runs the tests.
+## then runs the tests (about 10 minutes).
 keda:
 	@echo "== keda: the Kubernetes control plane (built once per version, then cached)"
 	$(GO) run ./test/cluster/cmd/testcluster build
@@ -174,7 +174,7 @@ keda:
 	@mkdir -p bin
 	cd test/keda && $(GO) test -c -o ../../bin/keda.test .
 	@echo "== keda: running"
-	cd test/keda && ../../bin/keda.test -test.count=1 -test.timeout=20m -test.v -vectors $(abspath $(SHARED))/vectors/keda
+	cd test/keda && ../../bin/keda.test -test.count=1 -test.timeout=30m -test.v -vectors $(abspath $(SHARED))/vectors/keda
 
 ## knative: tidal against Knative Serving v0.50.0's own code (test/knative, its own module). The activator tests:
 ## the activator's ConcurrencyReporter and ReportStats over knative.dev/pkg's durable websocket to the collector's

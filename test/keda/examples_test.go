@@ -302,9 +302,15 @@ func (d *deployment) create(t *testing.T, ex *examples, e exampleTrigger, name s
 	if err := d.kube.Create(ctx, so); err != nil {
 		t.Fatalf("%s: create ScaledObject (KEDA's CRD schema): %v", e, err)
 	}
-	// KEDA's operator, in the tests that run it, puts a finalizer on the
-	// ScaledObject: delete it while the operator still runs (cleanups run
-	// last registered first), or the namespace would never go.
+	d.deleteAtEnd(t, so)
+	return so
+}
+
+// deleteAtEnd deletes so when t ends and waits until it is gone. KEDA's
+// operator, in the tests that run it, puts a finalizer on a ScaledObject:
+// it must be deleted while the operator still runs (cleanups run last
+// registered first), or its namespace would never go.
+func (d *deployment) deleteAtEnd(t *testing.T, so *kedav1alpha1.ScaledObject) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -320,7 +326,6 @@ func (d *deployment) create(t *testing.T, ex *examples, e exampleTrigger, name s
 			t.Errorf("ScaledObject %s not gone 30 s after its deletion: %v", so.Name, err)
 		}
 	})
-	return so
 }
 
 // material is what the test's Secrets hold for each auth parameter KEDA's

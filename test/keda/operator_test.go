@@ -195,6 +195,73 @@ func TestInlineKafkaFallback(t *testing.T) {
 	}
 }
 
+// TestInlineKafkaIdleMinBehavior applies the inline Kafka example with
+// idleReplicaCount 0, minReplicaCount 2 and an HPA behavior that adds at
+// most one pod per 15 s, as a user sets them: with no lag the Deployment
+// stays at its idle 0; a lag of one lagThreshold (the HPA's 1) takes it to
+// minReplicaCount (KEDA), which the HPA keeps; a lag of 4 × lagThreshold
+// takes it to 4 one pod at a time (the HPA, by the behavior); no lag takes
+// it back to idle 0 after cooldownPeriod (KEDA), past the HPA's floor of 2.
+func TestInlineKafkaIdleMinBehavior(t *testing.T) {
+	kedaLog.follow(t)
+	const minReplicas = 2
+	sc := newInlineScenario(t, func(so *kedav1alpha1.ScaledObject) {
+		so.Spec.IdleReplicaCount = ptrTo(int32(0))
+		so.Spec.MinReplicaCount = ptrTo(int32(minReplicas))
+		so.Spec.Advanced = &kedav1alpha1.AdvancedConfig{HorizontalPodAutoscalerConfig: &kedav1alpha1.HorizontalPodAutoscalerConfig{
+			Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
+				ScaleUp: &autoscalingv2.HPAScalingRules{
+					StabilizationWindowSeconds: ptrTo(int32(0)),
+					Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 1, PeriodSeconds: 15}},
+				},
+			},
+		}}
+	})
+	n := sc.n
+	hpa, err := sc.c.Client.AutoscalingV2().HorizontalPodAutoscalers(sc.ns).Get(context.Background(), sc.hpaName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas != minReplicas {
+		t.Errorf("HPA minReplicas %v, want minReplicaCount %d", hpa.Spec.MinReplicas, minReplicas)
+	}
+
+	// Idle: KEDA polls and leaves it at 0.
+	polls := sc.broker.Fetches(sc.group)
+	testkit.Eventually(t, time.Minute, "three polls of the group's offsets", func() bool { return sc.broker.Fetches(sc.group) >= polls+3 })
+	if got := sc.rec.current(); got != 0 {
+		t.Fatalf("idle: %d replicas, want idleReplicaCount 0 (changes %v)", got, sc.rec.changes())
+	}
+
+	// About one lagThreshold: active, at minReplicaCount, which the HPA
+	// keeps.
+	perPart := sc.threshold / sc.parts
+	sc.setLag(perPart)
+	sc.rec.waitFor(t, time.Minute, fmt.Sprintf("minReplicaCount %d", minReplicas), minReplicas)
+	waitHPA(t, sc.c, sc.ns, sc.hpaName, minReplicas, perPart*sc.parts)
+
+	// 4 × lagThreshold: one pod per 15 s.
+	sc.setLag(int64(n) * sc.threshold / sc.parts)
+	sc.rec.waitFor(t, 2*time.Minute, fmt.Sprintf("%d replicas", n), n)
+	ch := sc.rec.changes()
+	for i := 1; i < len(ch); i++ {
+		if step := ch[i].replicas - ch[i-1].replicas; ch[i-1].replicas >= minReplicas && step > 1 {
+			t.Errorf("the HPA added %d pods at once (%v), past the behavior's one per 15 s", step, ch)
+		}
+	}
+	t.Logf("up to %d: %v", n, ch)
+
+	// No lag: KEDA takes it to idle 0 after cooldownPeriod, below the HPA's
+	// minReplicas.
+	from := time.Now()
+	sc.setLag(0)
+	sc.rec.waitFor(t, 2*time.Minute, "idleReplicaCount 0", 0)
+	t.Logf("%d → 0 (idle) %s after the lag went", n, time.Since(from).Round(time.Millisecond))
+	if got, want := sc.rec.values(), []int32{0, minReplicas, 3, n, 0}; !slices.Equal(got, want) {
+		t.Errorf("replicas went %v, want %v (changes %v)", got, want, sc.rec.changes())
+	}
+}
+
 // failedMetricReads is how many times since since the HPA controller
 // failed to read sc's metric (its FailedGetExternalMetric events).
 func failedMetricReads(t *testing.T, sc *inlineScenario, since time.Time) int32 {
