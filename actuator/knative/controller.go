@@ -35,6 +35,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/scale"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/apis/knative/duck"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
@@ -163,6 +164,13 @@ func (k *kind) WithStatus(pa, from *knautoscaling.PodAutoscaler) *knautoscaling.
 	c := pa.DeepCopy()
 	from.Status.DeepCopyInto(&c.Status)
 	return c
+}
+
+func (k *kind) Urgent(pa, next *knautoscaling.PodAutoscaler) bool {
+	return pa.Status.ServiceName != next.Status.ServiceName || pa.Status.MetricsServiceName != next.Status.MetricsServiceName ||
+		podautoscaler.ConditionsTurned(pa.Status.Conditions, next.Status.Conditions, func(c duck.Condition) (string, string) {
+			return c.Type, string(c.Status)
+		})
 }
 
 func (k *kind) Target(pa *knautoscaling.PodAutoscaler) scale.Target {

@@ -127,6 +127,27 @@ func (r *Reconciler[P, C]) turned(name cache.ObjectName, delta int32) bool {
 	return true
 }
 
+// ConditionsTurned reports whether the conditions b differ from a in a
+// condition's presence or status; of says what identifies a condition and
+// its status.
+func ConditionsTurned[T any](a, b []T, of func(T) (typ, status string)) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	was := make(map[string]string, len(a))
+	for _, c := range a {
+		t, s := of(c)
+		was[t] = s
+	}
+	for _, c := range b {
+		t, s := of(c)
+		if old, ok := was[t]; !ok || old != s {
+			return true
+		}
+	}
+	return false
+}
+
 // FlushPending writes every status this replica kept and has not written,
 // at once: before its buckets go to another replica, which would otherwise
 // start from the older status written last and undo what this one applied

@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
+	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
@@ -32,6 +36,13 @@ func TestCoalescedReports(t *testing.T) {
 		wrap:   func(rt http.RoundTripper) http.RoundTripper { return all.wrap(reqs.wrap(rt)) },
 	})
 	h.reconciledWeb()
+	// Conditions settle first: a change of a condition is written at once.
+	h.readyPods("web", 1)
+	h.eventually("Active and initialized", func() bool {
+		pa, err := h.ctrl.current(cache.ObjectName{Namespace: h.ns, Name: "web"})
+		return err == nil && condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive).Status == metav1.ConditionTrue &&
+			condition(pa, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized).Status == metav1.ConditionTrue
+	})
 	target := scale.Target{Namespace: h.ns, Name: "web"}
 	ctx := context.WithValue(context.Background(), callTag{}, true)
 	call := func(seq uint64, desired int32) scale.Result {

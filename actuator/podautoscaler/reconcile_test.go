@@ -241,3 +241,25 @@ func TestLockHoldsAcrossDeletion(t *testing.T) {
 	close(release)
 	<-third
 }
+
+func TestConditionsTurned(t *testing.T) {
+	type cond struct{ typ, status string }
+	of := func(c cond) (string, string) { return c.typ, c.status }
+	active := cond{"Active", "True"}
+	ready := cond{"Ready", "True"}
+	for _, tt := range []struct {
+		name string
+		a, b []cond
+		want bool
+	}{
+		{"same", []cond{active, ready}, []cond{ready, active}, false},
+		{"a status changed", []cond{active, ready}, []cond{{"Active", "False"}, ready}, true},
+		{"one more", []cond{active}, []cond{active, ready}, true},
+		{"one replaced", []cond{active}, []cond{ready}, true},
+		{"none", nil, nil, false},
+	} {
+		if got := ConditionsTurned(tt.a, tt.b, of); got != tt.want {
+			t.Errorf("%s: ConditionsTurned = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -73,6 +73,11 @@ type Kind[P Object[P], C any] interface {
 	UpdateStatus(ctx context.Context, pa P) (P, error)
 	// WithStatus returns a copy of pa with from's status.
 	WithStatus(pa, from P) P
+	// Urgent reports whether next's status tells readers something they
+	// act on that pa's does not: a condition's status changed, or the
+	// Services Knative routes through. It is written at once, never
+	// coalesced (Spec.StatusInterval).
+	Urgent(pa, next P) bool
 
 	// Target is pa's scale target; Revision resolves its KPA settings;
 	// Decision is the decision recorded in its status, nil when none.
@@ -704,7 +709,7 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 	if !force && !pending && equality.Semantic.DeepEqual(p.PA, p.Next) {
 		return nil
 	}
-	if rep != nil && r.holds(rep, p.PA) {
+	if rep != nil && r.holds(rep, p.PA) && !r.kind.Urgent(p.PA, p.Next) {
 		now := r.clock.Now()
 		if !pending {
 			rep.due = now.Add(r.spec.StatusInterval)

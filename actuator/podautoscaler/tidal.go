@@ -186,6 +186,12 @@ func (k *tidalKind) WithStatus(pa, from *autoscalingv1alpha1.PodAutoscaler) *aut
 	return c
 }
 
+func (k *tidalKind) Urgent(pa, next *autoscalingv1alpha1.PodAutoscaler) bool {
+	return ConditionsTurned(pa.Status.Conditions, next.Status.Conditions, func(c metav1.Condition) (string, string) {
+		return c.Type, string(c.Status)
+	})
+}
+
 func (k *tidalKind) Target(pa *autoscalingv1alpha1.PodAutoscaler) scale.Target {
 	r := pa.Spec.ScaleTargetRef
 	return scale.Target{Namespace: pa.Namespace, Name: r.Name, APIVersion: r.APIVersion, Kind: r.Kind}

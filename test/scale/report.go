@@ -346,11 +346,12 @@ func (r *Report) readers(rdr *readers) {
 
 // unchanged reports on the targets whose load never changed, from
 // converged (a switch period into the steady phase) to end, and returns
-// the names of those at their level by then.
-func (r *Report) unchanged(rec *recorder, converged, end time.Time) map[string]bool {
+// the names of those at their level by then, and of those of them whose
+// spec.replicas did not move from then (quiet).
+func (r *Report) unchanged(rec *recorder, converged, end time.Time) (names, quiet map[string]bool) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	names := map[string]bool{}
+	names, quiet = map[string]bool{}, map[string]bool{}
 	u := &r.Unchanged
 	for name, k := range rec.kpa {
 		if k.switching {
@@ -382,9 +383,11 @@ func (r *Report) unchanged(rec *recorder, converged, end time.Time) map[string]b
 		}
 		if moved {
 			u.Moved++
+		} else {
+			quiet[name] = true
 		}
 	}
-	return names
+	return names, quiet
 }
 
 // Goals judged at full load only.

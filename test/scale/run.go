@@ -262,10 +262,11 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	// A target that did not change load has converged once a switch
 	// period of the steady phase has passed at its level.
 	converged := steadyStart.Add(cfg.SwitchPeriod)
-	unchanged := rep.unchanged(rec, converged, steadyEnd)
+	unchanged, quiet := rep.unchanged(rec, converged, steadyEnd)
 	if rep.Writes.Error == "" {
 		rep.Writes = in.writeRates(rec.applied(steadyStart, steadyEnd))
 		rep.Unchanged.ActuatorWrites, rep.Unchanged.ActuatorKinds = in.writesOn(unchanged, converged, steadyEnd)
+		rep.Unchanged.QuietWrites, _ = in.writesOn(quiet, converged, steadyEnd)
 	}
 	rep.decisionAges(rec, steadyEnd.Add(-30*time.Second), steadyEnd)
 	rep.Procs = procs.report(svcs)

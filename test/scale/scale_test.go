@@ -52,7 +52,8 @@ const (
 // minutes, and fails when a load change is never applied before the next
 // one, or is applied later than maxChangeLag, when the actuator writes more
 // than maxWritesPerChange times per applied change, or writes at all to
-// the objects of targets whose load never changed once they converged.
+// the objects of targets whose load never changed and whose spec.replicas
+// did not move once they converged.
 func TestScaleGuard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a Kubernetes control plane and minutes")
@@ -111,8 +112,12 @@ func TestScaleGuard(t *testing.T) {
 	if got := rep.Writes.PerChange[scale.ActuatorAgent]; got > maxWritesPerChange {
 		t.Errorf("actuator writes per applied change = %.2f (%v), want at most %.1f", got, rep.Writes.ByKind, maxWritesPerChange)
 	}
-	if u := rep.Unchanged; u.Targets == 0 || u.ActuatorWrites > 0 {
-		t.Errorf("actuator writes to the %d targets whose load never changed = %d (%v), want 0", u.Targets, u.ActuatorWrites, u.ActuatorKinds)
+	// A target whose load never changed may still move when the decider's
+	// desired scale does (near a level's boundary): those are changes,
+	// each applied. Decisions that change nothing cost nothing.
+	if u := rep.Unchanged; u.Targets-u.NotAtLevel-u.Moved == 0 || u.QuietWrites > 0 {
+		t.Errorf("actuator writes to the %d targets whose load never changed and whose spec.replicas did not move = %d, want 0 (all of them: %d, %v)",
+			u.Targets-u.NotAtLevel-u.Moved, u.QuietWrites, u.ActuatorWrites, u.ActuatorKinds)
 	}
 }
 

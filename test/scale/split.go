@@ -111,6 +111,11 @@ type Unchanged struct {
 	// PerSec).
 	ActuatorWrites int
 	ActuatorKinds  []Rate
+	// QuietWrites are the actuator's writes to the objects of those whose
+	// spec.replicas did not move: decisions that changed nothing (goal:
+	// none). The others' moves follow decisions that changed (the
+	// decider's, near a level's boundary), each applied.
+	QuietWrites int
 }
 
 // Writes are the API server's writes over the steady phase, from its
@@ -337,8 +342,8 @@ func (r *Readers) write(w io.Writer) {
 }
 
 func (u *Unchanged) write(w io.Writer) {
-	fmt.Fprintf(w, "targets whose load never changed: %d (%d not at their level a switch period into the steady phase); from then, spec.replicas of the others moved %d times on %d targets, and the actuator wrote to their objects %d times",
-		u.Targets, u.NotAtLevel, u.Moves, u.Moved, u.ActuatorWrites)
+	fmt.Fprintf(w, "targets whose load never changed: %d (%d not at their level a switch period into the steady phase); from then, spec.replicas of the others moved %d times on %d targets, and the actuator wrote to their objects %d times (%d to those that did not move)",
+		u.Targets, u.NotAtLevel, u.Moves, u.Moved, u.ActuatorWrites, u.QuietWrites)
 	if len(u.ActuatorKinds) > 0 {
 		var parts []string
 		for _, k := range u.ActuatorKinds {
