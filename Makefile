@@ -157,7 +157,7 @@ e2e:
 ## API server with kube-controller-manager's HPA (test/keda, its own module). Builds first, with progress and
 ## outside any test deadline: the control plane, the services, then KEDA's packages (cold: about 25 minutes on two
 ## cores; cached after that), KEDA's binaries (test/keda/operator, cached outside the checkout) and the test binary;
-## then runs the tests (about 10 minutes).
+## then runs the tests (about 12 minutes).
 keda:
 	@echo "== keda: the Kubernetes control plane (built once per version, then cached)"
 	$(GO) run ./test/cluster/cmd/testcluster build
