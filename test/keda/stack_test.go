@@ -16,11 +16,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/tidalscale/tidal/identity/pki"
@@ -167,40 +169,45 @@ func startKEDA(t *testing.T, c *cluster.Cluster) *kedaStack {
 }
 
 // registerMetricsAPI points v1beta1.external.metrics.k8s.io at the
-// metrics server listening at addr (a Service without selector and its
-// Endpoints), trusting caPEM for its certificate, and waits until the API
-// server reports it Available. The APIService goes when t ends, before
-// the server stops: an unavailable aggregated API would stall namespace
-// deletion in the shared cluster.
+// metrics server listening at addr (a Service without selector and an
+// EndpointSlice of its own, which the aggregator reads), trusting caPEM for
+// its certificate, and waits until the API server reports it Available.
+// All three go when t ends, the APIService first, before the server stops:
+// an unavailable aggregated API would stall namespace deletion in the
+// shared cluster.
 func registerMetricsAPI(ctx context.Context, t *testing.T, c *cluster.Cluster, addr string, caPEM []byte, adapter *cluster.Process) {
 	t.Helper()
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: adapterService, Namespace: kedaNamespace},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(adapterPort)}}},
 	}
-	eps := &corev1.Endpoints{ //nolint:staticcheck // the Endpoints API is what a selectorless Service's address is written to; the mirroring controller makes the EndpointSlice
-		ObjectMeta: metav1.ObjectMeta{Name: adapterService, Namespace: kedaNamespace},
-		Subsets: []corev1.EndpointSubset{{ //nolint:staticcheck // as above
-			Addresses: []corev1.EndpointAddress{{IP: addr}},
-			Ports:     []corev1.EndpointPort{{Name: "https", Port: adapterPort}}, //nolint:staticcheck // as above
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: adapterService, Namespace: kedaNamespace, Labels: map[string]string{
+			discoveryv1.LabelServiceName: adapterService,
+			// Neither the EndpointSlice controller (the Service has no
+			// selector) nor the mirroring one (there are no Endpoints)
+			// touches it.
+			discoveryv1.LabelManagedBy: "tidal-test-keda",
 		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: ptrTo(int32(adapterPort)), Protocol: ptrTo(corev1.ProtocolTCP)}},
 	}
+	services, slices := c.Client.CoreV1().Services(kedaNamespace), c.Client.DiscoveryV1().EndpointSlices(kedaNamespace)
 	if err := recreate(ctx, func() error {
-		_, err := c.Client.CoreV1().Services(kedaNamespace).Create(ctx, svc, metav1.CreateOptions{})
+		_, err := services.Create(ctx, svc, metav1.CreateOptions{})
 		return err
-	}, func() error {
-		return c.Client.CoreV1().Services(kedaNamespace).Delete(ctx, svc.Name, metav1.DeleteOptions{})
-	}); err != nil {
+	}, func() error { return services.Delete(ctx, svc.Name, metav1.DeleteOptions{}) }); err != nil {
 		t.Fatalf("Service %s: %v", svc.Name, err)
 	}
+	deleteAtEnd(t, "Service "+svc.Name, func(ctx context.Context) error { return services.Delete(ctx, svc.Name, metav1.DeleteOptions{}) })
 	if err := recreate(ctx, func() error {
-		_, err := c.Client.CoreV1().Endpoints(kedaNamespace).Create(ctx, eps, metav1.CreateOptions{}) //nolint:staticcheck // as above
+		_, err := slices.Create(ctx, slice, metav1.CreateOptions{})
 		return err
-	}, func() error {
-		return c.Client.CoreV1().Endpoints(kedaNamespace).Delete(ctx, eps.Name, metav1.DeleteOptions{}) //nolint:staticcheck // as above
-	}); err != nil {
-		t.Fatalf("Endpoints %s: %v", eps.Name, err)
+	}, func() error { return slices.Delete(ctx, slice.Name, metav1.DeleteOptions{}) }); err != nil {
+		t.Fatalf("EndpointSlice %s: %v", slice.Name, err)
 	}
+	deleteAtEnd(t, "EndpointSlice "+slice.Name, func(ctx context.Context) error { return slices.Delete(ctx, slice.Name, metav1.DeleteOptions{}) })
 	dyn, err := dynamic.NewForConfig(c.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -227,11 +234,7 @@ func registerMetricsAPI(ctx context.Context, t *testing.T, c *cluster.Cluster, a
 	}); err != nil {
 		t.Fatalf("APIService %s: %v", metricsAPIService, err)
 	}
-	t.Cleanup(func() {
-		if err := apis.Delete(context.Background(), metricsAPIService, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete APIService %s: %v", metricsAPIService, err)
-		}
-	})
+	deleteAtEnd(t, "APIService "+metricsAPIService, func(ctx context.Context) error { return apis.Delete(ctx, metricsAPIService, metav1.DeleteOptions{}) })
 	var last string
 	testkit.Eventually(t, 90*time.Second, "APIService "+metricsAPIService+" Available (the API server reaching KEDA's metrics server)", func() bool {
 		o, err := apis.Get(ctx, metricsAPIService, metav1.GetOptions{})
@@ -251,6 +254,17 @@ func registerMetricsAPI(ctx context.Context, t *testing.T, c *cluster.Cluster, a
 	}, func() string { return "last condition: " + last + "\n" + describe(adapter)() })
 }
 
+// deleteAtEnd runs del when t ends; a NotFound is no error.
+func deleteAtEnd(t *testing.T, what string, del func(context.Context) error) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := del(ctx); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete %s: %v", what, err)
+		}
+	})
+}
+
 // recreate runs create, and when the object exists (left by an earlier test
 // of this binary), del and create again.
 func recreate(ctx context.Context, create, del func() error) error {
@@ -261,17 +275,11 @@ func recreate(ctx context.Context, create, del func() error) error {
 	if err := del(); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	for {
+	// The deletion may still be going: create again until it is done.
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		err := create()
-		if !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-		select { // the deletion is still going
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return !apierrors.IsAlreadyExists(err), err
+	})
 }
 
 // ensureNamespace creates namespace ns unless it exists.
