@@ -1,12 +1,12 @@
 package server
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
+
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // TestSecurityNamesRealTests: every test and fuzz target SECURITY.md names
@@ -23,31 +23,7 @@ func TestSecurityNamesRealTests(t *testing.T) {
 	if len(named) < 20 {
 		t.Fatalf("SECURITY.md names %d tests; want every claim to name its test", len(named))
 	}
-	funcs := map[string]bool{}
-	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]*)\(`)
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			// Other modules and tools are no proof of tidal's claims.
-			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "vendor" || n == "node_modules" || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range decl.FindAllSubmatch(b, -1) {
-			funcs[string(m[1])] = true
-		}
-		return nil
-	})
+	funcs, err := testkit.TestFunctions(root)
 	if err != nil {
 		t.Fatal(err)
 	}
