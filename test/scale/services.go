@@ -87,7 +87,7 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 	var deciders []string
 	for i := range replicas {
 		a, err := start("actuator", fmt.Sprintf("actuator-%d", i), append([]string{"--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig,
-			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers}, shared...)...)
+			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers, "--status-interval", statusInterval.String()}, shared...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -106,6 +106,10 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 	}
 	return s, nil
 }
+
+// statusInterval is the actuators' --status-interval: coalesced status
+// writes, whose writes per change TestScaleGuard bounds.
+const statusInterval = 3 * time.Second
 
 // leaseBuckets is how many bucket Leases replicas share the targets through:
 // enough that two to four replicas each get a fair part.
