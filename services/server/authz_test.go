@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tidalscale/tidal/identity"
+	"github.com/tidalscale/tidal/services/server/servertest"
 )
 
 // The identities of the policy tests: the defaults of a release "tidal" in
@@ -65,34 +66,7 @@ var services = []string{"collector", "decider", "actuator"}
 // Every method tidal's binaries serve (read from the registered service
 // descriptors, and every service of proto/) must have a row
 // (TestMatrixCoversEveryMethod).
-var wantAllowed = map[string][]string{
-	"/tidal.actuator.v1.ActuatorService/Scale":                       {"decider", "actuator", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/Deploy":                      {"deployer", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/Undeploy":                    {"deployer", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/Update":                      {"deployer", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/GetScale":                    readers,
-	"/tidal.decider.v1.DeciderService/Ingest":                        {"collector"},
-	"/tidal.decider.v1.DeciderService/GetDecision":                   readers,
-	"/tidal.decider.v1.DeciderService/ListDecisions":                 readers,
-	"/tidal.decider.v1.DeciderService/WatchDecisions":                readers,
-	"/tidal.decider.v1.DeciderService/Explain":                       readers,
-	"/tidal.collector.v1.CollectorService/PushStats":                 {"pusher"},
-	"/tidal.collector.v1.CollectorService/PushStatsStream":           {"pusher"},
-	"/tidal.collector.v1.CollectorService/ListTargets":               readers,
-	"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
-	"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget":         {"collector"},
-	"/tidal.collector.v1.ActivatorStatService/ForwardActivatorStats": {"collector"},
-	"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/GetMetrics":                      {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/StreamMetricSpec":                {"keda", "operator", "tenant operator"},
-	"/grpc.health.v1.Health/Check":                                   readers,
-	"/grpc.health.v1.Health/Watch":                                   readers,
-	"/grpc.health.v1.Health/List":                                    readers,
-	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      readers,
-	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": readers,
-}
+var wantAllowed = servertest.Allowed(readers)
 
 // testAuthz is the configuration of the matrix: the defaults, plus the
 // pusher, the operators, KEDA, the deployer, the reader and the tenants'

@@ -97,34 +97,7 @@ var readers = []string{"collector", "decider", "actuator", "pusher", "operator",
 // method the three binaries serve (listed through their server reflection,
 // with every service declared in proto/) must have a row, so a new method
 // fails TestSecurity until someone decides who may call it.
-var allowed = map[string][]string{
-	"/tidal.actuator.v1.ActuatorService/Scale":                       {"decider", "actuator", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/Deploy":                      {"deployer", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/Undeploy":                    {"deployer", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/Update":                      {"deployer", "operator", "tenant operator"},
-	"/tidal.actuator.v1.ActuatorService/GetScale":                    readers,
-	"/tidal.decider.v1.DeciderService/Ingest":                        {"collector"},
-	"/tidal.decider.v1.DeciderService/GetDecision":                   readers,
-	"/tidal.decider.v1.DeciderService/ListDecisions":                 readers,
-	"/tidal.decider.v1.DeciderService/WatchDecisions":                readers,
-	"/tidal.decider.v1.DeciderService/Explain":                       readers,
-	"/tidal.collector.v1.CollectorService/PushStats":                 {"pusher"},
-	"/tidal.collector.v1.CollectorService/PushStatsStream":           {"pusher"},
-	"/tidal.collector.v1.CollectorService/ListTargets":               readers,
-	"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
-	"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget":         {"collector"},
-	"/tidal.collector.v1.ActivatorStatService/ForwardActivatorStats": {"collector"},
-	"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/GetMetrics":                      {"keda", "operator", "tenant operator"},
-	"/externalscaler.ExternalScaler/StreamMetricSpec":                {"keda", "operator", "tenant operator"},
-	"/grpc.health.v1.Health/Check":                                   readers,
-	"/grpc.health.v1.Health/Watch":                                   readers,
-	"/grpc.health.v1.Health/List":                                    readers,
-	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      readers,
-	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": readers,
-}
+var allowed = servertest.Allowed(readers)
 
 // fleet is the three services as processes, each with its own certificate,
 // and a certificate directory per caller.

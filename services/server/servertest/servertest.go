@@ -230,3 +230,39 @@ func Call(ctx context.Context, conn grpc.ClientConnInterface, method string, des
 	}
 	return err
 }
+
+// Allowed is the policy the issues ask for, method by method: which callers
+// get past the check of each method, readers being every caller that may
+// read. It is written out apart from the policy's code, so a change to
+// either shows in the tests that hold one against the other (services/server's
+// matrix in process, test/security's against the binaries).
+func Allowed(readers []string) map[string][]string {
+	return map[string][]string{
+		"/tidal.actuator.v1.ActuatorService/Scale":                       {"decider", "actuator", "operator", "tenant operator"},
+		"/tidal.actuator.v1.ActuatorService/Deploy":                      {"deployer", "operator", "tenant operator"},
+		"/tidal.actuator.v1.ActuatorService/Undeploy":                    {"deployer", "operator", "tenant operator"},
+		"/tidal.actuator.v1.ActuatorService/Update":                      {"deployer", "operator", "tenant operator"},
+		"/tidal.actuator.v1.ActuatorService/GetScale":                    readers,
+		"/tidal.decider.v1.DeciderService/Ingest":                        {"collector"},
+		"/tidal.decider.v1.DeciderService/GetDecision":                   readers,
+		"/tidal.decider.v1.DeciderService/ListDecisions":                 readers,
+		"/tidal.decider.v1.DeciderService/WatchDecisions":                readers,
+		"/tidal.decider.v1.DeciderService/Explain":                       readers,
+		"/tidal.collector.v1.CollectorService/PushStats":                 {"pusher"},
+		"/tidal.collector.v1.CollectorService/PushStatsStream":           {"pusher"},
+		"/tidal.collector.v1.CollectorService/ListTargets":               readers,
+		"/tidal.collector.v1.CollectorService/GetWindow":                 readers,
+		"/tidal.collector.v1.KEDATargetService/EnsureKEDATarget":         {"collector"},
+		"/tidal.collector.v1.ActivatorStatService/ForwardActivatorStats": {"collector"},
+		"/externalscaler.ExternalScaler/IsActive":                        {"keda", "operator", "tenant operator"},
+		"/externalscaler.ExternalScaler/StreamIsActive":                  {"keda", "operator", "tenant operator"},
+		"/externalscaler.ExternalScaler/GetMetricSpec":                   {"keda", "operator", "tenant operator"},
+		"/externalscaler.ExternalScaler/GetMetrics":                      {"keda", "operator", "tenant operator"},
+		"/externalscaler.ExternalScaler/StreamMetricSpec":                {"keda", "operator", "tenant operator"},
+		"/grpc.health.v1.Health/Check":                                   readers,
+		"/grpc.health.v1.Health/Watch":                                   readers,
+		"/grpc.health.v1.Health/List":                                    readers,
+		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      readers,
+		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": readers,
+	}
+}
