@@ -746,25 +746,27 @@ func (d *Discovery) setLagged(key string, on bool) {
 // and leaves the target itself to the source that now measures it; an
 // error state this source set is cleared, so it does not outlive it.
 func (d *Discovery) standDown(key string) {
-	d.mu.Lock()
-	a, ok := d.active[key]
-	if ok {
-		d.followLocked(key, a, nil, nil)
-		delete(d.active, key)
+	if a := d.detach(key); a != nil {
+		d.sink.SetError(a.ref, "")
 	}
-	d.mu.Unlock()
-	if !ok {
-		return
-	}
-	d.scraper.Remove(a.ref)
-	d.knScrapes.drop(key)
-	d.fetcher.Remove(a.ref)
-	d.sink.SetError(a.ref, "")
 }
 
 // remove tears down what key set up; tell says whether the target is gone
 // (the decider forgets it) or only no longer ours.
 func (d *Discovery) remove(key string, tell bool) {
+	a := d.detach(key)
+	switch {
+	case a == nil:
+	case tell:
+		d.sink.Remove(a.ref)
+	default:
+		d.sink.Drop(a.ref)
+	}
+}
+
+// detach forgets source key's active entry and stops its scrapes and lag
+// fetches; it returns the entry, or nil if key had none.
+func (d *Discovery) detach(key string) *active {
 	d.mu.Lock()
 	a, ok := d.active[key]
 	if ok {
@@ -773,14 +775,10 @@ func (d *Discovery) remove(key string, tell bool) {
 	}
 	d.mu.Unlock()
 	if !ok {
-		return
+		return nil
 	}
 	d.scraper.Remove(a.ref)
 	d.knScrapes.drop(key)
 	d.fetcher.Remove(a.ref)
-	if tell {
-		d.sink.Remove(a.ref)
-	} else {
-		d.sink.Drop(a.ref)
-	}
+	return a
 }

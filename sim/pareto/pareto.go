@@ -7,13 +7,13 @@ package pareto
 import (
 	"fmt"
 	"image/color"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/tidalscale/tidal/sim/timeplot"
 )
 
 // Point is one configuration's result.
@@ -59,24 +59,10 @@ func Write(path string, panels []Panel) error {
 	if len(rows) == 0 {
 		return fmt.Errorf("pareto: no panel")
 	}
-	img := vgimg.New(20*vg.Centimeter, vg.Length(13*len(rows))*vg.Centimeter)
-	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadY: 6 * vg.Millimeter, PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter,
 		PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
-	canvases := plot.Align(rows, tiles, dc)
-	for i, row := range rows {
-		row[0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
+	if err := timeplot.SaveColumn(path, rows, 20*vg.Centimeter, vg.Length(13*len(rows))*vg.Centimeter, tiles); err != nil {
 		return fmt.Errorf("pareto: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("pareto %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("pareto %s: %w", path, err)
 	}
 	return nil
 }

@@ -96,11 +96,16 @@ func Write(path string, series []Series) error {
 	if len(rows) == 0 {
 		return fmt.Errorf("plot: no series")
 	}
-	img := vgimg.New(vg.Length(28)*vg.Centimeter, vg.Length(9*len(rows))*vg.Centimeter/2+vg.Centimeter)
-	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter,
 		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	canvases := plot.Align(rows, tiles, dc)
+	return SaveColumn(path, rows, vg.Length(28)*vg.Centimeter, vg.Length(9*len(rows))*vg.Centimeter/2+vg.Centimeter, tiles)
+}
+
+// SaveColumn writes rows, one plot each, aligned in one column of a w by h
+// PNG at path, tiles setting the padding.
+func SaveColumn(path string, rows [][]*plot.Plot, w, h vg.Length, tiles draw.Tiles) error {
+	img := vgimg.New(w, h)
+	canvases := plot.Align(rows, tiles, draw.New(img))
 	for i, row := range rows {
 		row[0].Draw(canvases[i][0])
 	}
