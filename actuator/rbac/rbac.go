@@ -16,6 +16,7 @@
 //	functions.tidal.dev    topics                         list watch                    the partition cap (read from the informer)
 //	apps                   deployments                    get list watch create patch delete   Deployer (server-side apply is patch)
 //	apps                   deployments/scale              get update patch              scale targets (a cached Deployment is patched in one request)
+//	apps                   statefulsets                   list watch                    GetScale's cache of their scales (trimmed to them)
 //	apps                   statefulsets/scale             get update                    scale targets
 //	apps                   replicasets/scale              get update                    scale targets
 //	""                     pods                           list watch                    ready pods of each target
@@ -46,6 +47,7 @@ func Rules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"functions.tidal.dev"}, Resources: []string{"topics"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale"}, Verbs: []string{"get", "update", "patch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets/scale", "replicasets/scale"}, Verbs: []string{"get", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

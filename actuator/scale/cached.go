@@ -15,15 +15,22 @@ import (
 	"github.com/tidalscale/tidal/actuator/overlay"
 )
 
-var deploymentsResource = schema.GroupResource{Group: "apps", Resource: "deployments"}
+var (
+	deploymentsResource  = schema.GroupResource{Group: "apps", Resource: "deployments"}
+	statefulSetsResource = schema.GroupResource{Group: "apps", Resource: "statefulsets"}
+)
 
 // Cached is a Kube scaler that reads Deployments, by far the most common
 // target, from an informer's cache instead of the API server, and writes
-// them with one patch. Other kinds are read and written live. Its own writes
-// are visible to its reads at once, before the cache catches up.
+// them with one patch. Other kinds are read and written live, except that
+// reads marked CacheOnly find StatefulSets in a cache too (CacheStatefulSets).
+// Its own writes of Deployments are visible to its reads at once, before the
+// cache catches up.
 type Cached struct {
 	*Kube
 	deployments appslisters.DeploymentLister
+	// statefulSets is nil unless CacheStatefulSets.
+	statefulSets appslisters.StatefulSetLister
 	// written holds the replicas this process patched into Deployments the
 	// cache has not caught up with, keyed by namespace/name.
 	written *overlay.Overlay[cache.ObjectName, int32]
@@ -47,9 +54,48 @@ func NewCached(k *Kube, inf appsinformers.DeploymentInformer) (*Cached, error) {
 	return c, nil
 }
 
+// CacheStatefulSets makes reads marked CacheOnly answer StatefulSets from
+// inf, which the caller starts. Their cached copies keep only what their
+// scale reports (TrimStatefulSet): a StatefulSet's pod and volume claim
+// templates are most of its size. The scaler's own reads and writes of
+// StatefulSets stay live (a write reads first and retries on conflict).
+func (c *Cached) CacheStatefulSets(inf appsinformers.StatefulSetInformer) error {
+	if err := inf.Informer().SetTransform(TrimStatefulSet); err != nil {
+		return fmt.Errorf("statefulset informer: %w", err)
+	}
+	c.statefulSets = inf.Lister()
+	return nil
+}
+
+// Caches reports whether reads of t marked CacheOnly are answered from a
+// cache; others go to the API server.
+func (c *Cached) Caches(t Target) bool {
+	return isDeployment(t) || (c.statefulSets != nil && isStatefulSet(t))
+}
+
+// TrimStatefulSet is an informer transform that keeps only what a
+// StatefulSet's scale subresource reports: identity, spec.replicas, the
+// selector and status.replicas. A tombstone passes as it is.
+func TrimStatefulSet(obj any) (any, error) {
+	s, ok := obj.(*appsv1.StatefulSet)
+	if !ok {
+		return obj, nil
+	}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion},
+		Spec:       appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas, Selector: s.Spec.Selector},
+		Status:     appsv1.StatefulSetStatus{Replicas: s.Status.Replicas},
+	}, nil
+}
+
 // isDeployment reports whether t is an apps/v1 Deployment.
 func isDeployment(t Target) bool {
 	return (t.APIVersion == "" || t.APIVersion == "apps/v1") && (t.Kind == "" || t.Kind == "Deployment")
+}
+
+// isStatefulSet reports whether t is an apps/v1 StatefulSet.
+func isStatefulSet(t Target) bool {
+	return t.APIVersion == "apps/v1" && t.Kind == "StatefulSet"
 }
 
 // cachedDeployment returns t's scale from the cache; ok is false when the
@@ -69,19 +115,39 @@ func (c *Cached) cachedDeployment(t Target) (Scale, bool, error) {
 	if n, ok := c.written.Newer(cache.ObjectName{Namespace: t.Namespace, Name: t.Name}, d.ResourceVersion); ok {
 		s.Replicas = n
 	}
-	if s.Selector, err = selectorOf(d); err != nil {
+	if s.Selector, err = selectorOf(d.Spec.Selector); err != nil {
 		return Scale{}, false, fmt.Errorf("target %s: %w", t, err)
 	}
 	return s, true, nil
 }
 
-// selectorOf is the Deployment's selector as its scale subresource
-// reports it (status.selector).
-func selectorOf(d *appsv1.Deployment) (string, error) {
-	if d.Spec.Selector == nil {
+// cachedStatefulSet is cachedDeployment for a StatefulSet, which this
+// process never writes from the cache, so nothing overlays it.
+func (c *Cached) cachedStatefulSet(t Target) (Scale, bool, error) {
+	st, err := c.statefulSets.StatefulSets(t.Namespace).Get(t.Name)
+	if apierrors.IsNotFound(err) {
+		return Scale{}, false, nil
+	}
+	if err != nil {
+		return Scale{}, false, err
+	}
+	s := Scale{Resource: statefulSetsResource, Replicas: 1, StatusReplicas: st.Status.Replicas}
+	if st.Spec.Replicas != nil {
+		s.Replicas = *st.Spec.Replicas
+	}
+	if s.Selector, err = selectorOf(st.Spec.Selector); err != nil {
+		return Scale{}, false, fmt.Errorf("target %s: %w", t, err)
+	}
+	return s, true, nil
+}
+
+// selectorOf is a workload's selector as its scale subresource reports it
+// (status.selector).
+func selectorOf(ls *metav1.LabelSelector) (string, error) {
+	if ls == nil {
 		return "", nil
 	}
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	sel, err := metav1.LabelSelectorAsSelector(ls)
 	if err != nil {
 		return "", fmt.Errorf("selector: %w", err)
 	}
@@ -91,24 +157,40 @@ func selectorOf(d *appsv1.Deployment) (string, error) {
 // cacheOnlyKey marks a context whose reads the cache alone answers.
 type cacheOnlyKey struct{}
 
-// CacheOnly marks ctx's reads as answered from the cache alone: a
-// Deployment the cache does not hold is not found rather than read live.
-// Callers who may be anyone (GetScale) read this way, so no loop of theirs
-// spends the API budget writes need.
+// CacheOnly marks ctx's reads of the kinds the scaler caches (Caches) as
+// answered from the cache alone: a Deployment or StatefulSet the cache does
+// not hold is not found rather than read live. Callers who may be anyone
+// (GetScale) read this way, so no loop of theirs spends the API budget
+// writes need.
 func CacheOnly(ctx context.Context) context.Context {
 	return context.WithValue(ctx, cacheOnlyKey{}, true)
 }
 
-// GetScale reads t's scale, from the cache for a cached Deployment.
+// GetScale reads t's scale, from the cache for a cached Deployment, and
+// for a StatefulSet when ctx is CacheOnly.
 func (c *Cached) GetScale(ctx context.Context, t Target) (Scale, error) {
-	if isDeployment(t) {
-		s, ok, err := c.cachedDeployment(t)
-		if err != nil || ok {
-			return s, err
-		}
-		if ctx.Value(cacheOnlyKey{}) != nil {
-			return Scale{}, fmt.Errorf("deployment %s: not in the actuator's cache: %w", t, ErrNotFound)
-		}
+	cacheOnly := ctx.Value(cacheOnlyKey{}) != nil
+	var (
+		s    Scale
+		ok   bool
+		err  error
+		kind string
+	)
+	switch {
+	case isDeployment(t):
+		s, ok, err = c.cachedDeployment(t)
+		kind = "deployment"
+	case cacheOnly && c.statefulSets != nil && isStatefulSet(t):
+		s, ok, err = c.cachedStatefulSet(t)
+		kind = "statefulset"
+	default:
+		return c.Kube.GetScale(ctx, t)
+	}
+	if err != nil || ok {
+		return s, err
+	}
+	if cacheOnly {
+		return Scale{}, fmt.Errorf("%s %s: not in the actuator's cache: %w", kind, t, ErrNotFound)
 	}
 	return c.Kube.GetScale(ctx, t)
 }

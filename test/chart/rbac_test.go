@@ -31,6 +31,7 @@ import (
 var (
 	podsGVR           = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	deploymentsGVR    = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	statefulSetsGVR   = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
 	podAutoscalersGVR = schema.GroupVersionResource{Group: "autoscaling.tidal.dev", Version: "v1alpha1", Resource: "podautoscalers"}
 	metricsGVR        = schema.GroupVersionResource{Group: "autoscaling.tidal.dev", Version: "v1alpha1", Resource: "metrics"}
 	functionsGVR      = schema.GroupVersionResource{Group: "functions.tidal.dev", Version: "v1alpha1", Resource: "functions"}
@@ -329,7 +330,7 @@ func TestRBACSufficient(t *testing.T) {
 
 	t.Run("actuator", func(t *testing.T) {
 		a := f.actuator
-		syncInformers(t, a, podsGVR, podAutoscalersGVR, metricsGVR, functionsGVR, topicsGVR, deploymentsGVR)
+		syncInformers(t, a, podsGVR, podAutoscalersGVR, metricsGVR, functionsGVR, topicsGVR, deploymentsGVR, statefulSetsGVR)
 
 		// The actuator's own scale client, on the target's /scale.
 		k, err := scale.NewKube(a.config)
@@ -527,6 +528,17 @@ func TestRBACNotTooMuch(t *testing.T) {
 		mustForbid(t, "collector: list secrets", err)
 		_, err = a.kube.CoreV1().Services(f.ns).Get(ctx, f.release+"-tidal-actuator", metav1.GetOptions{})
 		mustForbid(t, "collector: get a Service other than the deciders'", err)
+	})
+
+	t.Run("actuator writes StatefulSets only through their scale", func(t *testing.T) {
+		a := f.actuator
+		for _, ns := range append(namespaces, "") {
+			for _, verb := range []string{"create", "update", "patch", "delete", "deletecollection"} {
+				if a.can(t, verb, "apps", "statefulsets", "", ns, "") {
+					t.Errorf("actuator may %s StatefulSets in %q; it reads them (list, watch) for GetScale and writes only statefulsets/scale", verb, ns)
+				}
+			}
+		}
 	})
 
 	t.Run("actuator reads no Secret it was not given", func(t *testing.T) {
