@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"golang.org/x/time/rate"
@@ -17,8 +18,10 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	functionslisters "github.com/tidalscale/tidal/apis/generated/listers/functions/v1alpha1"
+	"github.com/tidalscale/tidal/identity"
 	"github.com/tidalscale/tidal/kubecache"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/services/server"
 	"github.com/tidalscale/tidal/targetkey"
 )
 
@@ -47,8 +50,13 @@ type access struct {
 		Handles(scale.Target) (bool, error)
 	}
 	synced []cache.InformerSynced
-	// liveReads bounds GetScale's live reads of kinds not cached.
-	liveReads *rate.Limiter
+	// caches says whether GetScale reads a target's kind from a cache.
+	caches func(scale.Target) bool
+	// liveReads bounds GetScale's live reads of kinds not cached, for
+	// all callers; liveShares, when not nil, first bounds each caller's
+	// about one namespace, so one tenant cannot spend the others' reads.
+	liveReads  *rate.Limiter
+	liveShares *server.KeyedLimiter
 }
 
 // managedTargetIndex keys a PodAutoscaler by its target's key.
@@ -157,8 +165,14 @@ func (a *access) function(method, namespace, name string) (*functionsv1alpha1.Fu
 	return fn, exists, nil
 }
 
-// liveRead takes a token for a live GetScale read of a kind not cached.
-func (a *access) liveRead(ref *commonv1.TargetRef) error {
+// liveRead takes a token for a live GetScale read of a kind not cached:
+// from the caller's share for the target's namespace first, so a caller
+// over its share spends none of the reads left to the others.
+func (a *access) liveRead(ctx context.Context, ref *commonv1.TargetRef) error {
+	if a.liveShares != nil && !a.liveShares.Allow(server.CallerKey(ctx, ref.GetNamespace())) {
+		return status.Errorf(codes.ResourceExhausted, "GetScale of %s: its kind is not cached and is read live, at most %g times a second by caller %s about namespace %q (--live-read-namespace-rate); retry later",
+			ref.Key(), a.liveShares.Rate(), identity.Quote(server.Caller(ctx)), commonv1.Prefix(ref.GetNamespace()))
+	}
 	if a.liveReads.Allow() {
 		return nil
 	}

@@ -23,7 +23,6 @@ import (
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
-	"github.com/tidalscale/tidal/targetkey"
 )
 
 // engine applies decisions: in memory, or through the PodAutoscaler
@@ -217,13 +216,14 @@ func (h *handler) GetScale(ctx context.Context, req *actuatorv1.GetScaleRequest)
 	}
 	if h.access != nil {
 		// Anyone of the trust domain may read: only what tidal manages,
-		// from the cache, so no loop of reads spends the API budget.
+		// from the cache (Deployments, StatefulSets), so no loop of reads
+		// spends the API budget; other kinds within the live-read budget.
 		if err := h.access.scalable(req.GetTarget()); err != nil {
 			return nil, err
 		}
-		if group, kind := targetkey.GroupKind(req.GetTarget().GetApiVersion(), req.GetTarget().GetKind()); group == "apps" && kind == "Deployment" {
+		if h.access.caches(targetOf(req.GetTarget())) {
 			ctx = scale.CacheOnly(ctx)
-		} else if err := h.access.liveRead(req.GetTarget()); err != nil {
+		} else if err := h.access.liveRead(ctx, req.GetTarget()); err != nil {
 			return nil, err
 		}
 	}

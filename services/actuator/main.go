@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -81,9 +82,11 @@ type kubeConfig struct {
 	// every one.
 	namespaces kubecache.Namespaces
 	// liveReadRate bounds GetScale's live reads of kinds the actuator does
-	// not cache.
-	liveReadRate  float64
-	liveReadBurst int
+	// not cache; liveReadNamespaceRate each caller's about one namespace.
+	liveReadRate           float64
+	liveReadBurst          int
+	liveReadNamespaceRate  float64
+	liveReadNamespaceBurst int
 }
 
 func (c *config) RegisterFlags(fs *flag.FlagSet) {
@@ -108,8 +111,10 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.knativeNamespace, "knative-namespace", "knative-serving", "Knative Serving's namespace, whose config-autoscaler and config-deployment the actuator follows with --knative (edits apply at once; --config-autoscaler and --config-deployment stand until each is read).")
 	fs.StringVar(&k.clusterDomain, "cluster-domain", "cluster.local", "Cluster DNS domain of the Services the activator probe dials (--knative).")
 	fs.Var(&k.namespaces, "namespaces", "Comma-separated namespaces this actuator watches and acts in (Roles in each suffice); Scale, GetScale, Deploy, Update and Undeploy of anything elsewhere are refused. Empty means every namespace (a ClusterRole).")
-	fs.Float64Var(&k.liveReadRate, "live-read-rate", 5, "GetScale reads the scale of a kind the actuator does not cache (StatefulSets, ReplicaSets, custom resources) from the API server: at most this many a second across all callers, more get RESOURCE_EXHAUSTED. Deployments are always answered from the cache.")
+	fs.Float64Var(&k.liveReadRate, "live-read-rate", 5, "GetScale reads the scale of a kind the actuator does not cache (ReplicaSets, custom resources) from the API server: at most this many a second across all callers, more get RESOURCE_EXHAUSTED. Deployments and StatefulSets are always answered from the cache.")
 	fs.IntVar(&k.liveReadBurst, "live-read-burst", 10, "Live GetScale reads at once above --live-read-rate.")
+	fs.Float64Var(&k.liveReadNamespaceRate, "live-read-namespace-rate", 1, "Live GetScale reads (see --live-read-rate) per second each caller may make about one namespace, spent before --live-read-rate, so a caller over its share leaves the other callers and namespaces theirs; more get RESOURCE_EXHAUSTED. 0 means no share, only --live-read-rate.")
+	fs.IntVar(&k.liveReadNamespaceBurst, "live-read-namespace-burst", 3, "Live GetScale reads a caller may make about one namespace at once above --live-read-namespace-rate; keep it below --live-read-burst, or one caller can take the whole burst.")
 }
 
 func (c *config) Validate() error {
@@ -142,8 +147,11 @@ func (c *config) Validate() error {
 	if k.statusInterval < 0 || k.statusInterval > time.Minute {
 		return fmt.Errorf("--status-interval %s: want 0 to 1m", k.statusInterval)
 	}
-	if !(k.liveReadRate > 0) || k.liveReadBurst < 1 {
-		return fmt.Errorf("--live-read-rate %g, --live-read-burst %d: want a rate above 0 and a burst of at least 1", k.liveReadRate, k.liveReadBurst)
+	if !(k.liveReadRate > 0) || math.IsInf(k.liveReadRate, 0) || k.liveReadBurst < 1 {
+		return fmt.Errorf("--live-read-rate %g, --live-read-burst %d: want a finite rate above 0 and a burst of at least 1", k.liveReadRate, k.liveReadBurst)
+	}
+	if !(k.liveReadNamespaceRate >= 0) || math.IsInf(k.liveReadNamespaceRate, 0) || (k.liveReadNamespaceRate > 0 && k.liveReadNamespaceBurst < 1) {
+		return fmt.Errorf("--live-read-namespace-rate %g, --live-read-namespace-burst %d: want a finite rate of at least 0 (0: no share) and a burst of at least 1", k.liveReadNamespaceRate, k.liveReadNamespaceBurst)
 	}
 	if _, err := c.autoscalerConfig(); err != nil {
 		return err
@@ -290,6 +298,16 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
+	// GetScale, which any identity may call, reads StatefulSets from a
+	// cache of their scales, only where they may be scaled at all.
+	var stsSynced cache.InformerSynced
+	if _, ok := cfg.kinds.Allows("apps/v1", "StatefulSet"); ok {
+		sts := kubeInf.Apps().V1().StatefulSets()
+		if err := scaler.CacheStatefulSets(sts); err != nil {
+			return err
+		}
+		stsSynced = sts.Informer().HasSynced
+	}
 	recorder, broadcaster := podautoscaler.NewEventRecorder(kube)
 	defer broadcaster.Shutdown()
 
@@ -344,6 +362,10 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if h.access, err = newAccess(cfg, tidalInf, kubeInf, eng); err != nil {
 		return err
 	}
+	h.access.caches = scaler.Caches
+	if stsSynced != nil {
+		h.access.synced = append(h.access.synced, stsSynced)
+	}
 	var buckets *bucket.Set
 	if cfg.kube.bucket.Buckets > 0 {
 		buckets = bucket.New(cfg.kube.bucket, kube, func() {
@@ -397,6 +419,9 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	g.Go(func() error { return pas.Run(gctx) })
 	g.Go(func() error { return fns.Run(gctx) })
 	synced := []cache.InformerSynced{pas.HasSynced, fns.HasSynced}
+	if stsSynced != nil {
+		synced = append(synced, stsSynced)
+	}
 	if knCfg != nil {
 		g.Go(func() error { return knCfg.Run(gctx) })
 		synced = append(synced, knCfg.HasSynced)
@@ -421,6 +446,10 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 // flushTimeout bounds the status writes made at a change of ownership.
 const flushTimeout = 5 * time.Second
 
+// maxLiveReadShares bounds the live-read shares held: callers times the
+// namespaces they read, the least recently used forgotten first.
+const maxLiveReadShares = 16384
+
 // newAccess is what the handler may act on, from the informers the
 // controllers share.
 func newAccess(cfg *config, tidalInf tidalinformers.SharedInformerFactory, kubeInf informers.SharedInformerFactory, eng *kubeEngine) (*access, error) {
@@ -437,6 +466,9 @@ func newAccess(cfg *config, tidalInf tidalinformers.SharedInformerFactory, kubeI
 		deployments: deps.Lister(),
 		synced:      []cache.InformerSynced{pas.HasSynced, fns.Informer().HasSynced, deps.Informer().HasSynced},
 		liveReads:   rate.NewLimiter(rate.Limit(cfg.kube.liveReadRate), cfg.kube.liveReadBurst),
+	}
+	if cfg.kube.liveReadNamespaceRate > 0 {
+		a.liveShares = server.NewKeyedLimiter(cfg.kube.liveReadNamespaceRate, cfg.kube.liveReadNamespaceBurst, maxLiveReadShares)
 	}
 	if eng.knative != nil {
 		a.knative = eng.knative
