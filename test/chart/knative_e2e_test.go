@@ -23,9 +23,6 @@ import (
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
-	rel "github.com/tidalscale/tidal/test/chart/release"
-	"github.com/tidalscale/tidal/test/cluster"
-	"github.com/tidalscale/tidal/test/system"
 	"github.com/tidalscale/tidal/test/testkit"
 )
 
@@ -109,64 +106,15 @@ func wireFrame(ns, revision, pod string, concurrency, requests float64) []byte {
 // second's stats add up, as in Knative's buckets). The actuator creates its ServerlessService and writes its status
 // under its token; no log may hold an API server refusal.
 func TestKnativeServicesUnderTheirAccounts(t *testing.T) {
-	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := knativetest.InstallCRDs(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	kns, wns := c.Namespace(t), c.Namespace(t)
-	acc := rel.ForTest(t, c, "knative.enabled=true", "knative.namespace="+kns, "tls.mode=disabled")
-	objs := manifest(acc.Objects)
-	full := acc.Release.Fullname()
-	dirs := configDirs(t, objs, full)
-	dep := func(comp string) *appsv1.Deployment {
-		return typed[appsv1.Deployment](t, objs.get(t, "Deployment", full+"-"+comp))
-	}
-	kubeconfig := func(comp string) string {
-		p := filepath.Join(t.TempDir(), comp+".kubeconfig")
-		if err := acc.ByComponent[comp].WriteKubeconfig(p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	bin := systemBinaries(t)
-	logDir := t.TempDir()
-	var procs []*system.Proc
-	start := func(name string, args ...string) *system.Proc {
-		p, err := system.NewProc(name, bin, name, logDir, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(ctx, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		procs = append(procs, p)
-		return p
-	}
-	defer func() {
-		for name, text := range readLogs(t, logDir) {
-			for _, line := range strings.Split(text, "\n") {
-				if forbidden.MatchString(line) {
-					t.Errorf("%s was refused by the API server: %s", name, line)
-					break
-				}
-			}
-		}
-		for i := len(procs) - 1; i >= 0; i-- {
-			if t.Failed() {
-				t.Logf("--- %s log tail ---\n%s", procs[i].Name, procs[i].LogTail(40))
-			}
-			if err := procs[i].Stop(20 * time.Second); err != nil {
-				t.Errorf("stop %s: %v", procs[i].Name, err)
-			}
-		}
-	}()
-	act := start("actuator", append(chartArgs(t, dep("actuator"), dirs), "--kubeconfig="+kubeconfig("actuator"))...)
-	dec := start("decider", append(chartArgs(t, dep("decider"), dirs, "TIDAL_ACTUATOR_ADDR"), "--actuator-addr="+act.GRPCAddr)...)
+	r := startKnativeRelease(ctx, t)
+	c, wns := r.c, r.wns
+	act := r.start(ctx, t, "actuator", "actuator", "", r.args(t, "actuator")...)
+	dec := r.start(ctx, t, "decider", "decider", "", append(r.args(t, "decider", "TIDAL_ACTUATOR_ADDR"), "--actuator-addr="+act.GRPCAddr)...)
 	wsAddr := testkit.FreeAddr(t)
-	start("collector", append(chartArgs(t, dep("collector"), dirs, "TIDAL_DECIDER_SERVICE", "TIDAL_ACTIVATOR_LISTEN"),
-		"--decider-addr="+dec.GRPCAddr, "--activator-listen="+wsAddr, "--kubeconfig="+kubeconfig("collector"))...)
+	r.start(ctx, t, "collector", "collector", "", append(r.args(t, "collector", "TIDAL_DECIDER_SERVICE", "TIDAL_ACTIVATOR_LISTEN"),
+		"--decider-addr="+dec.GRPCAddr, "--activator-listen="+wsAddr)...)
 
 	// A Revision's Deployment and PodAutoscaler, as Knative makes them;
 	// its ServerlessService, created by the actuator, made Ready as

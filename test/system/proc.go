@@ -45,13 +45,27 @@ func NewProc(name, binDir, svc, logDir string, args ...string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, h := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	return newProc(fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1]), name, binDir, svc, logDir, args), nil
+}
+
+// NewProcOn is NewProc serving gRPC on grpcAddr, e.g. the address of a pod
+// the test made, so that what finds the service through that pod finds the
+// process.
+func NewProcOn(grpcAddr, name, binDir, svc, logDir string, args ...string) (*Proc, error) {
+	ports, err := testkit.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	return newProc(grpcAddr, fmt.Sprintf("127.0.0.1:%d", ports[0]), name, binDir, svc, logDir, args), nil
+}
+
+func newProc(g, h, name, binDir, svc, logDir string, args []string) *Proc {
 	return &Proc{
 		Name: name, GRPCAddr: g, HTTPAddr: h,
 		bin:     filepath.Join(binDir, "tidal-"+svc),
 		args:    append([]string{"--grpc-addr", g, "--http-addr", h}, args...),
 		logPath: filepath.Join(logDir, name+".log"),
-	}, nil
+	}
 }
 
 // Start starts the process and waits until its gRPC health service says
