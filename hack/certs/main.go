@@ -95,7 +95,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	validity := fs.Duration("validity", 365*24*time.Hour, "How long the certificates are valid; a new CA is valid ten times as long.")
 	caCert := fs.String("ca-cert", "", "Sign with this CA certificate (PEM) instead of making a CA; needs -ca-key.")
 	caKey := fs.String("ca-key", "", "Key of -ca-cert (PEM).")
-	secrets := fs.Bool("secrets", false, "Also write NAME/secret.yaml, a kubernetes.io/tls Secret PREFIX-NAME-tls in -namespace.")
+	secrets := fs.Bool("secrets", false, "Also write NAME/secret.yaml, a kubernetes.io/tls Secret PREFIX-NAME-tls in -namespace (keda's in -keda-namespace).")
+	kedaNamespace := fs.String("keda-namespace", "", "Namespace of keda/secret.yaml: KEDA's own (the chart's keda.namespace), where its ClusterTriggerAuthentication reads it; empty means -namespace. The identity stays in -namespace.")
 	only := fs.String("only", "", "Comma-separated names to issue (of collector, decider, actuator, pusher, operator, keda, reader and -identity names); empty means all.")
 	extra := extraIDs{}
 	fs.Var(extra, "identity", "Extra identity NAME=SPIFFE_ID to issue a certificate for; repeatable.")
@@ -114,7 +115,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *validity <= 0 {
 		return fmt.Errorf("-validity %s: want more than 0", *validity)
 	}
-	for _, f := range []struct{ flag, v string }{{"namespace", *namespace}, {"prefix", *prefix}} {
+	if *kedaNamespace == "" {
+		*kedaNamespace = *namespace
+	}
+	for _, f := range []struct{ flag, v string }{{"namespace", *namespace}, {"keda-namespace", *kedaNamespace}, {"prefix", *prefix}} {
 		if !validName(strings.ReplaceAll(f.v, ".", "-")) {
 			return fmt.Errorf("-%s %s: want a Kubernetes name (a-z, 0-9, '-', '.')", f.flag, identity.Quote(f.v))
 		}
@@ -190,7 +194,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if *secrets {
-			if err := writeSecret(filepath.Join(dir, "secret.yaml"), *prefix+"-"+name+"-tls", *namespace, iss, ca.CertPEM); err != nil {
+			ns := *namespace
+			if name == "keda" {
+				ns = *kedaNamespace
+			}
+			if err := writeSecret(filepath.Join(dir, "secret.yaml"), *prefix+"-"+name+"-tls", ns, iss, ca.CertPEM); err != nil {
 				return err
 			}
 		}

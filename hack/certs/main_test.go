@@ -40,7 +40,7 @@ func load(t *testing.T, dir string) (*x509.Certificate, *x509.CertPool) {
 func TestRun(t *testing.T) {
 	out := t.TempDir()
 	var stdout bytes.Buffer
-	if err := run([]string{"-namespace", "prod", "-prefix", "tidal-all", "-secrets", "-identity", "alice=spiffe://example.org/ops/alice", out}, &stdout, io.Discard); err != nil {
+	if err := run([]string{"-namespace", "prod", "-keda-namespace", "keda-system", "-prefix", "tidal-all", "-secrets", "-identity", "alice=spiffe://example.org/ops/alice", out}, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{
@@ -77,7 +77,12 @@ func TestRun(t *testing.T) {
 		if err := yaml.UnmarshalStrict(b, &sec); err != nil {
 			t.Fatalf("%s/secret.yaml: %v", name, err)
 		}
-		if sec.Type != corev1.SecretTypeTLS || sec.Name != "tidal-all-"+name+"-tls" || sec.Namespace != "prod" || len(sec.Data["tls.key"]) == 0 || len(sec.Data["ca.crt"]) == 0 {
+		// KEDA's Secret goes where KEDA reads it; its identity stays.
+		wantNS := "prod"
+		if name == "keda" {
+			wantNS = "keda-system"
+		}
+		if sec.Type != corev1.SecretTypeTLS || sec.Name != "tidal-all-"+name+"-tls" || sec.Namespace != wantNS || len(sec.Data["tls.key"]) == 0 || len(sec.Data["ca.crt"]) == 0 {
 			t.Errorf("%s/secret.yaml: %s/%s type %s keys %d", name, sec.Namespace, sec.Name, sec.Type, len(sec.Data))
 		}
 	}
@@ -111,6 +116,7 @@ func TestRunRefuses(t *testing.T) {
 	}{
 		{[]string{}, "OUTDIR"},
 		{[]string{"-namespace", "a/b", "x"}, "-namespace"},
+		{[]string{"-keda-namespace", "K", "x"}, "-keda-namespace"},
 		{[]string{"-ca-cert", "ca.crt", "x"}, "-ca-key"},
 		{[]string{"-identity", "Bob=spiffe://x/y", "x"}, "NAME=SPIFFE_ID"},
 		{[]string{"-identity", "bob=spiffe://x", "x"}, "want a path"},
