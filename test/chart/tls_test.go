@@ -277,23 +277,8 @@ func TestMTLS(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ca, err := pki.LoadCA(filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "ca.key"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, err := identity.Parse(pusherID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		iss, err := ca.Issue(pki.Leaf{ID: id, Validity: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dirs["pusher"] = filepath.Join(t.TempDir(), "pusher")
-		if err := ca.WriteDir(dirs["pusher"], iss); err != nil {
-			t.Fatal(err)
-		}
-		testMTLS(t, m, "sec-tidal", dirs)
+		dirs["pusher"] = issueFrom(t, caDir, pusherID)
+		testMTLS(t, m, "sec-tidal", "tidal", dirs)
 	})
 	t.Run("secret from hack/certs", func(t *testing.T) {
 		t.Parallel()
@@ -330,11 +315,35 @@ func TestMTLS(t *testing.T) {
 				t.Errorf("%s mounts no Secret sec-tidal-%s-tls, the name hack/certs gives", c, c)
 			}
 		}
-		testMTLS(t, m, "sec-tidal", dirs)
+		testMTLS(t, m, "sec-tidal", "tidal", dirs)
 	})
 }
 
-func testMTLS(t *testing.T, m manifest, fullname string, dirs map[string]string) {
+// issueFrom issues a certificate for id from the CA whose ca.crt and ca.key
+// are in caDir, as an operator would with hack/certs, into a directory laid
+// out as a TLS Secret.
+func issueFrom(t *testing.T, caDir, id string) string {
+	t.Helper()
+	ca, err := pki.LoadCA(filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := identity.Parse(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ca.Issue(pki.Leaf{ID: parsed, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "leaf")
+	if err := ca.WriteDir(dir, iss); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func testMTLS(t *testing.T, m manifest, fullname, namespace string, dirs map[string]string) {
 	bins := serviceBinaries(t)
 	flags := map[string][]string{}
 	for _, c := range components {
@@ -354,14 +363,14 @@ func testMTLS(t *testing.T, m manifest, fullname string, dirs map[string]string)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	host := func(c string) string { return fullname + "-" + c + ".tidal.svc" }
+	host := func(c string) string { return fullname + "-" + c + "." + namespace + ".svc" }
 
 	// Refused at the handshake: plaintext, another CA, the wrong name.
 	other, err := pki.NewCA("another CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := other.Issue(pki.Leaf{ID: identity.MustNew("cluster.local", "tidal", fullname+"-collector"), DNSNames: []string{host("decider")}, Validity: time.Hour})
+	iss, err := other.Issue(pki.Leaf{ID: identity.MustNew("cluster.local", namespace, fullname+"-collector"), DNSNames: []string{host("decider")}, Validity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
