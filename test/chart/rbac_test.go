@@ -638,3 +638,53 @@ func TestRBACOptions(t *testing.T) {
 		t.Errorf("collector may list Secrets in team-a")
 	}
 }
+
+// TestExtraScaleResourcesScaleKinds: a custom resource the chart lets the
+// actuator scale (RBAC on its /scale, TestRBACOptions) is also one its
+// --scale-kinds admits, after the binary's default kinds; without any, the
+// chart leaves the flag at its default.
+func TestExtraScaleResourcesScaleKinds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		r    release
+		want string // "" means not set
+	}{
+		{"none", release{name: "tidal", namespace: "tidal-system"}, ""},
+		{"all options", release{name: "prod", namespace: "autoscaling", valuesFiles: []string{"test/chart/testdata/all-options.yaml"}},
+			scale.DefaultKinds + ",widgets.example.com/Widget"},
+		{"core group", release{name: "tidal", namespace: "tidal-system", set: []string{
+			"actuator.extraScaleResources[0].resource=replicationcontrollers",
+			"actuator.extraScaleResources[0].kind=ReplicationController"}},
+			scale.DefaultKinds + ",core/ReplicationController"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := manifest(render(t, tt.r))
+			var dep *appsv1.Deployment
+			for _, o := range m {
+				if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "-actuator") {
+					dep = typed[appsv1.Deployment](t, o)
+				}
+			}
+			if dep == nil {
+				t.Fatal("no actuator Deployment")
+			}
+			got := ""
+			for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "TIDAL_SCALE_KINDS" {
+					got = e.Value
+				}
+			}
+			if got != tt.want {
+				t.Fatalf("TIDAL_SCALE_KINDS = %q, want %q", got, tt.want)
+			}
+			if got != "" {
+				if err := new(scale.Kinds).Set(got); err != nil {
+					t.Errorf("--scale-kinds refuses %q: %v", got, err)
+				}
+			}
+		})
+	}
+}
