@@ -13,7 +13,7 @@ import (
 // parseKafkaAuth reads how an inline trigger reaches its brokers: KEDA's
 // kafka keys for TLS, SASL and the protocol version (lag.ParseAuth), the
 // secrets among them from the workload's environment (...FromEnv, which
-// KEDA resolves and forwards). Errors name the key and quote no value.
+// KEDA resolves and forwards). Errors name the key and quote no value but version's.
 func parseKafkaAuth(vals map[string]string, brokers []string) (lag.Auth, error) {
 	a, err := lag.ParseAuth(func(k string) string { return vals[k] })
 	var ae *lag.AuthError
@@ -22,7 +22,11 @@ func parseKafkaAuth(vals map[string]string, brokers []string) (lag.Auth, error) 
 		if slices.Contains(lag.SecretAuthKeys, ae.Key) {
 			want += " (" + ae.Key + fromEnv + ": the variable must be set in the scale target's environment, or KEDA forwards nothing)"
 		}
-		return a, commonv1.Invalid(field(ae.Key), "(not shown)", want)
+		shown := "(not shown)"
+		if ae.Key == "version" {
+			shown = vals["version"] // a release, no secret
+		}
+		return a, commonv1.Invalid(field(ae.Key), shown, want)
 	}
 	if err != nil {
 		return a, commonv1.Invalid("scalerMetadata", "(not shown)", err.Error())

@@ -97,6 +97,16 @@ func TestParseKafka(t *testing.T) {
 				t.Errorf("lagThreshold %d, want 30", k.Config.LagThreshold)
 			}
 		}},
+		{"a release franz-go does not name, as KEDA takes it", base("version", "2.9.0"), func(t *testing.T, k Kafka) {
+			if k.Auth.MaxVersion != "2.9.0" {
+				t.Errorf("version %q, want 2.9.0 (capped at 2.8's protocol when dialled)", k.Auth.MaxVersion)
+			}
+		}},
+		{"a release before 1.0", base("version", "0.11.0.2"), func(t *testing.T, k Kafka) {
+			if k.Auth.MaxVersion != "0.11.0.2" {
+				t.Errorf("version %q, want 0.11.0.2", k.Auth.MaxVersion)
+			}
+		}},
 		{"SASL with its secrets from the environment", base("sasl", "scram_sha512", "usernameFromEnv", "billing", "passwordFromEnv", " pw ", "tls", "enable", "version", "2.8.0"),
 			func(t *testing.T, k Kafka) {
 				want := lag.Auth{TLS: true, SASL: lag.SASLSCRAM512, User: "billing", Password: " pw ", MaxVersion: "2.8.0"}
@@ -185,7 +195,11 @@ func TestParseRefuses(t *testing.T) {
 		{"a CA that is no PEM", "shop", kafka("tls", "enable", "caFromEnv", "hunter2"), []string{"scalerMetadata.ca", "PEM"}},
 		{"a key without its certificate", "shop", kafka("tls", "enable", "keyFromEnv", "hunter2"), []string{"scalerMetadata.cert", "not shown"}},
 		{"a long password", "shop", kafka("sasl", "plaintext", "username", "u", "passwordFromEnv", "hunter2"+long), []string{"scalerMetadata.passwordFromEnv", "not shown", "4096 bytes"}},
-		{"a bad version", "shop", kafka("version", "newest"), []string{"scalerMetadata.version"}},
+		{"a bad version", "shop", kafka("version", "newest"), []string{"scalerMetadata.version", `"newest"`, "2.8.0"}},
+		{"a version KEDA refuses: two parts", "shop", kafka("version", "2.8"), []string{"scalerMetadata.version", `"2.8"`, "MAJOR.MINOR.PATCH"}},
+		{"a version KEDA refuses: a v", "shop", kafka("version", "v2.8.0"), []string{"scalerMetadata.version", `"v2.8.0"`}},
+		{"a version KEDA refuses: three parts before 1.0", "shop", kafka("version", "0.10.2"), []string{"scalerMetadata.version", "0.MINOR.PATCH.N"}},
+		{"a version older than franz-go speaks", "shop", kafka("version", "0.7.0.0"), []string{"scalerMetadata.version", "0.8.0"}},
 		{"limitToPartitionsWithLag without a topic", "shop", kafka("limitToPartitionsWithLag", "true"), []string{"scalerMetadata.limitToPartitionsWithLag", "topic"}},
 		{"ensureEvenDistributionOfPartitions without a topic", "shop", kafka("ensureEvenDistributionOfPartitions", "true"), []string{"scalerMetadata.ensureEvenDistributionOfPartitions", "topic"}},
 		{"partitionLimitation without a topic", "shop", kafka("partitionLimitation", "0,1"), []string{"scalerMetadata.partitionLimitation", "topic"}},

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kversion"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/aws"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -46,7 +45,9 @@ type Auth struct {
 	AWSSecretKey  string
 	AWSToken      string
 	// MaxVersion caps the Kafka protocol at a release (KEDA's version key,
-	// "2.8.0"); empty means whatever the brokers offer.
+	// "2.8.0", as MaxVersions reads it); empty means whatever the brokers
+	// offer (KEDA's sarama then speaks 1.0's protocol: the answers are the
+	// same).
 	MaxVersion string
 }
 
@@ -136,8 +137,8 @@ func ParseAuth(get func(key string) string) (Auth, error) {
 		return a, &AuthError{"sasl", "plaintext, scram_sha256, scram_sha512, oauthbearer or none"}
 	}
 	if v := get("version"); v != "" {
-		if kversion.FromString(v) == nil {
-			return a, &AuthError{"version", "a Kafka release such as 2.8.0"}
+		if _, err := MaxVersions(v); err != nil {
+			return a, err
 		}
 		a.MaxVersion = v
 	}
@@ -253,9 +254,9 @@ func (c Cluster) options() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(m))
 	}
 	if c.Auth.MaxVersion != "" {
-		v := kversion.FromString(c.Auth.MaxVersion)
-		if v == nil {
-			return nil, &AuthError{"version", "a Kafka release such as 2.8.0"}
+		v, err := MaxVersions(c.Auth.MaxVersion)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, kgo.MaxVersions(v))
 	}
