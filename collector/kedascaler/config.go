@@ -61,6 +61,11 @@ type Config struct {
 	// to answer from it rather than poll again: KEDA calls IsActive right
 	// after GetMetrics, in one GetMetricsAndActivity.
 	ActivityReuse time.Duration
+	// StreamPoll is how often a StreamIsActive stream of a keda-mode
+	// trigger reads the offsets for KEDA's activity: KEDA's own activity
+	// is known only at a read, and the stream is there to beat KEDA's
+	// pollingInterval (30 s by default) from zero.
+	StreamPoll time.Duration
 	// Brokers are the Kafka brokers inline triggers may make this
 	// collector reach: the collector's one policy for every lag source
 	// (--kafka-brokers, --allowed-brokers), set by its caller.
@@ -84,6 +89,7 @@ func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxPolls, p+"max-polls", 32, "Kafka reads for KEDA's inline Kafka calls in flight at once on this collector; more wait.")
 	fs.Float64Var(&c.PollRate, p+"poll-rate", 200, "Inline Kafka calls (GetMetrics, IsActive, StreamIsActive) per second for the ScaledObjects of one namespace; each may read Kafka.")
 	fs.IntVar(&c.PollBurst, p+"poll-burst", 400, "Inline Kafka calls for one namespace's ScaledObjects at once above --keda-poll-rate.")
+	fs.DurationVar(&c.StreamPoll, p+"stream-poll-interval", 5*time.Second, "How often a StreamIsActive stream (external-push) of an inline Kafka trigger in keda mode reads the offsets and pushes KEDA's activity when it changes; keep it below the ScaledObjects' pollingInterval. Each read counts against --keda-poll-rate.")
 	fs.DurationVar(&c.ActivityReuse, p+"activity-reuse", 2*time.Second, "IsActive of an inline Kafka trigger in keda mode answers from the trigger's latest poll while it is at most this old (KEDA calls it right after GetMetrics); 0 means every IsActive polls.")
 }
 
@@ -118,6 +124,8 @@ func (c *Config) Validate(p string) error {
 		return fmt.Errorf("--%spoll-rate %g: want a finite number above 0", p, c.PollRate)
 	case c.PollBurst < 1:
 		return fmt.Errorf("--%spoll-burst %d: want at least 1", p, c.PollBurst)
+	case c.StreamPoll <= 0:
+		return fmt.Errorf("--%sstream-poll-interval %s: want more than 0", p, c.StreamPoll)
 	case c.ActivityReuse < 0:
 		return fmt.Errorf("--%sactivity-reuse %s: want at least 0", p, c.ActivityReuse)
 	}

@@ -36,6 +36,7 @@ func TestConfigRefusesUnboundedValues(t *testing.T) {
 		{[]string{"--keda-poll-rate", "+Inf"}, "--keda-poll-rate"},
 		{[]string{"--keda-poll-burst", "0"}, "--keda-poll-burst"},
 		{[]string{"--keda-activity-reuse", "-1s"}, "--keda-activity-reuse"},
+		{[]string{"--keda-stream-poll-interval", "0s"}, "--keda-stream-poll-interval"},
 		{[]string{"--keda-max-streams-per-namespace", "0"}, "--keda-max-streams-per-namespace"},
 		{[]string{"--keda-max-streams-per-namespace", "2000"}, "--keda-max-streams-per-namespace"},
 		{[]string{"--keda-namespace-call-rate", "0"}, "--keda-namespace-call-rate"},

@@ -35,8 +35,11 @@
 //     it is a poll itself.
 //   - GetMetricSpec and StreamMetricSpec never poll; a GetMetrics naming
 //     another metric than the trigger's is refused before anything is read,
-//     so it is no poll. StreamIsActive is refused (FAILED_PRECONDITION):
-//     KEDA's activity is known only at a poll.
+//     so it is no poll.
+//   - StreamIsActive (external-push) reads the offsets every
+//     Config.StreamPoll and sends KEDA's activity of them when it changes.
+//     Activity depends on the offsets alone, so these reads use a scaler
+//     of their own and are no polls.
 //
 // So a client drives one poll with one GetMetrics (and reads its activity
 // with the IsActive right after it), and the state moves only then: the

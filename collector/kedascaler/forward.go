@@ -182,6 +182,8 @@ func callProto(c Call) collectorv1.KEDACall {
 		return collectorv1.KEDACall_KEDA_CALL_GET_METRICS
 	case CallIsActive:
 		return collectorv1.KEDACall_KEDA_CALL_IS_ACTIVE
+	case CallActivity:
+		return collectorv1.KEDACall_KEDA_CALL_ACTIVITY
 	}
 	return collectorv1.KEDACall_KEDA_CALL_ENSURE
 }
@@ -192,6 +194,8 @@ func callOf(c collectorv1.KEDACall) Call {
 		return CallGetMetrics
 	case collectorv1.KEDACall_KEDA_CALL_IS_ACTIVE:
 		return CallIsActive
+	case collectorv1.KEDACall_KEDA_CALL_ACTIVITY:
+		return CallActivity
 	}
 	return CallEnsure
 }

@@ -64,6 +64,10 @@ const (
 	// CallIsActive is the activity of the latest poll while it is recent,
 	// else of a new poll (IsActive, keda mode).
 	CallIsActive
+	// CallActivity is KEDA's activity on offsets read now, moving none of
+	// the polls' state (StreamIsActive, keda mode): activity depends on the
+	// offsets alone, the metric on earlier polls too (excludePersistentLag).
+	CallActivity
 )
 
 // Poll is one of KEDA's polls of a keda-mode trigger.
@@ -143,7 +147,7 @@ func NewTriggers(cfg Config, hub Hub, reader Reader, scalers KafkaScalerFactory,
 	})
 	t.pollsDone = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "tidal_collector_keda_kafka_polls_total",
-		Help: "KEDA polls of inline Kafka triggers in keda mode, by result: ok, error.",
+		Help: "KEDA polls of inline Kafka triggers in keda mode (and StreamIsActive's reads of their activity), by result: ok, error.",
 	}, []string{"result"})
 	t.pollsDone.WithLabelValues("ok")
 	t.pollsDone.WithLabelValues("error")
@@ -161,7 +165,8 @@ func NewTriggers(cfg Config, hub Hub, reader Reader, scalers KafkaScalerFactory,
 // Serve answers one KEDA call for the trigger k of the ScaledObject
 // namespace/name (both valid): it keeps the trigger's target measured and,
 // for CallGetMetrics and CallIsActive in keda mode, returns the poll that
-// answers it. It returns the target.
+// answers it (for CallActivity, the activity alone). It returns the
+// target.
 func (t *Triggers) Serve(ctx context.Context, namespace, name string, k *Kafka, call Call) (*commonv1.TargetRef, *Poll, error) {
 	tr, err := t.ensure(namespace, name, k)
 	if err != nil {
@@ -169,6 +174,19 @@ func (t *Triggers) Serve(ctx context.Context, namespace, name string, k *Kafka, 
 	}
 	if !k.KEDAMode() || call == CallEnsure {
 		return tr.ref, nil, nil
+	}
+	if call == CallActivity {
+		// A scaler of its own, fresh: no poll's state is read or moved.
+		sc, err := t.scalers(k.Config)
+		if err != nil {
+			return tr.ref, nil, fmt.Errorf("%w: KEDA's scaler for %s: %w", ErrMeasure, tr.ref.Key(), err)
+		}
+		p, err := t.read(ctx, tr, sc)
+		if err != nil {
+			return tr.ref, nil, err
+		}
+		p.Metric = 0 // the metric of a fresh scaler is not the trigger's
+		return tr.ref, &p, nil
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -259,6 +277,17 @@ func (t *Triggers) lagTarget(ref *commonv1.TargetRef, k *Kafka) lag.Target {
 // pollLocked makes one poll: it reads the offsets now (the reader records
 // them for the decider too) and runs KEDA's arithmetic on them.
 func (t *Triggers) pollLocked(ctx context.Context, tr *trigger) (Poll, error) {
+	p, err := t.read(ctx, tr, tr.scaler)
+	if err != nil {
+		return Poll{}, err
+	}
+	tr.last, tr.polled = p, true
+	return p, nil
+}
+
+// read reads tr's offsets now, within Config.MaxPolls reads in flight, and
+// runs sc on them.
+func (t *Triggers) read(ctx context.Context, tr *trigger, sc KafkaScaler) (Poll, error) {
 	select {
 	case t.polls <- struct{}{}:
 		defer func() { <-t.polls }()
@@ -271,14 +300,13 @@ func (t *Triggers) pollLocked(ctx context.Context, tr *trigger) (Poll, error) {
 	var p Poll
 	if err == nil {
 		p = Poll{Time: at}
-		p.Metric, p.Active, err = tr.scaler.Poll(s, at)
+		p.Metric, p.Active, err = sc.Poll(s, at)
 	}
 	if err != nil {
 		t.pollsDone.WithLabelValues("error").Inc()
 		return Poll{}, fmt.Errorf("%w: %w", ErrMeasure, err)
 	}
 	t.pollsDone.WithLabelValues("ok").Inc()
-	tr.last, tr.polled = p, true
 	return p, nil
 }
 

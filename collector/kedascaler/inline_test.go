@@ -308,10 +308,6 @@ func TestInlineKEDAErrors(t *testing.T) {
 	if _, err := f.s.GetMetricSpec(ctx, &externalscaler.ScaledObjectRef{Namespace: "shop", ScalerMetadata: billing()}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "scaledObjectRef.name") {
 		t.Errorf("GetMetricSpec without a ScaledObject name: %v, want INVALID_ARGUMENT naming scaledObjectRef.name", err)
 	}
-	st := &fakeActivityStream{ctx: ctx}
-	if err := f.s.StreamIsActive(soRef(billing()), st); status.Code(err) != codes.FailedPrecondition {
-		t.Errorf("StreamIsActive in keda mode: %v, want FAILED_PRECONDITION", err)
-	}
 }
 
 // TestInlineBrokerPolicy: a trigger naming a broker the collector's
@@ -483,15 +479,6 @@ func TestInlineRiffMode(t *testing.T) {
 	}
 }
 
-// fakeActivityStream is a StreamIsActive server stream for calls refused
-// before anything is sent.
-type fakeActivityStream struct {
-	externalscaler.ExternalScaler_StreamIsActiveServer
-	ctx context.Context
-}
-
-func (s *fakeActivityStream) Context() context.Context { return s.ctx }
-
 // TestForwardToTheOwner: a replica that does not own a trigger's bucket
 // forwards the call to the one that does over KEDATargetService; the owner
 // reads the trigger again and polls; a replica asked for what it does not
@@ -518,6 +505,18 @@ func TestForwardToTheOwner(t *testing.T) {
 	if act, err := entry.s.IsActive(context.Background(), soRef(billing())); err != nil || !act.GetResult() || owner.reader.count() != 1 {
 		t.Errorf("IsActive through the entry replica = %v, %v (owner polled %d times); want the owner's last poll, true", act, err, owner.reader.count())
 	}
+	// StreamIsActive's reads go to the owner too.
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := serve(t, entry.s).StreamIsActive(cctx, soRef(billing()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := recvTimeout(t, st.Recv); err != nil || !got.GetResult() || owner.reader.count() < 2 || entry.reader.count() != 0 {
+		t.Errorf("StreamIsActive through the entry replica = %v, %v (owner read %d times, entry %d); want true read at the owner",
+			got, err, owner.reader.count(), entry.reader.count())
+	}
+	cancel()
 	// The owner checks the metadata itself.
 	_, err = entry.metrics(t, billing("lagThreshold", "0"))
 	if status.Code(err) != codes.InvalidArgument {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -418,8 +419,7 @@ func (s *Server) release(caller, ns string) {
 //
 // An inline Kafka trigger in a riff mode streams its decider's decisions
 // in the same way (KEDA's polls keep its target measured); one in keda
-// mode is refused with FAILED_PRECONDITION: its activity is KEDA's own,
-// known only at a poll, so it is polled (type external).
+// mode streams KEDA's own activity (streamActivity).
 func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamIsActiveServer) error {
 	ctx := st.Context()
 	trig, err := s.trigger(ref)
@@ -438,7 +438,7 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 		if s.inline.Triggers == nil {
 			return errNoInline
 		}
-		return status.Errorf(codes.FailedPrecondition, "%s: keda mode answers KEDA's polls; use trigger type external, or lag.tidal.dev/mode riff-queue or riff-offset for pushed activity", inlineName(ref))
+		return s.streamActivity(ref, k, st)
 	case k != nil:
 		if target, _, err = s.kafka(ctx, ref, k, CallEnsure); err != nil {
 			return err
@@ -524,4 +524,41 @@ func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st extern
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// streamActivity is StreamIsActive for an inline Kafka trigger in keda
+// mode: every Config.StreamPoll it reads the offsets (where the trigger is
+// measured, as a call would) and sends KEDA's activity of them, at once
+// and then whenever it changes. The reads move none of the polls' state,
+// so GetMetrics still answers what KEDA's scaler would. A read that fails
+// sends nothing and the stream stays open, as a follow stream does while
+// tidal does not know: KEDA's polls say why, and a stream ended with an
+// error would make KEDA wait before it opens the next.
+func (s *Server) streamActivity(ref *externalscaler.ScaledObjectRef, k *Kafka, st externalscaler.ExternalScaler_StreamIsActiveServer) error {
+	ctx := st.Context()
+	caller, ns := s.caller(ctx), ref.GetNamespace()
+	if err := s.acquire(caller, ns); err != nil {
+		return err
+	}
+	defer s.release(caller, ns)
+	tick := time.NewTicker(s.cfg.StreamPoll)
+	defer tick.Stop()
+	var sent, active bool
+	for {
+		_, p, err := s.kafka(ctx, ref, k, CallActivity)
+		switch {
+		case err == nil && (!sent || p.Active != active):
+			if err := st.Send(&externalscaler.IsActiveResponse{Result: p.Active}); err != nil {
+				return err
+			}
+			sent, active = true, p.Active
+		case err != nil && ctx.Err() == nil:
+			s.log.Debug("KEDA stream: activity not read", zap.String("scaledObject", ns+"/"+ref.GetName()), zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }

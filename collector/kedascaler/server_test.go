@@ -142,7 +142,7 @@ var (
 func testConfig() Config {
 	return Config{CallTimeout: time.Second, MaxStreams: 4, MaxStreamsPerCaller: 2, MaxStreamsPerNamespace: 4, CallRate: 1000, CallBurst: 1000, MaxWatches: 4, OwnerCheck: 10 * time.Millisecond,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-		TargetTTL: time.Minute, MaxTargets: 4, MaxPolls: 2, PollRate: 1000, PollBurst: 1000, ActivityReuse: time.Second,
+		TargetTTL: time.Minute, MaxTargets: 4, MaxPolls: 2, PollRate: 1000, PollBurst: 1000, ActivityReuse: time.Second, StreamPoll: 20 * time.Millisecond,
 		Brokers: lag.BrokerPolicy{Patterns: lag.BrokerPatterns{"*"}}}
 }
 

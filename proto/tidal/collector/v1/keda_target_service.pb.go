@@ -37,6 +37,10 @@ const (
 	// IsActive of a keda-mode trigger: the activity of the target's latest
 	// poll while it is recent, else of a new poll.
 	KEDACall_KEDA_CALL_IS_ACTIVE KEDACall = 3
+	// StreamIsActive's read of a keda-mode trigger: the activity of offsets
+	// read now, which moves none of the polls' state (activity depends on
+	// the offsets alone). Its poll carries the activity, metric 0.
+	KEDACall_KEDA_CALL_ACTIVITY KEDACall = 4
 )
 
 // Enum value maps for KEDACall.
@@ -46,12 +50,14 @@ var (
 		1: "KEDA_CALL_ENSURE",
 		2: "KEDA_CALL_GET_METRICS",
 		3: "KEDA_CALL_IS_ACTIVE",
+		4: "KEDA_CALL_ACTIVITY",
 	}
 	KEDACall_value = map[string]int32{
 		"KEDA_CALL_UNSPECIFIED": 0,
 		"KEDA_CALL_ENSURE":      1,
 		"KEDA_CALL_GET_METRICS": 2,
 		"KEDA_CALL_IS_ACTIVE":   3,
+		"KEDA_CALL_ACTIVITY":    4,
 	}
 )
 
@@ -297,12 +303,13 @@ const file_tidal_collector_v1_keda_target_service_proto_rawDesc = "" +
 	"\x06active\x18\x03 \x01(\bR\x06active\"\x80\x01\n" +
 	"\x18EnsureKEDATargetResponse\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x120\n" +
-	"\x04poll\x18\x02 \x01(\v2\x1c.tidal.collector.v1.KEDAPollR\x04poll*o\n" +
+	"\x04poll\x18\x02 \x01(\v2\x1c.tidal.collector.v1.KEDAPollR\x04poll*\x87\x01\n" +
 	"\bKEDACall\x12\x19\n" +
 	"\x15KEDA_CALL_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10KEDA_CALL_ENSURE\x10\x01\x12\x19\n" +
 	"\x15KEDA_CALL_GET_METRICS\x10\x02\x12\x17\n" +
-	"\x13KEDA_CALL_IS_ACTIVE\x10\x032\x82\x01\n" +
+	"\x13KEDA_CALL_IS_ACTIVE\x10\x03\x12\x16\n" +
+	"\x12KEDA_CALL_ACTIVITY\x10\x042\x82\x01\n" +
 	"\x11KEDATargetService\x12m\n" +
 	"\x10EnsureKEDATarget\x12+.tidal.collector.v1.EnsureKEDATargetRequest\x1a,.tidal.collector.v1.EnsureKEDATargetResponseB\xdc\x01\n" +
 	"\x16com.tidal.collector.v1B\x16KedaTargetServiceProtoP\x01Z@github.com/tidalscale/tidal/proto/tidal/collector/v1;collectorv1\xa2\x02\x03TCX\xaa\x02\x12Tidal.Collector.V1\xca\x02\x12Tidal\\Collector\\V1\xe2\x02\x1eTidal\\Collector\\V1\\GPBMetadata\xea\x02\x14Tidal::Collector::V1b\x06proto3"
