@@ -59,6 +59,8 @@ type Server struct {
 	inline    *Inline
 	caller    func(context.Context) string
 	log       *zap.Logger
+	// scaledObjects, when set, reads the metricType KEDA does not send.
+	scaledObjects ScaledObjects
 
 	refused *prometheus.CounterVec
 
@@ -113,7 +115,7 @@ func New(cfg Config, targets Targets, decisions Decisions, inline *Inline, calle
 // namespace is PERMISSION_DENIED: one KEDA identity answers every tenant's
 // ScaledObjects, so a ScaledObject may learn only about its own
 // namespace's targets.
-func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
+func (s *Server) trigger(ctx context.Context, ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 	if ref == nil {
 		return Trigger{}, status.Error(codes.InvalidArgument, "scaledObjectRef: required")
 	}
@@ -136,6 +138,9 @@ func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 		if b, refused := s.cfg.Brokers.Refused(k.Brokers); refused {
 			return Trigger{}, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--kafka-brokers, --allowed-brokers)").Error())
 		}
+	}
+	if err := s.checkMetricType(ctx, ref, trig); err != nil {
+		return Trigger{}, err
 	}
 	return trig, nil
 }
@@ -244,7 +249,7 @@ func decisionStatus(what string, target *commonv1.TargetRef, err error) error {
 // IsActive says whether the trigger wants the workload running: tidal's
 // desired replicas > 0 (follow, riff modes), or KEDA's activity (keda).
 func (s *Server) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
-	trig, err := s.trigger(ref)
+	trig, err := s.trigger(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -311,16 +316,16 @@ func metricNameOf(trig Trigger) string {
 
 // GetMetricSpec returns the trigger's metric once its object is found. It
 // measures nothing and asks no decider.
-func (s *Server) GetMetricSpec(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
+func (s *Server) GetMetricSpec(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
 	if err := s.admit(ref); err != nil {
 		return nil, err
 	}
-	return s.metricSpecOf(ref)
+	return s.metricSpecOf(ctx, ref)
 }
 
 // metricSpecOf is GetMetricSpec within a call already admitted.
-func (s *Server) metricSpecOf(ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
-	trig, err := s.trigger(ref)
+func (s *Server) metricSpecOf(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
+	trig, err := s.trigger(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +346,7 @@ var errNoInline = status.Error(codes.Unimplemented, "this collector does not ser
 // refused before anything is read, so it costs no poll.
 func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
 	ref := req.GetScaledObjectRef()
-	trig, err := s.trigger(ref)
+	trig, err := s.trigger(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +427,7 @@ func (s *Server) release(caller, ns string) {
 // mode streams KEDA's own activity (streamActivity).
 func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamIsActiveServer) error {
 	ctx := st.Context()
-	trig, err := s.trigger(ref)
+	trig, err := s.trigger(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -510,7 +515,7 @@ func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st extern
 	if err := s.admit(ref); err != nil {
 		return err
 	}
-	spec, err := s.metricSpecOf(ref)
+	spec, err := s.metricSpecOf(ctx, ref)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/kedascaler"
@@ -84,4 +91,110 @@ func kedaInline(cfg *config, hub *dispatch.Hub, fetcher *lag.Fetcher, buckets *b
 	}
 	in.Triggers = kedascaler.NewTriggers(cfg.keda, hub, fetcher, kedascaler.NewKafkaScaler, owns, reg, log.With(zap.String("component", "keda")))
 	return in, peers, nil
+}
+
+// scaledObjectsGVR is KEDA's ScaledObject.
+var scaledObjectsGVR = schema.GroupVersionResource{Group: "keda.sh", Version: "v1alpha1", Resource: "scaledobjects"}
+
+// Bounds of kubeScaledObjects' cache: KEDA calls for each trigger every
+// pollingInterval and HPA sync, and one read per ScaledObject and TTL is
+// enough to see a changed metricType.
+const (
+	scaledObjectTTL      = 30 * time.Second
+	maxScaledObjects     = 4096
+	maxScaledObjectBytes = 64 << 10 // of one trigger's metadata, as KEDA would send it
+)
+
+// kubeScaledObjects is kedascaler.ScaledObjects over the API server: a
+// GET per ScaledObject, remembered (answer or error) for scaledObjectTTL,
+// at most maxScaledObjects of them.
+type kubeScaledObjects struct {
+	dyn dynamic.Interface
+	now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]scaledObjectEntry
+}
+
+type scaledObjectEntry struct {
+	at       time.Time
+	triggers []kedascaler.ScaledObjectTrigger
+	err      error
+}
+
+func newKubeScaledObjects(dyn dynamic.Interface) *kubeScaledObjects {
+	return &kubeScaledObjects{dyn: dyn, now: time.Now, cache: map[string]scaledObjectEntry{}}
+}
+
+// Triggers implements kedascaler.ScaledObjects.
+func (k *kubeScaledObjects) Triggers(ctx context.Context, namespace, name string) ([]kedascaler.ScaledObjectTrigger, error) {
+	key := namespace + "/" + name
+	now := k.now()
+	k.mu.Lock()
+	e, ok := k.cache[key]
+	k.mu.Unlock()
+	if ok && now.Sub(e.at) < scaledObjectTTL {
+		return e.triggers, e.err
+	}
+	e = scaledObjectEntry{at: now}
+	u, err := k.dyn.Resource(scaledObjectsGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		e.triggers, e.err = scaledObjectTriggers(u)
+	} else {
+		// Not found, no KEDA CRDs, not allowed: remembered too, so a
+		// cluster without KEDA's CRDs costs one read per TTL.
+		e.err = fmt.Errorf("ScaledObject %s: %w", key, err)
+	}
+	if ctx.Err() != nil {
+		return nil, e.err // the caller gave up; nothing learnt
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.cache[key]; !ok && len(k.cache) >= maxScaledObjects {
+		for old, oe := range k.cache {
+			if now.Sub(oe.at) >= scaledObjectTTL {
+				delete(k.cache, old)
+			}
+		}
+		for old := range k.cache {
+			if len(k.cache) < maxScaledObjects {
+				break
+			}
+			delete(k.cache, old) // all fresh: one is read again sooner
+		}
+	}
+	k.cache[key] = e
+	return e.triggers, e.err
+}
+
+// scaledObjectTriggers reads spec.triggers: type, metricType and metadata.
+func scaledObjectTriggers(u *unstructured.Unstructured) ([]kedascaler.ScaledObjectTrigger, error) {
+	raw, _, err := unstructured.NestedSlice(u.Object, "spec", "triggers")
+	if err != nil {
+		return nil, fmt.Errorf("ScaledObject %s/%s spec.triggers: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	out := make([]kedascaler.ScaledObjectTrigger, 0, len(raw))
+	for i, r := range raw {
+		m, ok := r.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("ScaledObject %s/%s spec.triggers[%d]: not an object", u.GetNamespace(), u.GetName(), i)
+		}
+		tr := kedascaler.ScaledObjectTrigger{Metadata: map[string]string{}}
+		tr.Type, _, _ = unstructured.NestedString(m, "type")
+		tr.MetricType, _, _ = unstructured.NestedString(m, "metricType")
+		md, _, _ := unstructured.NestedMap(m, "metadata")
+		size := 0
+		for k, v := range md {
+			s, ok := v.(string)
+			if !ok {
+				continue // KEDA's CRD holds strings; anything else matches no trigger
+			}
+			if size += len(k) + len(s); size > maxScaledObjectBytes {
+				break // more than KEDA would send: matches no trigger
+			}
+			tr.Metadata[k] = s
+		}
+		out = append(out, tr)
+	}
+	return out, nil
 }

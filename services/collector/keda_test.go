@@ -203,21 +203,12 @@ func TestKEDAFollowsAPodAutoscaler(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	pa := &autoscalingv1alpha1.PodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
-			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web-deployment"},
-			Strategy:       autoscalingv1alpha1.StrategyKPA,
-		},
-	}
 	// No scrape target: pushed stats are the measurements (Knative's TBC=-1).
 	m := &autoscalingv1alpha1.Metric{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec:       autoscalingv1alpha1.MetricSpec{StableWindow: metav1.Duration{Duration: time.Minute}},
 	}
-	if _, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createKPA(t, tidal, ns, "web", "web-deployment")
 	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -238,6 +239,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		disc    *targets.Discovery
 		buckets *bucket.Set
 		kube    kubernetes.Interface
+		dyn     dynamic.Interface
 		knCfg   *knativeconfig.Watcher
 	)
 	if cfg.discovery == discoveryKubernetes {
@@ -252,6 +254,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		tidal, err := tidalclient.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("tidal client: %w", err)
+		}
+		if dyn, err = dynamic.NewForConfig(rc); err != nil {
+			return fmt.Errorf("dynamic client: %w", err)
 		}
 		disc = targets.New(cfg.targets, kube, tidal, hub, scraper, fetcher, log)
 		disc.RegisterMetrics(reg)
@@ -292,7 +297,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer peers.Close()
-	externalscaler.RegisterExternalScalerServer(srv.GRPC(), kedascaler.New(cfg.keda, kedaTargets, kedaDecisions, inline, server.Caller, reg, log))
+	kedaServer := kedascaler.New(cfg.keda, kedaTargets, kedaDecisions, inline, server.Caller, reg, log)
+	if dyn != nil {
+		// KEDA does not send a trigger's metricType: read it from the
+		// ScaledObject, so a Value metric that would scale wrongly is
+		// refused.
+		kedaServer.SetScaledObjects(newKubeScaledObjects(dyn))
+	}
+	externalscaler.RegisterExternalScalerServer(srv.GRPC(), kedaServer)
 	collectorv1.RegisterKEDATargetServiceServer(srv.GRPC(), kedascaler.NewTargetService(inline))
 	g.Go(func() error { return kedaDecisions.Run(gctx) })
 	g.Go(func() error { return inline.Triggers.Run(gctx) })

@@ -109,6 +109,22 @@ func runCollector(t *testing.T, args ...string) string {
 	return grpcAddr
 }
 
+// createKPA creates PodAutoscaler ns/name of the KPA strategy scaling
+// Deployment deployment.
+func createKPA(t *testing.T, tidal tidalclient.Interface, ns, name, deployment string) {
+	t.Helper()
+	pa := &autoscalingv1alpha1.PodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: deployment},
+			Strategy:       autoscalingv1alpha1.StrategyKPA,
+		},
+	}
+	if _, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Create(context.Background(), pa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // readyPods creates n pods labelled labels in ns, named prefix-0 to
 // prefix-(n-1), and waits until kwok has them Ready.
 func readyPods(t *testing.T, c *cluster.Cluster, ns, prefix string, labels map[string]string, n int) []corev1.Pod {
@@ -185,21 +201,12 @@ func TestBinaryScrapesKubernetesTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pa := &autoscalingv1alpha1.PodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: autoscalingv1alpha1.PodAutoscalerSpec{
-			ScaleTargetRef: autoscalingv1alpha1.ScaleTargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"},
-			Strategy:       autoscalingv1alpha1.StrategyKPA,
-		},
-	}
 	m := &autoscalingv1alpha1.Metric{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: autoscalingv1alpha1.MetricSpec{StableWindow: metav1.Duration{Duration: time.Minute}, ScrapeTarget: "web",
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 	}
-	if _, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createKPA(t, tidal, ns, "web", "web")
 	if _, err := tidal.AutoscalingV1alpha1().Metrics(ns).Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

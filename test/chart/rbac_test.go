@@ -326,6 +326,11 @@ func TestRBACSufficient(t *testing.T) {
 		// Kafka bootstrap servers from the Secret a PodAutoscaler names.
 		_, err = a.kube.CoreV1().Secrets(f.wns).Get(ctx, brokersSecret, metav1.GetOptions{})
 		mustAllow(t, "get the broker Secret it was given", err)
+		// collector/kedascaler: the ScaledObject a KEDA call names, for
+		// its trigger's metricType (no KEDA CRDs here: asked, not read).
+		if !a.can(t, "get", "keda.sh", "scaledobjects", "", f.wns, "") {
+			t.Error("collector may not get ScaledObjects")
+		}
 	})
 
 	t.Run("actuator", func(t *testing.T) {
