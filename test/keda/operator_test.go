@@ -566,3 +566,29 @@ func (r *replicaLog) waitFor(t *testing.T, within time.Duration, what string, n 
 	testkit.Eventually(t, within, what, func() bool { return r.current() == n },
 		func() string { return fmt.Sprintf("changes %v", r.changes()) })
 }
+
+// pushPolling is TestInlineKafkaPushThroughKEDA's pollingInterval: long
+// enough that KEDA's polls cannot be what takes the Deployment off zero.
+const pushPolling = 120
+
+// TestInlineKafkaPushThroughKEDA applies the inline Kafka example as
+// external-push (keda mode) with a pollingInterval of two minutes: KEDA's
+// operator holds tidal's StreamIsActive open, and when the lag passes
+// activationLagThreshold tidal pushes the activity (its stream reads the
+// offsets every --keda-stream-poll-interval, 5 s) and KEDA takes the
+// Deployment off zero long before its next poll; the HPA then follows the
+// lag as with type external.
+func TestInlineKafkaPushThroughKEDA(t *testing.T) {
+	kedaLog.follow(t)
+	sc := newInlineScenario(t, func(so *kedav1alpha1.ScaledObject) {
+		so.Spec.PollingInterval = ptrTo(int32(pushPolling))
+		so.Spec.Triggers[0].Type = "external-push"
+	})
+	rec, n := sc.rec, sc.n
+	from := time.Now()
+	sc.setLag(int64(n) * sc.threshold / sc.parts)
+	testkit.Eventually(t, pushPolling*time.Second/3, "the Deployment off zero on tidal's push", func() bool { return rec.current() > 0 },
+		func() string { return fmt.Sprintf("changes %v", rec.changes()) })
+	t.Logf("0 → %d replicas %s after the lag, pollingInterval %d s; changes %v", rec.current(), time.Since(from).Round(time.Millisecond), pushPolling, rec.changes())
+	rec.waitFor(t, 2*time.Minute, fmt.Sprintf("%d replicas (the HPA)", n), n)
+}
