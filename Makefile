@@ -179,8 +179,9 @@ keda:
 ## knative: tidal against Knative Serving v0.50.0's own code (test/knative, its own module). The activator tests:
 ## the activator's ConcurrencyReporter and ReportStats over knative.dev/pkg's durable websocket to the collector's
 ## activator endpoint. The e2e tests (test/knative/serving/e2e): Knative's real controller and tidal's three
-## services in Knative mode on a test cluster, a Knative Service scaled up, down, to zero and back; then tidal
-## stopped and Knative's own autoscaler taking the PodAutoscaler back. They need root (private /etc/hosts, port 80
+## services in Knative mode on a test cluster, a Knative Service scaled up, down, to zero and back, requests through
+## Knative's activator binary to the simulated pods; then tidal stopped and Knative's own autoscaler taking the
+## PodAutoscaler back. They need root (private /etc/hosts, port 80
 ## of a loopback address, the controller's network namespace) and :8080 free (Knative's autoscaler).
 ## Builds first, outside any test deadline: the control plane and Knative's binaries are cached (cold: about
 ## 10 and 25 minutes on two cores); then the tests take a few minutes.

@@ -89,7 +89,8 @@ func New(forward ...string) (*Namespace, error) {
 		return nil, m.err
 	}
 	for i, ln := range n.lns {
-		n.wg.Go(func() { n.relays.serve(ln, forward[i], &n.wg) })
+		to := forward[i]
+		n.wg.Go(func() { n.relays.serve(ln, func(net.Addr) string { return to }, &n.wg) })
 	}
 	return n, nil
 }
@@ -182,6 +183,35 @@ func (n *Namespace) Listen(network, addr string) (net.Listener, error) {
 		return err
 	})
 	return ln, err
+}
+
+// Forward listens on inside, within the namespace, and relays each
+// connection to the address to returns for the connection's local address
+// (the one the client dialled, which may be any of the namespace's
+// addresses when inside is a wildcard), dialled from the machine's
+// namespace, until Close; "" refuses the connection. It maps a fixed
+// address a process in the namespace dials (Knative's activator's
+// autoscaler, its pods) to where the test serves it.
+func (n *Namespace) Forward(inside string, to func(local net.Addr) string) error {
+	ln, err := n.Listen("tcp", inside)
+	if err != nil {
+		return fmt.Errorf("listen on %s in the private network namespace: %w", inside, err)
+	}
+	n.lns = append(n.lns, ln)
+	n.wg.Go(func() { n.relays.serve(ln, to, &n.wg) })
+	return nil
+}
+
+// DialContext dials addr from inside the namespace: a test's client of a
+// server that listens there on every address of its own.
+func (n *Namespace) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := n.within(func() error {
+		var err error
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }
 
 // within runs f on a thread inside the namespace.
@@ -283,15 +313,20 @@ type relaySet struct {
 }
 
 // serve accepts on ln (inside the namespace) and relays each connection to
-// to (dialled from the machine's namespace, where every other thread of
-// this process is), until ln is closed.
-func (s *relaySet) serve(ln net.Listener, to string, wg *sync.WaitGroup) {
+// to(its local address) (dialled from the machine's namespace, where every
+// other thread of this process is), until ln is closed.
+func (s *relaySet) serve(ln net.Listener, to func(net.Addr) string, wg *sync.WaitGroup) {
 	for {
 		in, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		out, err := net.Dial("tcp", to)
+		addr := to(in.LocalAddr())
+		if addr == "" {
+			_ = in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", addr)
 		if err != nil {
 			_ = in.Close()
 			continue

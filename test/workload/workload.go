@@ -36,6 +36,11 @@ type Options struct {
 	PrometheusPort int
 	// Tick is how often the model advances in wall time; 0 means 10 ms.
 	Tick time.Duration
+	// TrafficPort, if not 0, also serves requests on each pod IP at that
+	// port, every path, with Traffic(pod name): the pod's queue-proxy
+	// serving port, for tests that send requests to the pods.
+	TrafficPort int
+	Traffic     func(pod string) http.Handler
 }
 
 // Workload simulates a Deployment's pods: one queue-proxy metrics endpoint
@@ -130,15 +135,21 @@ func (w *Workload) removePod(name string) {
 // serveLocked listens on the pod's IP and serves its endpoints.
 func (w *Workload) serveLocked(name, ip string) (*podServer, error) {
 	ps := &podServer{ip: ip}
-	handlers := []struct {
+	type portHandler struct {
 		port int
 		h    http.Handler
-	}{{w.opts.MetricsPort, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.serveStat(rw, r, name) })}}
+	}
+	metrics := func(h http.HandlerFunc) http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+queuestat.Path, h)
+		return mux
+	}
+	handlers := []portHandler{{w.opts.MetricsPort, metrics(func(rw http.ResponseWriter, r *http.Request) { w.serveStat(rw, r, name) })}}
 	if w.opts.PrometheusPort != 0 {
-		handlers = append(handlers, struct {
-			port int
-			h    http.Handler
-		}{w.opts.PrometheusPort, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.servePrometheus(rw, r, name) })})
+		handlers = append(handlers, portHandler{w.opts.PrometheusPort, metrics(func(rw http.ResponseWriter, r *http.Request) { w.servePrometheus(rw, r, name) })})
+	}
+	if w.opts.TrafficPort != 0 && w.opts.Traffic != nil {
+		handlers = append(handlers, portHandler{w.opts.TrafficPort, w.opts.Traffic(name)})
 	}
 	for _, h := range handlers {
 		addr := net.JoinHostPort(ip, strconv.Itoa(h.port))
@@ -147,9 +158,7 @@ func (w *Workload) serveLocked(name, ip string) (*podServer, error) {
 			ps.close()
 			return nil, fmt.Errorf("workload: pod %s: listen %s: %w", name, addr, err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET "+queuestat.Path, h.h)
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: h.h, ReadHeaderTimeout: 5 * time.Second}
 		ps.servers = append(ps.servers, srv)
 		go func() { _ = srv.Serve(l) }()
 	}

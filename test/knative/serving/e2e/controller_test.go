@@ -39,6 +39,17 @@ type knProcess struct {
 // Its metrics are off (config-observability).
 func startController(t *testing.T, bin string, c *cluster.Cluster) *knProcess {
 	t.Helper()
+	cmd, err := apiNamespace(t, c).Command(bin, "--kubeconfig", c.Kubeconfig)
+	if err != nil {
+		t.Fatalf("Knative's controller runs in a network namespace of its own: %v", err)
+	}
+	return startKnative(t, "controller", cmd, "POD_NAME=controller-e2e")
+}
+
+// apiNamespace is a network namespace (test/netns) reaching c's API server
+// at its address, closed when t ends.
+func apiNamespace(t *testing.T, c *cluster.Cluster) *netns.Namespace {
+	t.Helper()
 	api, err := url.Parse(c.Config().Host)
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +59,7 @@ func startController(t *testing.T, bin string, c *cluster.Cluster) *knProcess {
 		t.Fatal(err)
 	}
 	t.Cleanup(ns.Close)
-	cmd, err := ns.Command(bin, "--kubeconfig", c.Kubeconfig)
-	if err != nil {
-		t.Fatalf("Knative's controller runs in a network namespace of its own: %v", err)
-	}
-	return startKnative(t, "controller", cmd, "POD_NAME=controller-e2e")
+	return ns
 }
 
 // startAutoscaler runs Knative's autoscaler binary (through wrapper, which

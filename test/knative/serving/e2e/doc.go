@@ -23,7 +23,11 @@
 //   - the activator-service Endpoints in knative-serving (two addresses in
 //     192.0.2.0/24, TEST-NET-1): no activator pod runs; Knative's
 //     ServerlessService reconciler needs them to put the activator in the
-//     path;
+//     path. TestKnativeActivatorBinary runs Knative's activator binary as
+//     the first of them (its POD_IP), in a network namespace of its own
+//     where relays stand in for the Services it dials (activator_test.go);
+//     the other tests run Knative's activator reporting code in-process
+//     (test/knative/knactivator);
 //   - the status of each KIngress, which an ingress implementation (Kourier,
 //     Istio, ...), not Knative Serving, writes;
 //   - the cluster DNS and kube-proxy for the activator probe: tidal's actuator

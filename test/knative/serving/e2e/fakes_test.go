@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	netapis "knative.dev/networking/pkg/apis/networking"
 	netv1alpha1 "knative.dev/networking/pkg/apis/networking/v1alpha1"
 	netclient "knative.dev/networking/pkg/client/clientset/versioned"
 	netheader "knative.dev/networking/pkg/http/header"
@@ -71,8 +72,12 @@ func mirrorIP(podIP string) (string, error) {
 // ns (label networking.internal.knative.dev/serviceType=Private): their
 // Endpoints list the Ready pods their selector picks, at mirrorIP addresses.
 // The endpoints controller tries too and is refused while a pod has a
-// loopback IP; with no pods it writes the same empty Endpoints.
-func mirrorPrivateEndpoints(t *testing.T, kube kubernetes.Interface, ns string) {
+// loopback IP; with no pods it writes the same empty Endpoints. httpPort,
+// when not 0, is the port given for the pods' http port (Knative's queue
+// port, 8012) instead: where the simulated pods serve requests, because
+// Knative's activator binary holds 8012 on every address of its network
+// namespace, where its requests to the pods are relayed (activator_test.go).
+func mirrorPrivateEndpoints(t *testing.T, kube kubernetes.Interface, ns string, httpPort int32) {
 	sel := labels.SelectorFromSet(labels.Set{networking.ServiceTypeKey: string(networking.ServiceTypePrivate)}).String()
 	runEvery(t, "private endpoints", func(ctx context.Context) error {
 		svcs, err := kube.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -80,7 +85,7 @@ func mirrorPrivateEndpoints(t *testing.T, kube kubernetes.Interface, ns string) 
 			return err
 		}
 		for _, svc := range svcs.Items {
-			if err := mirrorService(ctx, kube, &svc); err != nil {
+			if err := mirrorService(ctx, kube, &svc, httpPort); err != nil {
 				return err
 			}
 		}
@@ -88,7 +93,7 @@ func mirrorPrivateEndpoints(t *testing.T, kube kubernetes.Interface, ns string) 
 	})
 }
 
-func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.Service) error {
+func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.Service, httpPort int32) error {
 	pods, err := kube.CoreV1().Pods(svc.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
 	if err != nil {
@@ -111,7 +116,11 @@ func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.S
 		}
 		ss := corev1.EndpointSubset{Addresses: []corev1.EndpointAddress{addr}} //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 		for _, sp := range svc.Spec.Ports {
-			ss.Ports = append(ss.Ports, corev1.EndpointPort{Name: sp.Name, Port: targetPort(&p, sp), Protocol: sp.Protocol})
+			port := targetPort(&p, sp)
+			if httpPort != 0 && sp.Name == netapis.ServicePortNameHTTP1 {
+				port = httpPort
+			}
+			ss.Ports = append(ss.Ports, corev1.EndpointPort{Name: sp.Name, Port: port, Protocol: sp.Protocol})
 		}
 		subsets = append(subsets, ss)
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,6 +48,13 @@ type scene struct {
 	svcName   string
 	rev       string
 	publicRev string // the revision's public Service host name
+	wsAddr    string // the collector's activator endpoint
+
+	// Set by options: when trafficPort is not 0, the simulated pods serve
+	// requests there with traffic, and the mirrored private Endpoints give
+	// that port for the pods' http port (activator_test.go).
+	trafficPort int32
+	traffic     func(pod string) http.Handler
 
 	// Set by createService.
 	rate *system.Dial
@@ -67,13 +75,17 @@ var knativeMetricsAddr string
 
 // startScene installs Knative (once), starts Knative's controller and
 // tidal's services, and connects Knative's activator code to tidal's
-// collector; all of it stops when t ends.
-func startScene(t *testing.T) *scene {
+// collector; all of it stops when t ends. opts set the scene's options
+// before anything starts.
+func startScene(t *testing.T, opts ...func(*scene)) *scene {
 	t.Helper()
 	knBins, tidalDir := binaries(t)
 	c := cluster.Shared(t)
 	ctx := context.Background()
 	s := &scene{c: c, ns: c.Namespace(t), knBins: knBins, svcName: "web", rev: "web-00001"}
+	for _, o := range opts {
+		o(s)
+	}
 	var err error
 	if s.sc, err = servingclient.NewForConfig(c.Config()); err != nil {
 		t.Fatal(err)
@@ -114,12 +126,13 @@ func startScene(t *testing.T) *scene {
 	}
 	s.kc = startController(t, knBins.Controller, c)
 	s.kc.waitLeader(ctx, t, c, "revision", time.Minute)
-	mirrorPrivateEndpoints(t, s.kube, s.ns)
+	mirrorPrivateEndpoints(t, s.kube, s.ns, s.trafficPort)
 	markIngressesReady(t, s.nc, s.ns)
 
 	// tidal in Knative mode, and Knative's activator reporting code
 	// dialling the collector's activator endpoint.
 	wsAddr := testkit.FreeAddr(t)
+	s.wsAddr = wsAddr
 	s.act = knactivator.Start(t, "ws://"+wsAddr, "activator-e2e")
 	s.front = &serviceFront{kube: s.kube}
 	s.front.useActivator(s.act.Handler())
@@ -202,7 +215,8 @@ func (s *scene) createService(t *testing.T, annotations map[string]string) time.
 	})
 	s.rate = system.NewDial(0)
 	wl, err := workload.Start(ctx, workload.Options{Client: s.c.Client, Namespace: s.ns, Deployment: deployment,
-		Profile: s.rate, Model: workload.ModelConfig{ServiceTime: serviceTime}})
+		Profile: s.rate, Model: workload.ModelConfig{ServiceTime: serviceTime},
+		TrafficPort: int(s.trafficPort), Traffic: s.traffic})
 	if err != nil {
 		t.Fatal(err)
 	}
