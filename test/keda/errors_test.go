@@ -6,9 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	"github.com/kedacore/keda/v2/pkg/scalers"
+	"github.com/kedacore/keda/v2/pkg/scalers/scalersconfig"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 
 	"github.com/tidalscale/tidal/test/cluster"
 )
@@ -16,7 +19,9 @@ import (
 // TestErrorContract changes one thing at a time in the README's follow
 // example and checks what KEDA's own scaler gets back from tidal: bad or
 // missing metadata (follow or inline Kafka) is INVALID_ARGUMENT naming the
-// key, a PodAutoscaler that does not exist is NOT_FOUND. KEDA's
+// key, a PodAutoscaler that does not exist is NOT_FOUND, a metricType of
+// Value (which KEDA does not send: tidal reads the ScaledObject) is
+// INVALID_ARGUMENT naming the field. KEDA's
 // GetMetricSpecForScaling turns every error into no spec, and
 // GetMetricsAndActivity returns it as it came, with no value.
 func TestErrorContract(t *testing.T) {
@@ -69,28 +74,42 @@ func TestErrorContract(t *testing.T) {
 	} {
 		t.Run(cs.name, func(t *testing.T) {
 			kedaLog.follow(t)
-			cfg := d.apply(t, ex, e, fmt.Sprintf("errors-%d", i), cs.overrides)
-			s := newScaler(t, cfg)
-			ctx := context.Background()
-			if specs := s.GetMetricSpecForScaling(ctx); len(specs) != 0 {
-				t.Errorf("KEDA's GetMetricSpecForScaling: %+v; want no spec (tidal refused)", specs)
-			}
-			// KEDA asks for the metric GetMetricSpec named once; a trigger
-			// refused now may have had one before (its PodAutoscaler since
-			// deleted), under the name tidal gives a follow trigger.
-			metric := scalers.GenerateMetricNameWithIndex(cfg.TriggerIndex,
-				fmt.Sprintf("tidal-podautoscaler-%s-%s", ns, cfg.TriggerMetadata["podAutoscaler"]))
-			vals, active, err := s.GetMetricsAndActivity(ctx, metric)
-			if err == nil {
-				t.Fatalf("KEDA's GetMetricsAndActivity: %v, active %v; want %s", values(vals), active, cs.code)
-			}
-			st, _ := status.FromError(err)
-			if st.Code() != cs.code || !strings.Contains(st.Message(), cs.mention) {
-				t.Errorf("KEDA's GetMetricsAndActivity: %v; want %s mentioning %q", err, cs.code, cs.mention)
-			}
-			if len(vals) != 0 || active {
-				t.Errorf("KEDA's GetMetricsAndActivity returned %v, active %v beside its error", values(vals), active)
-			}
+			refused(t, d.apply(t, ex, e, fmt.Sprintf("errors-%d", i), cs.overrides), cs.code, cs.mention)
 		})
+	}
+	t.Run("metricType Value", func(t *testing.T) {
+		kedaLog.follow(t)
+		cfg := d.applyWith(t, ex, e, "errors-metrictype", nil, func(so *kedav1alpha1.ScaledObject) {
+			so.Spec.Triggers[e.index].MetricType = autoscalingv2.ValueMetricType
+		})
+		refused(t, cfg, codes.InvalidArgument, fmt.Sprintf(`spec.triggers[%d].metricType "Value"`, e.index))
+	})
+}
+
+// refused checks what KEDA's own scaler built from cfg gets back from
+// tidal: no metric spec, and from GetMetricsAndActivity an error of code
+// mentioning mention (the key at fault), with no value.
+func refused(t *testing.T, cfg *scalersconfig.ScalerConfig, code codes.Code, mention string) {
+	t.Helper()
+	s := newScaler(t, cfg)
+	ctx := context.Background()
+	if specs := s.GetMetricSpecForScaling(ctx); len(specs) != 0 {
+		t.Errorf("KEDA's GetMetricSpecForScaling: %+v; want no spec (tidal refused)", specs)
+	}
+	// KEDA asks for the metric GetMetricSpec named once; a trigger
+	// refused now may have had one before (its PodAutoscaler since
+	// deleted), under the name tidal gives a follow trigger.
+	metric := scalers.GenerateMetricNameWithIndex(cfg.TriggerIndex,
+		fmt.Sprintf("tidal-podautoscaler-%s-%s", cfg.ScalableObjectNamespace, cfg.TriggerMetadata["podAutoscaler"]))
+	vals, active, err := s.GetMetricsAndActivity(ctx, metric)
+	if err == nil {
+		t.Fatalf("KEDA's GetMetricsAndActivity: %v, active %v; want %s", values(vals), active, code)
+	}
+	st, _ := status.FromError(err)
+	if st.Code() != code || !strings.Contains(st.Message(), mention) {
+		t.Errorf("KEDA's GetMetricsAndActivity: %v; want %s mentioning %q", err, code, mention)
+	}
+	if len(vals) != 0 || active {
+		t.Errorf("KEDA's GetMetricsAndActivity returned %v, active %v beside its error", values(vals), active)
 	}
 }

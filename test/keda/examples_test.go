@@ -223,9 +223,16 @@ type deployment struct {
 // Secrets. Overrides change metadata keys (an empty value deletes the key).
 func (d *deployment) apply(t *testing.T, ex *examples, e exampleTrigger, name string, overrides map[string]string) *scalersconfig.ScalerConfig {
 	t.Helper()
+	return d.applyWith(t, ex, e, name, overrides, nil)
+}
+
+// applyWith is apply with edit changing the ScaledObject before it is
+// created (nil: none).
+func (d *deployment) applyWith(t *testing.T, ex *examples, e exampleTrigger, name string, overrides map[string]string, edit func(*kedav1alpha1.ScaledObject)) *scalersconfig.ScalerConfig {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	so := d.create(t, ex, e, name, overrides, nil)
+	so := d.create(t, ex, e, name, overrides, edit)
 	tr := so.Spec.Triggers[e.index]
 
 	cfg := &scalersconfig.ScalerConfig{
