@@ -1,0 +1,214 @@
+package writebudget
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
+)
+
+// ErrStopped is returned by Wait once the Limiter is stopped.
+var ErrStopped = errors.New("write budget: stopped")
+
+// Limiter is client-go's rate limiter over a Queue: set as a rest.Config's
+// RateLimiter, every request of every client built from it waits here, in
+// the class and namespace of the Claim its context carries (WithClaim), or
+// as Up in no namespace without one. A claim superseded while its request
+// waits ends the wait with a *SupersededError (a request already sent is
+// not stopped).
+type Limiter struct {
+	clock clock.Clock
+	qps   float32
+
+	mu      sync.Mutex
+	q       *Queue
+	stopped bool
+	// kick wakes the dispatcher when requests start to wait; stop ends it
+	// and done says it has returned.
+	kick       chan struct{}
+	stop, done chan struct{}
+	stopOnce   sync.Once
+
+	waited     *prometheus.HistogramVec
+	superseded *prometheus.CounterVec
+}
+
+var _ flowcontrol.RateLimiter = (*Limiter)(nil)
+
+// NewLimiter returns a Limiter of qps requests a second with bursts of
+// burst, for at most limit requests waiting at once; it registers its
+// metrics on reg (nil for none). Its dispatcher runs until Stop.
+func NewLimiter(qps float64, burst, limit int, clk clock.Clock, reg prometheus.Registerer) *Limiter {
+	l := &Limiter{
+		clock: clk,
+		qps:   float32(qps),
+		q:     NewQueue(qps, burst, limit, clk.Now()),
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		waited: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tidal_actuator_write_budget_wait_seconds",
+			Help:    "How long API requests waited for the client-side budget (--kube-qps), by class: wake, up, down.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"class"}),
+		superseded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_actuator_write_budget_superseded_total",
+			Help: "Writes for a target replaced by a newer decision for it before they were made, by class of the replaced one.",
+		}, []string{"class"}),
+	}
+	if reg != nil {
+		waiting := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_actuator_write_budget_waiting",
+			Help: "API requests waiting for the client-side budget, by class.",
+		}, []string{"class"})
+		reg.MustRegister(l.waited, l.superseded, prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+			for c := range numClasses {
+				waiting.WithLabelValues(c.String()).Set(float64(l.Waiting(c)))
+			}
+			waiting.Collect(ch)
+		}))
+	}
+	go l.dispatch()
+	return l
+}
+
+// Claims returns Claims for at most limit targets whose superseded claims
+// this Limiter counts.
+func (l *Limiter) Claims(limit int) *Claims {
+	cs := NewClaims(limit)
+	cs.onSupersede = func(c Class) { l.superseded.WithLabelValues(c.String()).Inc() }
+	return cs
+}
+
+// Waiting is the number of requests of class c waiting.
+func (l *Limiter) Waiting(c Class) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.q.LenClass(c)
+}
+
+// Wait returns nil once the request may be sent: at once when a token is
+// there and nobody waits, else when the queue grants it one.
+func (l *Limiter) Wait(ctx context.Context) error {
+	claim := claimOf(ctx)
+	w := &Waiter{Class: Up, granted: make(chan struct{})}
+	var superseded <-chan struct{}
+	if claim != nil {
+		if err := claim.Err(); err != nil {
+			return err
+		}
+		w.Class, w.Namespace, superseded = claim.class, claim.namespace, claim.superseded
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := l.clock.Now()
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return ErrStopped
+	}
+	if l.q.TryTake(now) {
+		l.mu.Unlock()
+		l.waited.WithLabelValues(w.Class.String()).Observe(0)
+		return nil
+	}
+	if err := l.q.Add(w, now); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.grantLocked(now)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+
+	var err error
+	select {
+	case <-w.granted:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-superseded:
+		err = claim.Err()
+	}
+	if err != nil {
+		l.mu.Lock()
+		removed := l.q.Remove(w)
+		l.mu.Unlock()
+		if removed {
+			return err
+		}
+		// Granted meanwhile: the token is this request's.
+	}
+	l.waited.WithLabelValues(w.Class.String()).Observe(l.clock.Since(w.Since).Seconds())
+	return nil
+}
+
+// grantLocked wakes the waiters the tokens at now are due to; next is how
+// long until the next token when some still wait, 0 when none does.
+func (l *Limiter) grantLocked(now time.Time) (next time.Duration) {
+	var buf [8]*Waiter
+	granted, next := l.q.Grant(now, buf[:0])
+	for _, g := range granted {
+		close(g.granted)
+	}
+	return next
+}
+
+// dispatch grants each token as it is earned while requests wait, until
+// Stop.
+func (l *Limiter) dispatch() {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		next := l.grantLocked(l.clock.Now())
+		l.mu.Unlock()
+		var timer clock.Timer
+		var due <-chan time.Time
+		if next > 0 {
+			timer = l.clock.NewTimer(next)
+			due = timer.C()
+		}
+		stopped := false
+		select {
+		case <-l.stop:
+			stopped = true
+		case <-l.kick:
+		case <-due:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if stopped {
+			return
+		}
+	}
+}
+
+// TryAccept takes a token if one is there and nobody waits for it.
+func (l *Limiter) TryAccept() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.stopped && l.q.TryTake(l.clock.Now())
+}
+
+// Accept waits for a token, as a request of no claim.
+func (l *Limiter) Accept() { _ = l.Wait(context.Background()) }
+
+// QPS is the rate tokens are earned at.
+func (l *Limiter) QPS() float32 { return l.qps }
+
+// Stop stops the dispatcher and waits for it; requests still waiting wait
+// for their contexts, and later ones are refused.
+func (l *Limiter) Stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.mu.Unlock()
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+}

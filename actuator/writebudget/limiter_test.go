@@ -1,0 +1,183 @@
+package writebudget
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tidalscale/tidal/test/testkit"
+)
+
+// waitFor runs l.Wait under claim c (nil for none) in a goroutine the test
+// waits for, and sends its result on the returned channel.
+func waitFor(t *testing.T, wg *sync.WaitGroup, ctx context.Context, l *Limiter, c *Claim) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	if c != nil {
+		ctx = WithClaim(ctx, c)
+	}
+	wg.Go(func() { done <- l.Wait(ctx) })
+	return done
+}
+
+func claim(t *testing.T, cs *Claims, key, ns string, class Class, seq uint64) *Claim {
+	t.Helper()
+	c, err := cs.Claim(key, ns, class, seq)
+	if err != nil {
+		t.Fatalf("Claim(%s, %d): %v", key, seq, err)
+	}
+	return c
+}
+
+func TestLimiterGrantsByClassAndSupersedes(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := NewLimiter(10, 1, 100, clk, nil)
+	defer l.Stop()
+	cs := l.Claims(100)
+	if !l.TryAccept() || l.TryAccept() {
+		t.Fatal("burst 1: one token at once, then none")
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx := context.Background()
+
+	down1 := waitFor(t, &wg, ctx, l, claim(t, cs, "a/one", "a", Down, 100))
+	down2 := waitFor(t, &wg, ctx, l, claim(t, cs, "a/two", "a", Down, 100))
+	testkit.Eventually(t, 5*time.Second, "two downs waiting", func() bool { return l.Waiting(Down) == 2 })
+	// A newer decision for a/one wakes it from zero: the older gives way at
+	// once, and the newer goes first.
+	wake := waitFor(t, &wg, ctx, l, claim(t, cs, "a/one", "a", Wake, 200))
+	if err := <-down1; !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("superseded down: %v", err)
+	}
+	var se *SupersededError
+	if _, err := cs.Claim("a/one", "a", Up, 150); !errors.As(err, &se) || se.Sequence != 200 {
+		t.Errorf("an older decision's claim: %v, want superseded by 200", err)
+	}
+	testkit.Eventually(t, 5*time.Second, "the wake waiting", func() bool { return l.Waiting(Wake) == 1 })
+	step(t, clk, 100*time.Millisecond)
+	if err := <-wake; err != nil {
+		t.Fatalf("wake: %v", err)
+	}
+	select {
+	case err := <-down2:
+		t.Fatalf("down granted before its token: %v", err)
+	default:
+	}
+	// A request of no claim waits as Up: before the down.
+	plain := waitFor(t, &wg, ctx, l, nil)
+	testkit.Eventually(t, 5*time.Second, "the plain request waiting", func() bool { return l.Waiting(Up) == 1 })
+	step(t, clk, 100*time.Millisecond)
+	if err := <-plain; err != nil {
+		t.Fatalf("plain: %v", err)
+	}
+	step(t, clk, 100*time.Millisecond)
+	if err := <-down2; err != nil {
+		t.Fatalf("down: %v", err)
+	}
+}
+
+func TestLimiterCancel(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := NewLimiter(1, 1, 100, clk, nil)
+	l.Accept()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := waitFor(t, &wg, ctx, l, nil)
+	testkit.Eventually(t, 5*time.Second, "waiting", func() bool { return l.Waiting(Up) == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	if l.Waiting(Up) != 0 {
+		t.Error("a cancelled request still waits")
+	}
+	// Its token was not spent.
+	clk.Step(time.Second)
+	if !l.TryAccept() {
+		t.Error("the token a cancelled request waited for is gone")
+	}
+	l.Stop()
+	if l.TryAccept() || l.Wait(context.Background()) == nil {
+		t.Error("a stopped limiter let a request through")
+	}
+}
+
+func TestLimiterBound(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := NewLimiter(1, 1, 1, clk, nil)
+	defer l.Stop()
+	l.Accept()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := waitFor(t, &wg, ctx, l, nil)
+	testkit.Eventually(t, 5*time.Second, "waiting", func() bool { return l.Waiting(Up) == 1 })
+	if err := l.Wait(ctx); !errors.Is(err, ErrFull) {
+		t.Errorf("second waiter of a bound of 1: %v, want ErrFull", err)
+	}
+	cancel()
+	<-first
+}
+
+func TestClaims(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		held    uint64 // sequence of the claim there; 0 is a reconcile
+		claim   uint64
+		wantErr bool
+	}{
+		{name: "newer decision", held: 5, claim: 6},
+		{name: "same decision again", held: 5, claim: 5},
+		{name: "older decision", held: 5, claim: 4, wantErr: true},
+		{name: "decision over a reconcile", held: 0, claim: 4},
+		{name: "reconcile over a decision", held: 5, claim: 0, wantErr: true},
+		{name: "reconcile over a reconcile", held: 0, claim: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := NewClaims(10)
+			old := claim(t, cs, "ns/a", "ns", Down, tc.held)
+			c, err := cs.Claim("ns/a", "ns", Up, tc.claim)
+			if tc.wantErr {
+				if !errors.Is(err, ErrSuperseded) || old.Err() != nil {
+					t.Fatalf("Claim: %v, held claim %v; want refused, held kept", err, old.Err())
+				}
+				cs.Release(old)
+			} else {
+				if err != nil || !errors.Is(old.Err(), ErrSuperseded) {
+					t.Fatalf("Claim: %v, held claim %v; want taken over", err, old.Err())
+				}
+				// The superseded one's release leaves the newer in place.
+				cs.Release(old)
+				if cs.Len() != 1 {
+					t.Fatalf("%d slots after the old claim's release, want 1", cs.Len())
+				}
+				cs.Release(c)
+			}
+			if cs.Len() != 0 {
+				t.Errorf("%d slots after every release", cs.Len())
+			}
+		})
+	}
+	cs := NewClaims(1)
+	claim(t, cs, "ns/a", "ns", Up, 1)
+	if _, err := cs.Claim("ns/b", "ns", Up, 1); !errors.Is(err, ErrFull) {
+		t.Errorf("a second target over a bound of 1: %v, want ErrFull", err)
+	}
+	if _, err := cs.Claim("ns/a", "ns", Up, 2); err != nil {
+		t.Errorf("a newer decision for a held target at the bound: %v", err)
+	}
+}
+
+// step moves clk on once the dispatcher waits for its timer.
+func step(t *testing.T, clk *clocktesting.FakeClock, d time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, 5*time.Second, "the dispatcher's timer", clk.HasWaiters)
+	clk.Step(d)
+}
