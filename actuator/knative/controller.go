@@ -33,6 +33,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/writebudget"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/duck"
@@ -63,6 +64,9 @@ type Config struct {
 	// StatusInterval coalesces the writes that report changes
 	// (podautoscaler.Spec).
 	StatusInterval time.Duration
+	// Claims spends the API budget by priority (podautoscaler.Spec); nil
+	// for none.
+	Claims *writebudget.Claims
 	// ClusterDomain is the suffix of Service host names the activator probe
 	// dials ("cluster.local").
 	ClusterDomain string
@@ -133,6 +137,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		TargetRetry:    cfg.TargetRetry,
 		ProbeRetry:     probeRetry,
 		StatusInterval: cfg.StatusInterval,
+		Claims:         cfg.Claims,
 	}, log, clk, kubeInformers.Core().V1().Pods().Informer(), scaler, recorder)
 	if err != nil {
 		return nil, nil, err

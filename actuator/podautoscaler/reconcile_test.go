@@ -2,7 +2,6 @@ package podautoscaler
 
 import (
 	"context"
-	"hash/maphash"
 	"testing"
 	"time"
 
@@ -204,7 +203,6 @@ func TestLockHoldsAcrossDeletion(t *testing.T) {
 	c := &Controller{
 		kind:      k,
 		spec:      Spec[*autoscalingv1alpha1.PodAutoscaler, *autoscalingv1alpha1.Metric]{Handles: func(*autoscalingv1alpha1.PodAutoscaler) bool { return true }, Gone: k.deleteOrphanMetric},
-		seed:      maphash.MakeSeed(),
 		written:   overlay.New[cache.ObjectName, *autoscalingv1alpha1.PodAutoscaler](),
 		selectors: pods.NewSelectors[cache.ObjectName](),
 	}

@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +42,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/overlay"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/writebudget"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
@@ -222,6 +222,12 @@ type Spec[P Object[P], C any] struct {
 	// meanwhile (see writeStatus). 0 records every decision and reports
 	// every change at once.
 	StatusInterval time.Duration
+	// Claims, when set, spends the client's API budget by priority
+	// (writebudget): a decider's decision waits in the class its change
+	// makes (a wake from zero first) and a worker's reconcile as a
+	// scale-down, and a newer decision for a PodAutoscaler takes the place
+	// of a pass still waiting for the budget. Shared by every kind.
+	Claims *writebudget.Claims
 }
 
 // targetScaler reads and writes targets' scale subresources.
@@ -246,10 +252,11 @@ type Reconciler[P Object[P], C any] struct {
 	informers sync.WaitGroup
 
 	// locks serialises reconciles of one PodAutoscaler between the workers
-	// and Scale calls; a PodAutoscaler takes the stripe its name hashes to,
-	// so the set is bounded and no lock is ever freed while held.
-	locks [lockStripes]sync.Mutex
-	seed  maphash.Seed
+	// and Scale calls. One lock per PodAutoscaler, not a stripe shared by
+	// names that hash alike: a pass waiting for the write budget holds its
+	// lock, and a wake must not wait behind another PodAutoscaler's
+	// scale-down.
+	locks keyedLocks
 	// written holds the PodAutoscalers this process wrote that the
 	// informer has not delivered yet: reads see them at once, and their
 	// watch events are known as echoes of our own writes.
@@ -272,9 +279,6 @@ type Reconciler[P Object[P], C any] struct {
 
 // indexTarget indexes PodAutoscalers by their scale target.
 const indexTarget = "scaleTarget"
-
-// lockStripes is the number of reconcile locks PodAutoscalers share.
-const lockStripes = 1024
 
 // podEventDelay gathers the readiness changes of a scale-up or scale-down
 // (pods turn ready one by one, over about a tick) into one reconcile and one
@@ -308,7 +312,6 @@ func NewReconciler[P Object[P], C any](spec Spec[P, C], log *zap.Logger, clk clo
 		clock:     clk,
 		scaler:    scaler,
 		recorder:  recorder,
-		seed:      maphash.MakeSeed(),
 		written:   overlay.New[cache.ObjectName, P](),
 		reports:   map[cache.ObjectName]*report[P]{},
 		selectors: pods.NewSelectors[cache.ObjectName](),
@@ -442,10 +445,44 @@ func (r *Reconciler[P, C]) enqueuePod(obj any) {
 	r.selectors.Matching(pod.Namespace, pod.Labels, func(name cache.ObjectName) { r.AddAfter(name, podEventDelay) })
 }
 
-func (r *Reconciler[P, C]) lock(name cache.ObjectName) func() {
-	mu := &r.locks[maphash.String(r.seed, name.Namespace+"/"+name.Name)%lockStripes]
-	mu.Lock()
-	return mu.Unlock
+func (r *Reconciler[P, C]) lock(name cache.ObjectName) func() { return r.locks.lock(name) }
+
+// keyedLocks is a lock per name, held in the map only while someone holds
+// or waits for it: the map is bounded by the callers at once (workers and
+// Scale calls), and no lock is freed while held. The zero value is ready.
+type keyedLocks struct {
+	mu    sync.Mutex
+	locks map[cache.ObjectName]*keyedLock
+}
+
+type keyedLock struct {
+	sync.Mutex
+	// refs counts holders and waiters; guarded by keyedLocks.mu.
+	refs int
+}
+
+// lock takes name's lock and returns its unlock.
+func (k *keyedLocks) lock(name cache.ObjectName) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[cache.ObjectName]*keyedLock{}
+	}
+	l := k.locks[name]
+	if l == nil {
+		l = &keyedLock{}
+		k.locks[name] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, name)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // ref is pa as an Event's involved object (the recorder's scheme need not
@@ -481,9 +518,40 @@ func (r *Reconciler[P, C]) sync(ctx context.Context, name cache.ObjectName) (tim
 	return out.Requeue, err
 }
 
+// supersededRetry is how soon a worker's reconcile that gave way to a
+// decider's decision for the same PodAutoscaler runs again: the decision's
+// pass reconciles it too, unless that one is refused as stale.
+const supersededRetry = time.Second
+
 // Sync reconciles the PodAutoscaler name once, from the newest copy this
 // process knows, as a worker does.
 func (r *Reconciler[P, C]) Sync(ctx context.Context, name cache.ObjectName) (Outcome, error) {
+	if r.spec.Claims != nil {
+		claim, err := r.spec.Claims.Claim(r.claimKey(name), name.Namespace, writebudget.Down, 0)
+		if errors.Is(err, writebudget.ErrSuperseded) {
+			return Outcome{Requeue: supersededRetry}, nil
+		}
+		if err != nil {
+			return Outcome{}, err
+		}
+		defer r.spec.Claims.Release(claim)
+		ctx = writebudget.WithClaim(ctx, claim)
+		out, err := r.syncNow(ctx, name)
+		if errors.Is(err, writebudget.ErrSuperseded) {
+			return Outcome{Requeue: supersededRetry}, nil
+		}
+		return out, err
+	}
+	return r.syncNow(ctx, name)
+}
+
+// claimKey is name's slot in Spec.Claims, apart from other kinds'.
+func (r *Reconciler[P, C]) claimKey(name cache.ObjectName) string {
+	return r.spec.Name + " " + name.String()
+}
+
+// syncNow is Sync once the caller may write.
+func (r *Reconciler[P, C]) syncNow(ctx context.Context, name cache.ObjectName) (Outcome, error) {
 	unlock := r.lock(name)
 	defer unlock()
 	pa, err := r.current(name)
@@ -725,6 +793,14 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 	if p.PA.GetResourceVersion() == "" {
 		// An unconditional write could undo a newer decision.
 		return fmt.Errorf("update status of %s %s: no resourceVersion to write at", r.spec.Name, name)
+	}
+	if r.spec.Claims != nil {
+		// The write outlives its caller (below), its wait for the budget
+		// does not.
+		var err error
+		if ctx, err = r.spec.Claims.Prepay(ctx); err != nil {
+			return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
+		}
 	}
 	wctx, cancel := scale.Finishing(ctx) // the scale it records may be done already
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/writebudget"
 )
 
 // ErrNotSynced is returned before the reconciler's caches have synced.
@@ -107,6 +108,27 @@ func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result
 	if owner, mine := r.Owns(name); !mine {
 		return scale.Result{}, &NotOwnerError{PodAutoscaler: name, Owner: owner}
 	}
+	if r.spec.Claims != nil && !req.DryRun {
+		// Taken before the lock: a pass waiting for the budget holds it,
+		// and a newer decision must reach the claim to replace that pass.
+		claim, err := r.spec.Claims.Claim(r.claimKey(name), name.Namespace, r.class(pa, req.Decision), req.Sequence)
+		if err != nil {
+			return r.superseded(req, err)
+		}
+		defer r.spec.Claims.Release(claim)
+		ctx = writebudget.WithClaim(ctx, claim)
+		res, err := r.scale(ctx, req, name, op)
+		if err != nil {
+			return r.superseded(req, err)
+		}
+		return res, nil
+	}
+	return r.scale(ctx, req, name, op)
+}
+
+// scale applies req to the PodAutoscaler name once the caller may write.
+func (r *Reconciler[P, C]) scale(ctx context.Context, req Request, name cache.ObjectName, op *op) (scale.Result, error) {
+	var none P
 	unlock := r.lock(name)
 	defer unlock()
 
@@ -131,6 +153,48 @@ func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result
 	// target would have; a paused target keeps what it has.
 	if out.Held != nil && (req.DryRun || !out.Paused) {
 		res.Applied = *out.Held
+	}
+	return res, nil
+}
+
+// class is the write budget's class of decision d for pa: a wake when the
+// target is at zero (as cached, else as last decided) and d asks for more,
+// up when d asks for more, else down.
+func (r *Reconciler[P, C]) class(pa P, d scale.Decision) writebudget.Class {
+	cur, known := int32(0), false
+	if c, ok := r.scaler.(cachedReplicas); ok {
+		cur, known = c.CachedReplicas(d.Target)
+	}
+	if rec := r.kind.Decision(pa); !known && rec != nil {
+		cur, known = rec.DesiredScale, true
+	}
+	switch {
+	case d.Desired > 0 && known && cur == 0:
+		return writebudget.Wake
+	case d.Desired > cur || !known && d.Desired > 0:
+		return writebudget.Up
+	}
+	return writebudget.Down
+}
+
+// cachedReplicas is a scaler that knows some targets' replicas without an
+// API request (scale.Cached).
+type cachedReplicas interface {
+	CachedReplicas(t scale.Target) (int32, bool)
+}
+
+// superseded turns err, when a newer decision replaced req before it was
+// written, into the answer to a stale decision (the caller need not retry);
+// other errors are returned as they are.
+func (r *Reconciler[P, C]) superseded(req Request, err error) (scale.Result, error) {
+	var se *writebudget.SupersededError
+	if !errors.As(err, &se) {
+		return scale.Result{}, err
+	}
+	res := scale.Result{Stale: true, LastSequence: max(se.Sequence, req.Sequence)}
+	if c, ok := r.scaler.(cachedReplicas); ok {
+		res.Applied, _ = c.CachedReplicas(req.Target)
+		res.Previous = res.Applied
 	}
 	return res, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/writebudget"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	tidalscheme "github.com/tidalscale/tidal/apis/generated/clientset/versioned/scheme"
@@ -83,6 +84,8 @@ type Config struct {
 	TargetRetry time.Duration
 	// StatusInterval coalesces the writes that report changes (Spec).
 	StatusInterval time.Duration
+	// Claims spends the API budget by priority (Spec); nil for none.
+	Claims *writebudget.Claims
 	// queueClock drives the workqueue's delays (tests step a fake one);
 	// nil means the real clock.
 	queueClock clock.WithTicker
@@ -129,6 +132,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal ti
 		TargetRetry:    cfg.TargetRetry,
 		queueClock:     cfg.queueClock,
 		StatusInterval: cfg.StatusInterval,
+		Claims:         cfg.Claims,
 	}
 	if fs, ok := scaler.(scale.Scaler); ok {
 		spec.Fallback = scale.New(fs, clk.Now)

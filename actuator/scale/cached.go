@@ -154,6 +154,19 @@ func selectorOf(ls *metav1.LabelSelector) (string, error) {
 	return sel.String(), nil
 }
 
+// CachedReplicas is t's spec.replicas when t is a Deployment the cache
+// holds, without an API request; ok is false otherwise.
+func (c *Cached) CachedReplicas(t Target) (replicas int32, ok bool) {
+	if !isDeployment(t) {
+		return 0, false
+	}
+	s, ok, err := c.cachedDeployment(t)
+	if err != nil || !ok {
+		return 0, false
+	}
+	return s.Replicas, true
+}
+
 // cacheOnlyKey marks a context whose reads the cache alone answers.
 type cacheOnlyKey struct{}
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrSuperseded is returned for a write whose decision a newer one for the
@@ -36,6 +37,8 @@ type Claim struct {
 	// is the newer's sequence, set before.
 	superseded chan struct{}
 	by         uint64
+	// started is set once one of its requests was let through.
+	started atomic.Bool
 }
 
 // Class is the class its requests wait in.
@@ -59,6 +62,8 @@ type Claims struct {
 	slots map[string]*Claim
 	// onSupersede, when set, is called for every claim superseded.
 	onSupersede func(Class)
+	// limiter is the Limiter whose Claims these are; nil for none.
+	limiter *Limiter
 }
 
 // NewClaims returns Claims for at most limit targets at once.
@@ -108,6 +113,33 @@ func (cs *Claims) Release(c *Claim) {
 	if cs.slots[c.key] == c {
 		delete(cs.slots, c.key)
 	}
+}
+
+// Prepay waits under ctx for the budget, in the class of ctx's claim, and
+// returns a context whose next API request is let through without waiting
+// again. It is for a write made under a context of its own (one that
+// outlives the caller's cancellation, scale.Finishing): its wait for the
+// budget still ends with the caller. Without a Limiter it returns ctx.
+func (cs *Claims) Prepay(ctx context.Context) (context.Context, error) {
+	if cs.limiter == nil {
+		return ctx, nil
+	}
+	if err := cs.limiter.Wait(ctx); err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, prepaidKey{}, &prepaid{}), nil
+}
+
+// prepaid is a token taken by Prepay for the next request.
+type prepaid struct{ used atomic.Bool }
+
+type prepaidKey struct{}
+
+// takePrepaid reports whether ctx carries a prepaid token not used yet,
+// and uses it.
+func takePrepaid(ctx context.Context) bool {
+	p, _ := ctx.Value(prepaidKey{}).(*prepaid)
+	return p != nil && p.used.CompareAndSwap(false, true)
 }
 
 type claimKey struct{}

@@ -80,6 +80,7 @@ func NewLimiter(qps float64, burst, limit int, clk clock.Clock, reg prometheus.R
 // this Limiter counts.
 func (l *Limiter) Claims(limit int) *Claims {
 	cs := NewClaims(limit)
+	cs.limiter = l
 	cs.onSupersede = func(c Class) { l.superseded.WithLabelValues(c.String()).Inc() }
 	return cs
 }
@@ -93,7 +94,10 @@ func (l *Limiter) Waiting(c Class) int {
 
 // Wait returns nil once the request may be sent: at once when a token is
 // there and nobody waits, else when the queue grants it one.
-func (l *Limiter) Wait(ctx context.Context) error {
+func (l *Limiter) Wait(ctx context.Context) (err error) {
+	if takePrepaid(ctx) {
+		return nil
+	}
 	claim := claimOf(ctx)
 	w := &Waiter{Class: Up, granted: make(chan struct{})}
 	var superseded <-chan struct{}
@@ -102,6 +106,12 @@ func (l *Limiter) Wait(ctx context.Context) error {
 			return err
 		}
 		w.Class, w.Namespace, superseded = claim.class, claim.namespace, claim.superseded
+		w.Continuing = claim.started.Load()
+		defer func() {
+			if err == nil {
+				claim.started.Store(true)
+			}
+		}()
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -128,7 +138,6 @@ func (l *Limiter) Wait(ctx context.Context) error {
 	default:
 	}
 
-	var err error
 	select {
 	case <-w.granted:
 	case <-ctx.Done():

@@ -181,3 +181,34 @@ func step(t *testing.T, clk *clocktesting.FakeClock, d time.Duration) {
 	testkit.Eventually(t, 5*time.Second, "the dispatcher's timer", clk.HasWaiters)
 	clk.Step(d)
 }
+
+// TestPrepay: the wait Prepay makes ends with its caller's context, and the
+// request made under the context it returns does not wait again.
+func TestPrepay(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := NewLimiter(1, 1, 10, clk, nil)
+	defer l.Stop()
+	cs := l.Claims(10)
+	ctx := WithClaim(context.Background(), claim(t, cs, "ns/a", "ns", Wake, 1))
+	paid, err := cs.Prepay(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bucket is empty now, yet the prepaid request goes at once, once.
+	if err := l.Wait(paid); err != nil {
+		t.Fatalf("prepaid Wait: %v", err)
+	}
+	short, cancel := context.WithCancel(paid)
+	cancel()
+	if err := l.Wait(short); !errors.Is(err, context.Canceled) {
+		t.Errorf("a second request under a used prepaid context: %v, want it to wait (and be cancelled)", err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := cs.Prepay(gone); !errors.Is(err, context.Canceled) {
+		t.Errorf("Prepay with a cancelled context: %v", err)
+	}
+	if _, err := NewClaims(1).Prepay(ctx); err != nil {
+		t.Errorf("Prepay without a limiter: %v", err)
+	}
+}

@@ -47,11 +47,17 @@ var classNames = [numClasses]string{Wake: "wake", Up: "up", Down: "down"}
 // ErrFull is returned when more requests wait than the bound allows.
 var ErrFull = errors.New("write budget: too many requests waiting")
 
-// Waiter is one request waiting in a Queue. Class and Namespace are set by
-// the caller before Add and not changed while it waits.
+// Waiter is one request waiting in a Queue. Class, Namespace and
+// Continuing are set by the caller before Add and not changed while it
+// waits.
 type Waiter struct {
 	Class     Class
 	Namespace string
+	// Continuing puts it ahead of its namespace's other waiters of its
+	// class: the next request of a pass that has made one already (a scale
+	// patch after its status write), so that passes finish one by one
+	// instead of each spending a token and all waiting for their second.
+	Continuing bool
 	// Since is when it was added.
 	Since time.Time
 
@@ -77,7 +83,7 @@ type classQueue struct {
 // Queue is a token bucket (rate tokens a second, up to burst) whose tokens
 // are handed to waiting requests by class, and within a class to the
 // namespaces in turn, one token each, first come first served within a
-// namespace. A request that finds nobody waiting and a token takes it at
+// namespace (but for Continuing waiters). A request that finds nobody waiting and a token takes it at
 // once. It is not safe for concurrent use.
 type Queue struct {
 	rate, burst float64
@@ -145,7 +151,12 @@ func (q *Queue) Add(w *Waiter, now time.Time) error {
 		ns.turn = cq.turns.PushBack(ns)
 		cq.byName[w.Namespace] = ns
 	}
-	w.Since, w.ns, w.elem = now, ns, ns.waiters.PushBack(w)
+	w.Since, w.ns = now, ns
+	if w.Continuing {
+		w.elem = ns.waiters.PushFront(w)
+	} else {
+		w.elem = ns.waiters.PushBack(w)
+	}
 	q.n++
 	return nil
 }

@@ -11,10 +11,10 @@ import (
 var t0 = time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 
 // w is a waiter named id: "<class letter><namespace><n>", e.g. "da1" is the
-// first Down waiter of namespace a.
+// first Down waiter of namespace a; "D" is a Continuing Down waiter.
 func w(id string) *Waiter {
-	c := map[byte]Class{'w': Wake, 'u': Up, 'd': Down}[id[0]]
-	return &Waiter{Class: c, Namespace: id[1:2]}
+	c := map[byte]Class{'w': Wake, 'u': Up, 'd': Down, 'D': Down}[id[0]]
+	return &Waiter{Class: c, Namespace: id[1:2], Continuing: id[0] == 'D'}
 }
 
 func TestQueueGrantOrder(t *testing.T) {
@@ -49,6 +49,11 @@ func TestQueueGrantOrder(t *testing.T) {
 			add:   []string{"da1", "da2", "da3", "da4", "ub1", "wc1"},
 			after: time.Second,
 			want:  []string{"wc1", "ub1"}, wantNext: 500 * time.Millisecond, wantWaiting: 4,
+		},
+		{
+			name: "a pass's next request goes first in its namespace, not across namespaces",
+			rate: 10, burst: 10, add: []string{"da1", "da2", "db1", "Da3", "Db2"}, after: 500 * time.Millisecond,
+			want: []string{"Da3", "Db2", "da1", "db1", "da2"},
 		},
 		{
 			name: "no token yet",

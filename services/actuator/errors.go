@@ -12,6 +12,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/knative"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/writebudget"
 )
 
 var errDeployerNotWired = status.Error(codes.FailedPrecondition, "the function Deployer needs a Kubernetes cluster: run with --scaler=kubernetes")
@@ -30,6 +31,8 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, writebudget.ErrFull):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case apierrors.IsConflict(err):
 		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, context.Canceled):

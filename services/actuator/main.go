@@ -21,12 +21,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 
 	"github.com/tidalscale/tidal/actuator/deployer"
 	"github.com/tidalscale/tidal/actuator/knative"
 	"github.com/tidalscale/tidal/actuator/peer"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/writebudget"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
@@ -270,6 +272,12 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
+	// The one client-side budget of every client below, spent by priority:
+	// wakes from zero, then scale-ups, then scale-downs and status.
+	budget := writebudget.NewLimiter(cfg.kube.client.QPS, cfg.kube.client.Burst, budgetWaiting, clock.RealClock{}, reg)
+	defer budget.Stop()
+	rc.RateLimiter = budget
+	claims := budget.Claims(budgetTargets)
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
@@ -337,6 +345,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		Workers:        cfg.kube.workers,
 		TargetRetry:    cfg.kube.targetRetry,
 		StatusInterval: cfg.kube.statusInterval,
+		Claims:         claims,
 	}, log, tidal, tidalInf, kubeInf, scaler, recorder)
 	if err != nil {
 		return err
@@ -348,7 +357,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
 	if cfg.kube.knative {
-		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, log); err != nil {
+		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, claims, log); err != nil {
 			return err
 		}
 		// An edit reaches every PodAutoscaler's next reconcile.
@@ -443,6 +452,14 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	return g.Wait()
 }
 
+// budgetWaiting bounds the API requests waiting for the client-side budget
+// at once, and budgetTargets the PodAutoscalers with a pass under way (each
+// holds one claim): as many as a decider holds targets (--max-targets).
+const (
+	budgetWaiting = 50_000
+	budgetTargets = 50_000
+)
+
 // flushTimeout bounds the status writes made at a change of ownership.
 const flushTimeout = 5 * time.Second
 
@@ -478,7 +495,8 @@ func newAccess(cfg *config, tidalInf tidalinformers.SharedInformerFactory, kubeI
 
 // newKnative returns the reconciler of Knative's PodAutoscalers (--knative).
 func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpaconfig.DeploymentConfig,
-	live func() (kpaconfig.Config, kpaconfig.DeploymentConfig), kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder, log *zap.Logger,
+	live func() (kpaconfig.Config, kpaconfig.DeploymentConfig), kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder,
+	claims *writebudget.Claims, log *zap.Logger,
 ) (*knative.Controller, error) {
 	kn, err := knclient.New(rc)
 	if err != nil {
@@ -499,6 +517,7 @@ func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpa
 		Resync:         cfg.kube.resync,
 		TargetRetry:    cfg.kube.targetRetry,
 		StatusInterval: cfg.kube.statusInterval,
+		Claims:         claims,
 		ClusterDomain:  cfg.kube.clusterDomain,
 	}, log, kn, kubeInf, scaler, recorder)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,6 +88,14 @@ func startActuator(t *testing.T, kubeconfig string, extra ...string) actuatorv1.
 
 func startActuatorAt(t *testing.T, kubeconfig, grpcAddr, httpAddr string, extra ...string) actuatorv1.ActuatorServiceClient {
 	t.Helper()
+	client, _ := runActuator(t, kubeconfig, grpcAddr, httpAddr, extra...)
+	return client
+}
+
+// runActuator is startActuatorAt that also returns a stop, which ends the
+// actuator and waits for it (the test's end stops it otherwise).
+func runActuator(t *testing.T, kubeconfig, grpcAddr, httpAddr string, extra ...string) (actuatorv1.ActuatorServiceClient, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "actuator-flags.log"))
@@ -101,16 +110,20 @@ func startActuatorAt(t *testing.T, kubeconfig, grpcAddr, httpAddr string, extra 
 			"--target-retry=1s", "--log-level=debug",
 		}, extra...), logs)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logs.Name())
-			t.Logf("actuator flag output (its log is on stderr):\n%s", b)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+			if t.Failed() {
+				b, _ := os.ReadFile(logs.Name())
+				t.Logf("actuator flag output (its log is on stderr):\n%s", b)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-done:
@@ -133,7 +146,7 @@ func startActuatorAt(t *testing.T, kubeconfig, grpcAddr, httpAddr string, extra 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return actuatorv1.NewActuatorServiceClient(conn)
+	return actuatorv1.NewActuatorServiceClient(conn), stop
 }
 
 func wantCode(t *testing.T, what string, err error, code codes.Code, text string) {
