@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"cmp"
 	"maps"
 	"reflect"
 	"slices"
@@ -45,6 +46,9 @@ type scenario struct {
 	// knativeNS is where the release puts Knative's autoscaler Service;
 	// "" means Knative mode is off.
 	knativeNS string
+	// statusInterval is the actuator's --status-interval; "" means the
+	// default, 0s.
+	statusInterval string
 }
 
 var scenarios = []scenario{
@@ -84,10 +88,11 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		name:     "all options",
-		release:  release{name: "prod", namespace: "autoscaling", valuesFiles: []string{"test/chart/testdata/all-options.yaml"}},
-		fullname: "tidal-all",
-		replicas: map[string]int64{"collector": 3, "decider": 4, "actuator": 3},
+		name:           "all options",
+		release:        release{name: "prod", namespace: "autoscaling", valuesFiles: []string{"test/chart/testdata/all-options.yaml"}},
+		fullname:       "tidal-all",
+		statusInterval: "3s",
+		replicas:       map[string]int64{"collector": 3, "decider": 4, "actuator": 3},
 		serviceAccounts: map[string]string{
 			"collector": "tidal-collector-sa", "decider": "tidal-all-decider", "actuator": "tidal-all-actuator",
 		},
@@ -411,6 +416,10 @@ func checkComponent(t *testing.T, m manifest, sc scenario, c string) {
 	case "actuator":
 		if got, want := env["TIDAL_SCALER"].Value, "kubernetes"; got != want {
 			t.Errorf("TIDAL_SCALER = %q, want %q", got, want)
+		}
+		want := cmp.Or(sc.statusInterval, "0s")
+		if got := env["TIDAL_STATUS_INTERVAL"].Value; got != want {
+			t.Errorf("TIDAL_STATUS_INTERVAL = %q, want %q", got, want)
 		}
 		checkConfigMounts(t, m, "actuator", env, mounts, volumes, pod)
 	case "decider":

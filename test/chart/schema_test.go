@@ -35,6 +35,8 @@ func TestSchemaRefuses(t *testing.T) {
 		{"history not a duration", []string{"collector.history=two minutes"}, []string{"/collector/history"}},
 		{"secret name not a DNS name", []string{"actuator.secretNames[0]=Not_A_Name"}, []string{"/actuator/secretNames/0"}},
 		{"negative buckets", []string{"collector.buckets=-1"}, []string{"/collector/buckets", "minimum"}},
+		{"status interval over a minute", []string{"actuator.statusInterval=90s"}, []string{"/actuator/statusInterval"}},
+		{"status interval not in seconds", []string{"actuator.statusInterval=500ms"}, []string{"/actuator/statusInterval"}},
 		{"unknown decider discovery", []string{"collector.deciderDiscovery=consul"}, []string{"/collector/deciderDiscovery"}},
 		{"broker without a port", []string{"kafka.brokers[0]=kafka"}, []string{"/kafka/brokers/0"}},
 		{"broker pattern without a port", []string{"collector.allowedBrokers[0]=*.kafka"}, []string{"/collector/allowedBrokers/0"}},
