@@ -154,13 +154,18 @@ func selectorOf(ls *metav1.LabelSelector) (string, error) {
 	return sel.String(), nil
 }
 
-// CachedReplicas is t's spec.replicas when t is a Deployment the cache
-// holds, without an API request; ok is false otherwise.
+// CachedReplicas is t's spec.replicas when a cache holds t (a Deployment,
+// or a StatefulSet with CacheStatefulSets), without an API request; ok is
+// false otherwise.
 func (c *Cached) CachedReplicas(t Target) (replicas int32, ok bool) {
-	if !isDeployment(t) {
-		return 0, false
+	var s Scale
+	var err error
+	switch {
+	case isDeployment(t):
+		s, ok, err = c.cachedDeployment(t)
+	case c.statefulSets != nil && isStatefulSet(t):
+		s, ok, err = c.cachedStatefulSet(t)
 	}
-	s, ok, err := c.cachedDeployment(t)
 	if err != nil || !ok {
 		return 0, false
 	}

@@ -66,6 +66,13 @@ func TestCachedStatefulSets(t *testing.T) {
 	if got.Replicas != 4 || got.Selector != "app=db" || got.Resource != statefulSetsResource {
 		t.Errorf("cached scale = %+v, want 4 replicas, selector app=db, resource statefulsets", got)
 	}
+	// The write budget's class of a decision reads replicas the same way.
+	if r, ok := cached.CachedReplicas(db); !ok || r != 4 {
+		t.Errorf("CachedReplicas = %d, %v; want 4, true", r, ok)
+	}
+	if _, ok := cached.CachedReplicas(Target{Namespace: ns, Name: "db", APIVersion: "apps/v1", Kind: "ReplicaSet"}); ok {
+		t.Error("CachedReplicas of a kind no cache holds: ok")
+	}
 	held, exists, err := sts.Informer().GetIndexer().GetByKey(ns + "/db")
 	if err != nil || !exists {
 		t.Fatalf("the cache does not hold the StatefulSet: %v", err)
@@ -76,6 +83,9 @@ func TestCachedStatefulSets(t *testing.T) {
 
 	// A scale the cache has not seen yet is not read live under CacheOnly.
 	missing := Target{Namespace: ns, Name: "ghost", APIVersion: "apps/v1", Kind: "StatefulSet"}
+	if _, ok := cached.CachedReplicas(missing); ok {
+		t.Error("CachedReplicas of a StatefulSet the cache lacks: ok")
+	}
 	if _, err := cached.GetScale(CacheOnly(ctx), missing); !errors.Is(err, ErrNotFound) {
 		t.Errorf("CacheOnly GetScale of a missing StatefulSet: %v, want ErrNotFound", err)
 	}
