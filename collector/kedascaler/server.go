@@ -115,7 +115,7 @@ func New(cfg Config, targets Targets, decisions Decisions, inline *Inline, calle
 // namespace is PERMISSION_DENIED: one KEDA identity answers every tenant's
 // ScaledObjects, so a ScaledObject may learn only about its own
 // namespace's targets.
-func (s *Server) trigger(ctx context.Context, ref *externalscaler.ScaledObjectRef) (Trigger, error) {
+func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 	if ref == nil {
 		return Trigger{}, status.Error(codes.InvalidArgument, "scaledObjectRef: required")
 	}
@@ -138,9 +138,6 @@ func (s *Server) trigger(ctx context.Context, ref *externalscaler.ScaledObjectRe
 		if b, refused := s.cfg.Brokers.Refused(k.Brokers); refused {
 			return Trigger{}, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--kafka-brokers, --allowed-brokers)").Error())
 		}
-	}
-	if err := s.checkMetricType(ctx, ref, trig); err != nil {
-		return Trigger{}, err
 	}
 	return trig, nil
 }
@@ -210,6 +207,15 @@ func (s *Server) admit(ref *externalscaler.ScaledObjectRef) error {
 		commonv1.Prefix(ns), s.cfg.CallRate, s.cfg.CallBurst)
 }
 
+// admitTrigger is admit, then checkMetricType: the ScaledObject is read
+// within the namespace's calls.
+func (s *Server) admitTrigger(ctx context.Context, ref *externalscaler.ScaledObjectRef, trig Trigger) error {
+	if err := s.admit(ref); err != nil {
+		return err
+	}
+	return s.checkMetricType(ctx, ref, trig)
+}
+
 // allowPoll takes a token from the inline Kafka bucket of namespace ns:
 // each inline Kafka call may read Kafka, here or at another replica.
 func (s *Server) allowPoll(ns string) error {
@@ -249,11 +255,11 @@ func decisionStatus(what string, target *commonv1.TargetRef, err error) error {
 // IsActive says whether the trigger wants the workload running: tidal's
 // desired replicas > 0 (follow, riff modes), or KEDA's activity (keda).
 func (s *Server) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
-	trig, err := s.trigger(ctx, ref)
+	trig, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.admit(ref); err != nil {
+	if err := s.admitTrigger(ctx, ref, trig); err != nil {
 		return nil, err
 	}
 	if k := trig.Kafka; k != nil && k.KEDAMode() {
@@ -325,8 +331,11 @@ func (s *Server) GetMetricSpec(ctx context.Context, ref *externalscaler.ScaledOb
 
 // metricSpecOf is GetMetricSpec within a call already admitted.
 func (s *Server) metricSpecOf(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
-	trig, err := s.trigger(ctx, ref)
+	trig, err := s.trigger(ref)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkMetricType(ctx, ref, trig); err != nil {
 		return nil, err
 	}
 	if trig.Kafka != nil {
@@ -346,11 +355,11 @@ var errNoInline = status.Error(codes.Unimplemented, "this collector does not ser
 // refused before anything is read, so it costs no poll.
 func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
 	ref := req.GetScaledObjectRef()
-	trig, err := s.trigger(ctx, ref)
+	trig, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.admit(ref); err != nil {
+	if err := s.admitTrigger(ctx, ref, trig); err != nil {
 		return nil, err
 	}
 	name := metricNameOf(trig)
@@ -427,11 +436,11 @@ func (s *Server) release(caller, ns string) {
 // mode streams KEDA's own activity (streamActivity).
 func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamIsActiveServer) error {
 	ctx := st.Context()
-	trig, err := s.trigger(ctx, ref)
+	trig, err := s.trigger(ref)
 	if err != nil {
 		return err
 	}
-	if err := s.admit(ref); err != nil {
+	if err := s.admitTrigger(ctx, ref, trig); err != nil {
 		return err
 	}
 	var (
