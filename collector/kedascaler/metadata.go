@@ -127,7 +127,7 @@ func metricName(name string) string {
 // tidal's lag configuration.
 type Kafka struct {
 	Brokers []string
-	Topic   string // empty: the one topic the group has committed offsets for
+	Topic   string // empty: every topic the group has committed offsets for (keda mode), or the only one (riff modes)
 	Group   string
 	// Auth is how the brokers are reached: TLS, SASL and the protocol
 	// version, from KEDA's kafka keys (the secrets through ...FromEnv).
