@@ -13,7 +13,7 @@ TAG ?=
 PLATFORMS ?=
 BASE ?=
 
-.PHONY: all generate build test prepare unit lint fuzz bench bench-knative pareto conformance conformance-shared run e2e keda knative scale image chart clean
+.PHONY: all generate build test prepare unit lint fuzz bench bench-knative bench-coldstart pareto conformance conformance-shared run e2e keda knative scale image chart clean
 
 all: build
 
@@ -110,6 +110,20 @@ bench-knative:
 	set -o pipefail; cd test/benchknative && \
 		$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 60m | tee ../../bin/bench-knative.txt && \
 		$(GO) run ./cmd/benchratio < ../../bin/bench-knative.txt | tee ../../bin/bench-knative-ratios.txt
+
+## bench-coldstart: BENCHMARKS.md's "Cold-start race": on one test cluster with Knative Serving v0.50.0's controller
+## and activator binary, a revision at zero wakes on a request COLDSTART_WAKEUPS times with tidal deciding, then as
+## many with Knative's own autoscaler; each side's p50/p99 to spec.replicas > 0 and to the answer, and the ratios
+## (test/knative/serving/e2e's TestColdStartRace; needs root, as `make knative`). bin/bench-coldstart.txt keeps the log.
+COLDSTART_WAKEUPS ?= 50
+bench-coldstart:
+	$(GO) run ./test/cluster/cmd/testcluster build
+	cd test/knative && $(GO) run ./cmd/servingbuild
+	$(GO) build ./services/...
+	@mkdir -p bin
+	cd test/knative && $(GO) test -c -o ../../bin/knative-serving-e2e.test ./serving/e2e
+	set -o pipefail; cd test/knative/serving/e2e && ../../../../bin/knative-serving-e2e.test -test.run '^TestColdStartRace$$' \
+		-test.count=1 -test.timeout=60m -test.v -coldstart-wakeups=$(COLDSTART_WAKEUPS) | tee ../../../../bin/bench-coldstart.txt
 
 ## pareto: BENCHMARKS.md's "Predictive keep-alive": tidal-sim generates a trace of the paper's mix (seeded: the same
 ## bytes every time) in bin/pareto/, replays it through Knative's defaults and the predictive keep-alive, each at

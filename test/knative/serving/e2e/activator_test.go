@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,10 @@ type realActivator struct {
 	*knProcess
 	ns     *netns.Namespace
 	client *http.Client // requests to the activator's :8012 in its namespace
+	// autoscaler is where its websocket to the autoscaler's Service is
+	// relayed: tidal's collector's activator endpoint, or Knative's
+	// autoscaler's stats server (coldstart_test.go).
+	autoscaler atomic.Pointer[string]
 }
 
 // activatorHTTP is the activator's HTTP/1 port (knative.dev/networking
@@ -97,7 +102,9 @@ func startActivator(t *testing.T, s *scene) *realActivator {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ns.Forward("127.0.0.1:8080", func(net.Addr) string { return s.wsAddr }); err != nil {
+	a := &realActivator{ns: ns}
+	a.autoscaler.Store(&s.wsAddr)
+	if err := ns.Forward("127.0.0.1:8080", func(net.Addr) string { return *a.autoscaler.Load() }); err != nil {
 		t.Fatal(err)
 	}
 	wrapper := filepath.Join(t.TempDir(), "knative-activator")
@@ -106,7 +113,7 @@ func startActivator(t *testing.T, s *scene) *realActivator {
 	if cmd, err = ns.Command(wrapper, "--kubeconfig", s.c.Kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	a := &realActivator{ns: ns, knProcess: startKnative(t, "activator", cmd, "POD_NAME=activator-binary", "POD_IP="+activatorIPs[0])}
+	a.knProcess = startKnative(t, "activator", cmd, "POD_NAME=activator-binary", "POD_IP="+activatorIPs[0])
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return ns.DialContext(ctx, "tcp", activatorHTTP)
 	}}
