@@ -102,7 +102,7 @@ func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.S
 	var subsets []corev1.EndpointSubset //nolint:staticcheck // Knative v0.50.0's SKS reconciler reads v1 Endpoints
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for _, p := range pods.Items {
-		if !workload.PodReady(&p) {
+		if !workload.PodReady(&p) || (httpPort != 0 && !accepts(p.Status.PodIP, httpPort)) {
 			continue
 		}
 		ip, err := mirrorIP(p.Status.PodIP)
@@ -146,6 +146,20 @@ func mirrorService(ctx context.Context, kube kubernetes.Interface, svc *corev1.S
 	eps.Subsets = subsets
 	_, err = kube.CoreV1().Endpoints(svc.Namespace).Update(ctx, eps, metav1.UpdateOptions{})
 	return err
+}
+
+// accepts reports whether something listens at ip:port: with httpPort set,
+// the simulated pods' serving port, as the kubelet's readiness probe of the
+// queue-proxy would find it. kwok marks a pod Ready before the test's
+// server for it listens, and Knative's activator sends a request to a pod
+// its Endpoints list Ready without probing it first.
+func accepts(ip string, port int32) bool {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, fmt.Sprint(port)), time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }
 
 // targetPort resolves a Service port's target on pod p: a number, or the
