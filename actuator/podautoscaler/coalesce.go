@@ -29,9 +29,10 @@ type report[P any] struct {
 }
 
 // reportOf returns name's report, made on first use; nil without
-// Spec.StatusInterval. The caller holds name's lock.
+// Spec.StatusInterval and without Leases (nothing to coalesce, and no
+// replica holds a PodAutoscaler alone). The caller holds name's lock.
 func (r *Reconciler[P, C]) reportOf(name cache.ObjectName) *report[P] {
-	if r.spec.StatusInterval <= 0 {
+	if r.spec.StatusInterval <= 0 && !r.Shared() {
 		return nil
 	}
 	r.reportsMu.Lock()
@@ -47,9 +48,6 @@ func (r *Reconciler[P, C]) reportOf(name cache.ObjectName) *report[P] {
 // forget drops name's report: it left the cache, or another replica
 // reconciles it. What it had not written is the new owner's to write.
 func (r *Reconciler[P, C]) forget(name cache.ObjectName) {
-	if r.spec.StatusInterval <= 0 {
-		return
-	}
 	r.reportsMu.Lock()
 	delete(r.reports, name)
 	r.reportsMu.Unlock()
@@ -91,7 +89,8 @@ func (r *Reconciler[P, C]) withPending(name cache.ObjectName, pa P) P {
 }
 
 // holds reports whether this replica may leave pa's status unwritten for
-// a while, and scale its target without a status write first: replicas
+// a while (with Spec.StatusInterval), and scale its target before the
+// status write that records the decision: replicas
 // share PodAutoscalers through Leases, so no other replica writes it while
 // this one owns it, and pa, the newest copy this process knows, is this
 // replica's own last status write, made since it last gained or lost
@@ -112,10 +111,10 @@ func (r *Reconciler[P, C]) holds(rep *report[P], pa P) bool {
 // first of each direction, so that a target moving up and down by steps
 // costs an Event per turn, not per step. The caller holds name's lock.
 func (r *Reconciler[P, C]) turned(name cache.ObjectName, delta int32) bool {
-	rep := r.reportOf(name)
-	if rep == nil {
+	if r.spec.StatusInterval <= 0 {
 		return true
 	}
+	rep := r.reportOf(name)
 	dir := 1
 	if delta < 0 {
 		dir = -1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -147,5 +148,60 @@ func TestCoalescedReports(t *testing.T) {
 	}
 	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 7000 {
 		t.Errorf("status.lastDecision = %+v after FlushPending, want sequence 7000", d)
+	}
+}
+
+// TestHeldTargetFirst: with Leases and no status interval, a replica that
+// holds a PodAutoscaler (its own last status write, in this ownership
+// epoch) scales the target before the status write that records the
+// decision, so a wake from zero waits for one API write; the first change
+// after a change of ownership records the decision first, as without
+// Leases, so a late write of a former owner conflicts instead of undoing a
+// newer decision.
+func TestHeldTargetFirst(t *testing.T) {
+	reqs := &requests{n: map[string]int{}}
+	owner := controller.OwnerFunc(func(string) (string, bool) { return "actuator-a:9003", true })
+	c := cluster.Shared(t)
+	h := startHarness(t, c, c.Namespace(t), harnessOpts{
+		owner: owner,
+		wrap:  reqs.wrap,
+	})
+	h.reconciledWeb()
+	h.readyPods("web", 1)
+	h.eventually("Active and initialized", func() bool {
+		pa, err := h.ctrl.current(cache.ObjectName{Namespace: h.ns, Name: "web"})
+		return err == nil && condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive).Status == metav1.ConditionTrue &&
+			condition(pa, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized).Status == metav1.ConditionTrue
+	})
+	target := scale.Target{Namespace: h.ns, Name: "web"}
+	ctx := context.WithValue(context.Background(), callTag{}, true)
+	call := func(seq uint64, desired int32) {
+		t.Helper()
+		res, err := h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: target, Desired: desired, Sequence: seq, Reason: "stable: test"}})
+		if err != nil || !res.Changed || res.Applied != desired {
+			t.Fatalf("Scale(%d, %d) = %+v, %v; want changed to %d", seq, desired, res, err, desired)
+		}
+	}
+	recordFirst := []string{"PUT podautoscalers/status", "PATCH deployments/scale"}
+	targetFirst := []string{"PATCH deployments/scale", "PUT podautoscalers/status"}
+
+	// The conditions' status writes above were this replica's, in this
+	// epoch: it holds the PodAutoscaler.
+	reqs.takeOrder()
+	call(2000, 5)
+	if got := reqs.takeOrder(); !slices.Equal(got, targetFirst) {
+		t.Errorf("writes of a change of a held PodAutoscaler = %q, want %q", got, targetFirst)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 2000 || h.replicas("web") != 5 {
+		t.Errorf("status.lastDecision = %+v, replicas %d; want sequence 2000 recorded at once, 5", d, h.replicas("web"))
+	}
+	h.ctrl.SetOwnership(owner)
+	call(3000, 2)
+	if got := reqs.takeOrder(); !slices.Equal(got, recordFirst) {
+		t.Errorf("writes of the first change after a change of ownership = %q, want %q", got, recordFirst)
+	}
+	call(4000, 4)
+	if got := reqs.takeOrder(); !slices.Equal(got, targetFirst) {
+		t.Errorf("writes of the next change = %q, want %q", got, targetFirst)
 	}
 }

@@ -703,6 +703,8 @@ type callTag struct{}
 type requests struct {
 	mu sync.Mutex
 	n  map[string]int
+	// seq is what n counts, in the order it was sent.
+	seq []string
 	// all counts every write, tagged or not.
 	all bool
 }
@@ -723,6 +725,7 @@ func (r *requests) wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 			r.mu.Lock()
 			r.n[req.Method+" "+what]++
+			r.seq = append(r.seq, req.Method+" "+what)
 			r.mu.Unlock()
 		}
 		return rt.RoundTrip(req)
@@ -733,7 +736,16 @@ func (r *requests) take() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.n
-	r.n = map[string]int{}
+	r.n, r.seq = map[string]int{}, nil
+	return out
+}
+
+// takeOrder is take's requests in the order they were sent.
+func (r *requests) takeOrder() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.seq
+	r.n, r.seq = map[string]int{}, nil
 	return out
 }
 

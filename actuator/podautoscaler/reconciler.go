@@ -626,7 +626,10 @@ func (r *Reconciler[P, C]) reconcileLatest(ctx context.Context, name cache.Objec
 // Status is written first, once, with the resourceVersion pa was read at,
 // and carries the decision the target is about to be scaled to: if another
 // writer recorded a newer decision meanwhile, the write conflicts and the
-// target is left alone, so a late copy never undoes a newer decision.
+// target is left alone, so a late copy never undoes a newer decision. A
+// replica that holds pa under the Leases (holds) has nobody to conflict
+// with, and scales the target first: a wake from zero waits for one API
+// write, not two, as with Knative's autoscaler.
 func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decision, dryRun bool) (Outcome, error) {
 	p := &Pass[P, C]{PA: pa, Next: pa.DeepCopy(), Now: r.clock.Now(), Decision: r.kind.Decision(pa), Target: r.kind.Target(pa)}
 	if decision != nil {
@@ -705,10 +708,14 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 		out.Requeue = ownWriteRequeue
 	}
 	// Before a patch the write is made even when status is unchanged: it
-	// is what proves pa current (unless this replica holds it, see
-	// writeStatus).
-	if err := r.writeStatus(ctx, p, p.Patch != nil); err != nil {
-		return out, err
+	// is what proves pa current, unless this replica holds pa; then the
+	// target goes first and status follows.
+	rep := r.reportOf(cache.MetaObjectToName(pa))
+	targetFirst := p.Patch != nil && rep != nil && r.holds(rep, p.PA)
+	if !targetFirst {
+		if err := r.writeStatus(ctx, p, p.Patch != nil); err != nil {
+			return out, err
+		}
 	}
 
 	// Target and companion.
@@ -734,6 +741,11 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 			}
 			r.log.Info("scaled", zap.String(r.logKey(), cache.MetaObjectToName(pa).String()), zap.Int32("from", p.Scale.Replicas),
 				zap.Int32("to", *p.Patch), zap.Int64("sequence", seq), zap.String("reason", reason))
+		}
+	}
+	if targetFirst {
+		if err := r.writeStatus(ctx, p, false); err != nil {
+			return out, err
 		}
 	}
 	return out, r.kind.Converge(ctx, p)

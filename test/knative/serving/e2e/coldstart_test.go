@@ -34,8 +34,8 @@ type wake struct {
 // a revision at zero (Knative's default target-burst-capacity, the
 // activator in the path) takes a request; the wake-up is timed from the
 // request reaching the activator to the Deployment's spec.replicas leaving
-// zero (the autoscaler's share) and to the answer. tidal in Knative mode
-// first, then Knative's own autoscaler (cmd/autoscaler) after tidal is
+// zero (the autoscaler's share) and to the answer. tidal in Knative mode,
+// with bucket Leases as the chart runs it, first, then Knative's own autoscaler (cmd/autoscaler) after tidal is
 // stopped, -coldstart-wakeups each; it logs each side's p50 and p99 and
 // the ratios. A system run, not a check of speed: it fails only when a
 // wake-up fails.
@@ -44,7 +44,7 @@ func TestColdStartRace(t *testing.T) {
 	if n == 0 {
 		t.Skip("the cold-start race of `make bench-coldstart`; -coldstart-wakeups turns it on")
 	}
-	s := startScene(t, withPodTraffic)
+	s := startScene(t, withPodTraffic, withLeases)
 	act := startActivator(t, s)
 	ctx := context.Background()
 	s.createService(t, nil)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -55,11 +56,22 @@ type scene struct {
 	// that port for the pods' http port (activator_test.go).
 	trafficPort int32
 	traffic     func(pod string) http.Handler
+	// leases runs the collector and the actuator with bucket Leases, as
+	// the chart does (withLeases).
+	leases bool
 
 	// Set by createService.
 	rate *system.Dial
 	reps *replicaLog
 }
+
+// chartBuckets is the chart's default collector.buckets and
+// actuator.buckets.
+const chartBuckets = 10
+
+// withLeases runs the scene's collector and actuator with bucket Leases,
+// as the chart does: the actuator then holds its PodAutoscalers.
+func withLeases(s *scene) { s.leases = true }
 
 // knativeInstall installs Knative once per test binary: the shared
 // cluster outlives each test.
@@ -147,12 +159,17 @@ func startScene(t *testing.T, opts ...func(*scene)) *scene {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	args := map[string][]string{
+		"actuator":  {"--knative"},
+		"collector": {"--knative", "--knative-config-autoscaler", cfgDir, "--activator-listen", wsAddr},
+	}
+	if s.leases {
+		for _, svc := range []string{"actuator", "collector"} {
+			args[svc] = append(args[svc], "--buckets", strconv.Itoa(chartBuckets), "--lease-namespace", s.ns)
+		}
+	}
 	s.tidal, err = system.Start(sctx, system.Options{
-		BinDir: binDir, Cluster: c, AutoscalerConfig: autoscalerConfig, Log: testWriter{t},
-		Args: map[string][]string{
-			"actuator":  {"--knative"},
-			"collector": {"--knative", "--knative-config-autoscaler", cfgDir, "--activator-listen", wsAddr},
-		},
+		BinDir: binDir, Cluster: c, AutoscalerConfig: autoscalerConfig, Log: testWriter{t}, Args: args,
 	})
 	if err != nil {
 		t.Fatalf("start tidal: %v", err)
