@@ -49,6 +49,9 @@ type scenario struct {
 	// statusInterval is the actuator's --status-interval; "" means the
 	// default, 0s.
 	statusInterval string
+	// liveReads are the actuator's --live-read-rate, -burst,
+	// -namespace-rate and -namespace-burst; nil means the defaults.
+	liveReads []string
 }
 
 var scenarios = []scenario{
@@ -92,6 +95,7 @@ var scenarios = []scenario{
 		release:        release{name: "prod", namespace: "autoscaling", valuesFiles: []string{"test/chart/testdata/all-options.yaml"}},
 		fullname:       "tidal-all",
 		statusInterval: "3s",
+		liveReads:      []string{"8", "16", "2", "4"},
 		replicas:       map[string]int64{"collector": 3, "decider": 4, "actuator": 3},
 		serviceAccounts: map[string]string{
 			"collector": "tidal-collector-sa", "decider": "tidal-all-decider", "actuator": "tidal-all-actuator",
@@ -420,6 +424,15 @@ func checkComponent(t *testing.T, m manifest, sc scenario, c string) {
 		want := cmp.Or(sc.statusInterval, "0s")
 		if got := env["TIDAL_STATUS_INTERVAL"].Value; got != want {
 			t.Errorf("TIDAL_STATUS_INTERVAL = %q, want %q", got, want)
+		}
+		reads := sc.liveReads
+		if reads == nil {
+			reads = []string{"5", "10", "1", "3"}
+		}
+		for i, name := range []string{"TIDAL_LIVE_READ_RATE", "TIDAL_LIVE_READ_BURST", "TIDAL_LIVE_READ_NAMESPACE_RATE", "TIDAL_LIVE_READ_NAMESPACE_BURST"} {
+			if got := env[name].Value; got != reads[i] {
+				t.Errorf("%s = %q, want %q", name, got, reads[i])
+			}
 		}
 		checkConfigMounts(t, m, "actuator", env, mounts, volumes, pod)
 	case "decider":

@@ -37,6 +37,8 @@ func TestSchemaRefuses(t *testing.T) {
 		{"negative buckets", []string{"collector.buckets=-1"}, []string{"/collector/buckets", "minimum"}},
 		{"status interval over a minute", []string{"actuator.statusInterval=90s"}, []string{"/actuator/statusInterval"}},
 		{"status interval not in seconds", []string{"actuator.statusInterval=500ms"}, []string{"/actuator/statusInterval"}},
+		{"live reads at rate 0", []string{"actuator.liveReads.rate=0"}, []string{"/actuator/liveReads/rate"}},
+		{"live reads per namespace without a burst", []string{"actuator.liveReads.namespaceBurst=0"}, []string{"/actuator/liveReads/namespaceBurst", "minimum"}},
 		{"unknown decider discovery", []string{"collector.deciderDiscovery=consul"}, []string{"/collector/deciderDiscovery"}},
 		{"broker without a port", []string{"kafka.brokers[0]=kafka"}, []string{"/kafka/brokers/0"}},
 		{"broker pattern without a port", []string{"collector.allowedBrokers[0]=*.kafka"}, []string{"/collector/allowedBrokers/0"}},
