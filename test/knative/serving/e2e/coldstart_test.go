@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -27,6 +28,11 @@ var coldStartWakeups = flag.Int("coldstart-wakeups", 0, "TestColdStartRace's wak
 type wake struct {
 	scaled   time.Duration // to the Deployment's spec.replicas leaving zero, as an informer sees it
 	answered time.Duration // to the request's answer
+	// tidal's split, from its actuator's log (0 when not logged): to the
+	// decision (its sequence, the decider's clock in milliseconds: the
+	// collector and the decider) and to the scale write's return (the
+	// Scale call and the actuator's API write).
+	decided, written time.Duration
 }
 
 // TestColdStartRace is `make bench-coldstart`: on one test cluster with
@@ -52,7 +58,7 @@ func TestColdStartRace(t *testing.T) {
 	s.waitTidalPA(t)
 	scaled := watchScaleFromZero(t, s)
 
-	tidal := coldStarts(t, s, act, scaled, "tidal", n)
+	tidal := coldStarts(t, s, act, scaled, "tidal", n, func() (decided, written time.Time, ok bool) { return lastWakeLogged(s) })
 
 	// Knative's autoscaler, as in TestUninstallGivesPodAutoscalersBack,
 	// with the same activator binary reporting to it.
@@ -71,7 +77,7 @@ func TestColdStartRace(t *testing.T) {
 		return err == nil
 	})
 	s.kc = ka // the waits below fail at once if Knative's autoscaler exits
-	knative := coldStarts(t, s, act, scaled, "Knative", n)
+	knative := coldStarts(t, s, act, scaled, "Knative", n, nil)
 
 	report := func(what string, f func(wake) time.Duration) {
 		tp50, tp99 := percentiles(tidal, f)
@@ -82,13 +88,63 @@ func TestColdStartRace(t *testing.T) {
 	t.Logf("cold-start race, %d wake-ups each, from the request reaching Knative's activator:", n)
 	report("to spec.replicas > 0 (autoscaler share)", func(w wake) time.Duration { return w.scaled })
 	report("to the answer", func(w wake) time.Duration { return w.answered })
+	var split []wake
+	for _, w := range tidal {
+		if w.decided != 0 {
+			split = append(split, w)
+		}
+	}
+	if len(split) == 0 {
+		t.Logf("tidal's split: no wake-up found in its actuator's log")
+		return
+	}
+	t.Logf("tidal's split over the %d of %d wake-ups its actuator logged (the decision's time is in whole milliseconds):", len(split), len(tidal))
+	for _, part := range []struct {
+		what string
+		f    func(wake) time.Duration
+	}{
+		{"to the decision (collector, decider)", func(w wake) time.Duration { return w.decided }},
+		{"decision to the scale write's return", func(w wake) time.Duration { return w.written - w.decided }},
+		{"scale write's return to the informer", func(w wake) time.Duration { return w.scaled - w.written }},
+	} {
+		p50, p99 := percentiles(split, part.f)
+		t.Logf("  %-40s p50 %8s p99 %8s", part.what, ms(p50), ms(p99))
+	}
+}
+
+// lastWakeLogged reads tidal's actuator's log for its last scale of the
+// revision from zero: the decision's time (its sequence) and when the
+// scale write returned.
+func lastWakeLogged(s *scene) (decided, written time.Time, ok bool) {
+	for _, p := range s.tidal.Procs() {
+		if !strings.Contains(p.Name, "actuator") {
+			continue
+		}
+		lines := strings.Split(p.LogTail(500), "\n")
+		for i := len(lines) - 1; i >= 0; i-- {
+			var l struct {
+				Msg      string  `json:"msg"`
+				TS       float64 `json:"ts"`
+				From, To int32
+				Sequence int64
+			}
+			if json.Unmarshal([]byte(lines[i]), &l) != nil || l.Msg != "scaled" || l.From != 0 || l.To == 0 {
+				continue
+			}
+			return time.UnixMilli(l.Sequence), time.Unix(0, int64(l.TS*float64(time.Second))), true
+		}
+	}
+	return time.Time{}, time.Time{}, false
 }
 
 // coldStarts times n wake-ups from zero of s's revision with the autoscaler
 // in charge (who): each waits for zero (the Deployment at 0 and the private
 // Endpoints empty, so the activator knows no pod), then sends one request
-// through the activator.
-func coldStarts(t *testing.T, s *scene, act *realActivator, scaled <-chan time.Time, who string, n int) []wake {
+// through the activator. logged, when set, tells the decision's time and
+// when the scale write returned, as the autoscaler logged them.
+func coldStarts(t *testing.T, s *scene, act *realActivator, scaled <-chan time.Time, who string, n int,
+	logged func() (decided, written time.Time, ok bool),
+) []wake {
 	t.Helper()
 	ctx := context.Background()
 	out := make([]wake, 0, n)
@@ -117,8 +173,15 @@ func coldStarts(t *testing.T, s *scene, act *realActivator, scaled <-chan time.T
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s: wake-up %d: answered, but no scale from zero seen", who, i)
 		}
+		split := ""
+		if logged != nil {
+			if decided, written, ok := logged(); ok && decided.After(start.Add(-time.Millisecond)) {
+				w.decided, w.written = max(decided.Sub(start), time.Nanosecond), written.Sub(start)
+				split = fmt.Sprintf(" (decided after %s, its scale write returned after %s)", ms(w.decided), ms(w.written))
+			}
+		}
 		out = append(out, w)
-		t.Logf("%s: wake-up %d: spec.replicas > 0 after %s, answered after %s", who, i, ms(w.scaled), ms(w.answered))
+		t.Logf("%s: wake-up %d: spec.replicas > 0 after %s, answered after %s%s", who, i, ms(w.scaled), ms(w.answered), split)
 	}
 	return out
 }
