@@ -3,18 +3,12 @@ package chart_test
 import (
 	"context"
 	"math"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"google.golang.org/protobuf/encoding/protowire"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -25,46 +19,6 @@ import (
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
 	"github.com/tidalscale/tidal/test/testkit"
 )
-
-// chartArgs turns the TIDAL_* environment the chart gives a service's pods
-// into the same flags (services/server reads TIDAL_<FLAG> as --<flag>), for
-// a local process: paths under the pod's ConfigMap mounts become dirs[mount
-// path], variables in drop are left out (the caller passes loopback
-// addresses in their place), and so are the addresses NewProc sets.
-func chartArgs(t *testing.T, dep *appsv1.Deployment, dirs map[string]string, drop ...string) []string {
-	t.Helper()
-	drop = append(drop, "TIDAL_GRPC_ADDR", "TIDAL_HTTP_ADDR")
-	var args []string
-	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
-		name, ok := strings.CutPrefix(e.Name, "TIDAL_")
-		if !ok || e.ValueFrom != nil || slices.Contains(drop, e.Name) {
-			continue
-		}
-		v := e.Value
-		if d, ok := dirs[v]; ok {
-			v = d
-		}
-		args = append(args, "--"+strings.ToLower(strings.ReplaceAll(name, "_", "-"))+"="+v)
-	}
-	return args
-}
-
-// configDirs writes the chart's two Knative ConfigMaps, one file per key
-// as a pod's mount holds them, and maps their mount paths to the dirs.
-func configDirs(t *testing.T, objs manifest, fullname string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for mount, cm := range map[string]string{"/etc/tidal/config-autoscaler": "-config-autoscaler", "/etc/tidal/config-deployment": "-config-deployment"} {
-		dir := t.TempDir()
-		for k, v := range typed[corev1.ConfigMap](t, objs.get(t, "ConfigMap", fullname+cm)).Data {
-			if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		out[mount] = dir
-	}
-	return out
-}
 
 // wireFrame is one binary websocket message as Knative's activator sends
 // it (asmetrics.ToWireStatMessages then Marshal, knative.dev/serving

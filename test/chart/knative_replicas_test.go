@@ -63,7 +63,11 @@ func startKnativeRelease(ctx context.Context, t *testing.T, set ...string) *knat
 	r.acc = rel.ForTest(t, c, append([]string{"knative.enabled=true", "knative.namespace=" + r.kns, "tls.mode=disabled"}, set...)...)
 	r.objs = manifest(r.acc.Objects)
 	r.full = r.acc.Release.Fullname()
-	r.dirs = configDirs(t, r.objs, r.full)
+	dirs, err := rel.ConfigDirs(t.TempDir(), r.acc.Objects, r.full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.dirs = dirs
 	t.Cleanup(func() {
 		for name, text := range readLogs(t, r.logDir) {
 			for _, line := range strings.Split(text, "\n") {
@@ -95,7 +99,7 @@ func startKnativeRelease(ctx context.Context, t *testing.T, set ...string) *knat
 // variables in drop, with its account's kubeconfig where it has one.
 func (r *knativeRelease) args(t *testing.T, comp string, drop ...string) []string {
 	t.Helper()
-	args := chartArgs(t, typed[appsv1.Deployment](t, r.objs.get(t, "Deployment", r.full+"-"+comp)), r.dirs, drop...)
+	args := rel.ChartArgs(typed[appsv1.Deployment](t, r.objs.get(t, "Deployment", r.full+"-"+comp)), r.dirs, drop...)
 	if a := r.acc.ByComponent[comp]; a != nil && comp != "decider" {
 		p := filepath.Join(t.TempDir(), comp+".kubeconfig")
 		if err := a.WriteKubeconfig(p); err != nil {

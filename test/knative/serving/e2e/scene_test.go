@@ -41,6 +41,7 @@ type scene struct {
 	nc        netclient.Interface
 	kube      kubernetes.Interface // v1 Endpoints without deprecation warnings
 	knBins    serving.Binaries
+	tidalDir  string // tidal's three binaries
 	kc        *knProcess
 	tidal     *system.System
 	act       *knactivator.Activator // Knative's activator code, dialling tidal's collector
@@ -91,10 +92,67 @@ var knativeMetricsAddr string
 // before anything starts.
 func startScene(t *testing.T, opts ...func(*scene)) *scene {
 	t.Helper()
+	s := startKnativeScene(t, opts...)
+	c := s.c
+	ctx := context.Background()
+
+	// tidal in Knative mode, and Knative's activator reporting code
+	// dialling the collector's activator endpoint.
+	wsAddr := testkit.FreeAddr(t)
+	s.wsAddr = wsAddr
+	s.act = knactivator.Start(t, "ws://"+wsAddr, "activator-e2e")
+	s.front.useActivator(s.act.Handler())
+	binDir := actuatorWithHosts(t, s.tidalDir, s.hosts())
+	var err error
+	cfgDir := t.TempDir()
+	for k, v := range autoscalerConfig {
+		if err := os.WriteFile(filepath.Join(cfgDir, k), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	args := map[string][]string{
+		"actuator":  {"--knative"},
+		"collector": {"--knative", "--knative-config-autoscaler", cfgDir, "--activator-listen", wsAddr},
+	}
+	if s.leases {
+		for _, svc := range []string{"actuator", "collector"} {
+			args[svc] = append(args[svc], "--buckets", strconv.Itoa(chartBuckets), "--lease-namespace", s.ns)
+		}
+	}
+	s.tidal, err = system.Start(sctx, system.Options{
+		BinDir: binDir, Cluster: c, AutoscalerConfig: autoscalerConfig, Log: testWriter{t}, Args: args,
+	})
+	if err != nil {
+		t.Fatalf("start tidal: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("namespace %s at the failure:\n%s", s.ns, c.Describe(context.Background(), s.ns))
+			for _, p := range s.tidal.Procs() {
+				t.Logf("%s log (last 30 lines):\n%s", p.Name, p.LogTail(30))
+			}
+		}
+		if err := s.tidal.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	s.act.WaitReady(t, 30*time.Second)
+	return s
+}
+
+// startKnativeScene installs Knative (once) and starts Knative's controller and
+// the stand-ins of fakes_test.go for a namespace of the test's own, with no
+// autoscaler: the front serves the revision's public Service once the
+// caller gives it an activator (useActivator). Knative's controller stops
+// when t ends. opts set the scene's options before anything starts.
+func startKnativeScene(t *testing.T, opts ...func(*scene)) *scene {
+	t.Helper()
 	knBins, tidalDir := binaries(t)
 	c := cluster.Shared(t)
 	ctx := context.Background()
-	s := &scene{c: c, ns: c.Namespace(t), knBins: knBins, svcName: "web", rev: "web-00001"}
+	s := &scene{c: c, ns: c.Namespace(t), knBins: knBins, tidalDir: tidalDir, svcName: "web", rev: "web-00001"}
 	for _, o := range opts {
 		o(s)
 	}
@@ -140,52 +198,9 @@ func startScene(t *testing.T, opts ...func(*scene)) *scene {
 	s.kc.waitLeader(ctx, t, c, "revision", time.Minute)
 	mirrorPrivateEndpoints(t, s.kube, s.ns, s.trafficPort)
 	markIngressesReady(t, s.nc, s.ns)
-
-	// tidal in Knative mode, and Knative's activator reporting code
-	// dialling the collector's activator endpoint.
-	wsAddr := testkit.FreeAddr(t)
-	s.wsAddr = wsAddr
-	s.act = knactivator.Start(t, "ws://"+wsAddr, "activator-e2e")
 	s.front = &serviceFront{kube: s.kube}
-	s.front.useActivator(s.act.Handler())
 	s.frontIP = activatorFront(t, s.front)
 	s.publicRev = s.rev + "." + s.ns + ".svc.cluster.local"
-	binDir := actuatorWithHosts(t, tidalDir, s.hosts())
-	cfgDir := t.TempDir()
-	for k, v := range autoscalerConfig {
-		if err := os.WriteFile(filepath.Join(cfgDir, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	args := map[string][]string{
-		"actuator":  {"--knative"},
-		"collector": {"--knative", "--knative-config-autoscaler", cfgDir, "--activator-listen", wsAddr},
-	}
-	if s.leases {
-		for _, svc := range []string{"actuator", "collector"} {
-			args[svc] = append(args[svc], "--buckets", strconv.Itoa(chartBuckets), "--lease-namespace", s.ns)
-		}
-	}
-	s.tidal, err = system.Start(sctx, system.Options{
-		BinDir: binDir, Cluster: c, AutoscalerConfig: autoscalerConfig, Log: testWriter{t}, Args: args,
-	})
-	if err != nil {
-		t.Fatalf("start tidal: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("namespace %s at the failure:\n%s", s.ns, c.Describe(context.Background(), s.ns))
-			for _, p := range s.tidal.Procs() {
-				t.Logf("%s log (last 30 lines):\n%s", p.Name, p.LogTail(30))
-			}
-		}
-		if err := s.tidal.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	s.act.WaitReady(t, 30*time.Second)
 	return s
 }
 
