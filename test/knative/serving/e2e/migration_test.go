@@ -86,6 +86,7 @@ func TestMigrationHelmInstallToUninstall(t *testing.T) {
 
 	// 3. The switch.
 	switchAt := time.Now().Truncate(time.Second)
+	kept, keptFrom := s.reps.last().spec, time.Now()
 	scaleKnativeAutoscaler(ctx, t, s, 0)
 	ka.stop(t) // its pod goes with the replicas
 	_ = knAct.Conn.Shutdown()
@@ -99,6 +100,11 @@ func TestMigrationHelmInstallToUninstall(t *testing.T) {
 	svc, err := c.Client.CoreV1().Services(systemNamespace).Get(ctx, "autoscaler", metav1.GetOptions{})
 	if want := name + "-autoscaler." + relNS + ".svc.cluster.local"; err != nil || svc.Spec.Type != corev1.ServiceTypeExternalName || svc.Spec.ExternalName != want {
 		t.Fatalf("after the upgrade: Service %s/autoscaler %+v (%v), want an ExternalName %s", systemNamespace, svc, err, want)
+	}
+	// Until tidal takes over, no one reconciles: the Revision keeps its
+	// scale.
+	if lo, hi := s.reps.bounds(keptFrom); lo != kept || hi != kept {
+		t.Errorf("through the switch the Revision's replicas went %d to %d, want them kept at %d", lo, hi, kept)
 	}
 	// The rollout replaces the pods: the processes restart with the
 	// upgraded Deployments' settings, and the activators reconnect.
