@@ -3,8 +3,11 @@
 // collector, decider and actuator in Knative mode, and checks that a Knative
 // Service is scaled by tidal as Knative's KPA would scale it; then that,
 // once tidal's services stop, Knative's own autoscaler takes the
-// PodAutoscaler back and scales the Service itself. TestKnativeRun, skipped
-// unless -knative-run-for is set, is `make run KNATIVE=1`'s scene.
+// PodAutoscaler back and scales the Service itself.
+// TestMigrationHelmInstallToUninstall runs the whole migration of
+// docs/knative.md with the chart installed, upgraded and uninstalled by the
+// pinned Helm between two spells of Knative's own autoscaler. TestKnativeRun,
+// skipped unless -knative-run-for is set, is `make run KNATIVE=1`'s scene.
 //
 // It is a package of its own, not more tests beside test/knative's
 // activator tests, because it needs its own TestMain (a shared test cluster,
