@@ -727,9 +727,11 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 		case p.Paused:
 			r.recorder.Eventf(r.ref(p.PA), corev1.EventTypeNormal, EventPaused, "paused at %d, not applied: %s", p.Scale.Replicas, msg)
 		default:
+			began := r.clock.Now()
 			if err := r.scaler.SetReplicas(ctx, p.Target, *p.Patch); err != nil {
 				return out, fmt.Errorf("scale %s: %w", p.Target, err)
 			}
+			took := r.clock.Since(began)
 			out.After, out.Patched = *p.Patch, true
 			if r.turned(cache.MetaObjectToName(pa), *p.Patch-p.Scale.Replicas) {
 				r.recorder.Event(r.ref(p.PA), corev1.EventTypeNormal, EventScaled, msg)
@@ -740,7 +742,7 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 				seq, reason = d.Sequence, d.Reason
 			}
 			r.log.Info("scaled", zap.String(r.logKey(), cache.MetaObjectToName(pa).String()), zap.Int32("from", p.Scale.Replicas),
-				zap.Int32("to", *p.Patch), zap.Int64("sequence", seq), zap.String("reason", reason))
+				zap.Int32("to", *p.Patch), zap.Int64("sequence", seq), zap.String("reason", reason), zap.Duration("write", took))
 		}
 	}
 	if targetFirst {
