@@ -1,6 +1,6 @@
 // Package sender delivers a decider's decisions to the actuator's Scale RPC:
-// concurrently across targets, one call at a time per target, newest
-// decision first.
+// concurrently across targets, one call at a time per target, only a
+// target's newest decision, wakes from zero and scale-ups first.
 package sender
 
 import (
@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/fairqueue"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -48,39 +49,56 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Sender queues decisions per target and calls Scale from a pool of
-// workers. Only the newest decision of a target waits: a newer one
-// replaces an older one not yet sent. The workqueue never hands one target
-// to two workers, so a target's calls are made one after another, in
-// sequence order, while different targets' calls run side by side. A failed
-// call is retried with per-target backoff unless a newer decision replaced
-// it meanwhile.
+// Sender keeps the newest decision of each target not yet sent and calls
+// Scale from a pool of workers. A newer decision replaces an older one still
+// waiting, so no stale value is ever queued. When more targets wait than
+// there are workers, a wake from zero goes first, then a scale-up, then a
+// scale-down, and within a class namespaces take turns (fairqueue), so a
+// slow actuator makes scale-downs wait, not wakes. A target is never handed
+// to two workers, so its calls are made one after another, in sequence
+// order, while different targets' calls run side by side. A failed call is
+// retried with per-target backoff unless a newer decision replaced it
+// meanwhile.
 type Sender struct {
-	cfg    Config
-	client actuatorv1.ActuatorServiceClient
-	log    *zap.Logger
-	queue  workqueue.TypedRateLimitingInterface[string]
+	cfg     Config
+	client  actuatorv1.ActuatorServiceClient
+	log     *zap.Logger
+	backoff workqueue.TypedRateLimiter[string]
+	// retry hands a failed target back after its backoff.
+	retry workqueue.TypedDelayingInterface[string]
 
 	calls      *prometheus.CounterVec
 	superseded prometheus.Counter
 	latency    prometheus.Histogram
 
-	// mu guards pending: per target key, the newest decision not yet sent.
-	// It holds at most one entry per target the engine holds.
+	// mu guards the fields below. pending holds, per target key, the newest
+	// decision not yet sent: at most one entry per target the engine holds.
+	// busy holds the targets with a call in flight, at most Workers.
 	mu      sync.Mutex
-	pending map[string]engine.Decision
+	ready   *sync.Cond // signalled when queue gains an entry or on shutdown
+	pending map[string]*waiting
+	busy    map[string]bool
+	queue   fairqueue.Queue[string]
+	shut    bool
+}
+
+// waiting is a target's newest decision not yet sent; entry is its place in
+// the queue, nil while its target is busy or backing off.
+type waiting struct {
+	d     engine.Decision
+	entry *fairqueue.Entry[string]
 }
 
 // New returns a Sender; it sends nothing until Run.
 func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, reg prometheus.Registerer) *Sender {
 	s := &Sender{
-		cfg:    cfg,
-		client: client,
-		log:    log,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryMin, cfg.RetryMax),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scale"}),
-		pending: map[string]engine.Decision{},
+		cfg:     cfg,
+		client:  client,
+		log:     log,
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryMin, cfg.RetryMax),
+		retry:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "scale-retry"}),
+		pending: map[string]*waiting{},
+		busy:    map[string]bool{},
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_calls_total",
 			Help: "Scale calls to the actuator by result: applied, stale, refused or error.",
@@ -95,6 +113,7 @@ func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, r
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 	}
+	s.ready = sync.NewCond(&s.mu)
 	reg.MustRegister(s.calls, s.superseded, s.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidal_decider_scale_pending",
 		Help: "Targets whose newest decision waits to be sent.",
@@ -109,6 +128,22 @@ func (s *Sender) Pending() int {
 	return len(s.pending)
 }
 
+// Class is the priority of sending d, from what the decider saw of its
+// target: a wake when it had no pod ready and d asks for some, up when d
+// asks for more than it saw, else down.
+func Class(d *engine.Decision) fairqueue.Class {
+	current, known := int32(0), false
+	switch {
+	case d.KPA != nil:
+		current, known = d.KPA.ReadyPods, true
+	case d.Lag != nil && d.Lag.ObservedKnown:
+		current, known = d.Lag.ObservedReplicas, true
+	case d.Lag != nil:
+		current, known = d.Lag.ReplicasBefore, true
+	}
+	return fairqueue.Of(current, known, d.Bounded())
+}
+
 // Enqueue queues decisions; invalid ones (no desired scale) and advisory
 // ones (a target something else scales, such as KEDA) are never sent, and
 // one older than a decision already waiting for its target is dropped.
@@ -121,15 +156,37 @@ func (s *Sender) Enqueue(ds []engine.Decision) {
 			continue
 		}
 		key := d.Target.Key()
-		if old, ok := s.pending[key]; ok {
-			if old.Sequence > d.Sequence {
+		w := s.pending[key]
+		if w == nil {
+			w = &waiting{}
+			s.pending[key] = w
+		} else {
+			if w.d.Sequence > d.Sequence {
 				continue
 			}
 			s.superseded.Inc()
 		}
-		s.pending[key] = *d
-		s.queue.Add(key)
+		w.d = *d
+		s.queueLocked(key, w)
 	}
+}
+
+// queueLocked puts w in the queue in its decision's class, unless its
+// target is busy (the call's end queues it). A waiting entry keeps its place
+// while its class stays.
+func (s *Sender) queueLocked(key string, w *waiting) {
+	if s.busy[key] {
+		return
+	}
+	c := Class(&w.d)
+	if w.entry != nil {
+		if w.entry.Class() == c {
+			return
+		}
+		s.queue.Remove(w.entry)
+	}
+	w.entry = s.queue.Push(c, w.d.Target.Namespace, key, false)
+	s.ready.Signal()
 }
 
 // Run sends until ctx ends, then waits for the calls in flight.
@@ -141,37 +198,67 @@ func (s *Sender) Run(ctx context.Context) error {
 			}
 		})
 	}
+	wg.Go(func() {
+		for {
+			key, shutdown := s.retry.Get()
+			if shutdown {
+				return
+			}
+			s.mu.Lock()
+			if w := s.pending[key]; w != nil && w.entry == nil {
+				s.queueLocked(key, w)
+			}
+			s.mu.Unlock()
+			s.retry.Done(key)
+		}
+	})
 	<-ctx.Done()
-	s.queue.ShutDown()
+	s.mu.Lock()
+	s.shut = true
+	s.ready.Broadcast()
+	s.mu.Unlock()
+	s.retry.ShutDown()
 	wg.Wait()
 	return nil
 }
 
-// next sends one target's newest decision; false means the queue is shut.
+// next sends the newest decision of the target due next; false means the
+// Sender is shut.
 func (s *Sender) next(ctx context.Context) bool {
-	key, shutdown := s.queue.Get()
-	if shutdown {
+	s.mu.Lock()
+	for s.queue.Len() == 0 && !s.shut {
+		s.ready.Wait()
+	}
+	if s.shut {
+		s.mu.Unlock()
 		return false
 	}
-	defer s.queue.Done(key)
-	s.mu.Lock()
-	d, ok := s.pending[key]
+	e, _ := s.queue.Pop()
+	key := e.Value
+	d := s.pending[key].d
 	delete(s.pending, key)
+	s.busy[key] = true
 	s.mu.Unlock()
-	if !ok {
-		s.queue.Forget(key)
-		return true
-	}
-	if err := s.send(ctx, &d); err != nil && ctx.Err() == nil {
-		s.mu.Lock()
-		if _, newer := s.pending[key]; !newer {
-			s.pending[key] = d
+
+	err := s.send(ctx, &d)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.busy, key)
+	w := s.pending[key]
+	switch {
+	case w != nil:
+		// A newer decision came while the call was made: it goes now.
+		if err == nil {
+			s.backoff.Forget(key)
 		}
-		s.mu.Unlock()
-		s.queue.AddRateLimited(key)
-		return true
+		s.queueLocked(key, w)
+	case err != nil && ctx.Err() == nil:
+		s.pending[key] = &waiting{d: d}
+		s.retry.AddAfter(key, s.backoff.When(key))
+	default:
+		s.backoff.Forget(key)
 	}
-	s.queue.Forget(key)
 	return true
 }
 

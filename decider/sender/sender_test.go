@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/fairqueue"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	"github.com/tidalscale/tidal/strategy/lag"
 	"github.com/tidalscale/tidal/test/testkit"
 )
 
@@ -214,5 +218,105 @@ func TestInvalidAndOlderDecisionsAreNotSent(t *testing.T) {
 	calls, _, _ := a.snapshot()
 	if got := calls[1]; got.GetTarget().GetName() != "t" || got.GetDecisionSequence() != 9 || got.GetDesiredReplicas() != 2 {
 		t.Errorf("second call = %v, want t's decision 9 for 2 replicas", got)
+	}
+}
+
+func kpaDecision(ns, name string, seq uint64, ready, desired int32) engine.Decision {
+	return engine.Decision{
+		Target: engine.Target{Namespace: ns, Name: name}, Strategy: engine.KPA, Sequence: seq, Desired: desired,
+		KPA: &kpa.Decision{ReadyPods: ready},
+	}
+}
+
+func TestClass(t *testing.T) {
+	lagDecision := func(observed int32, known bool, before, desired int32) engine.Decision {
+		return engine.Decision{Strategy: engine.Lag, Desired: desired, Sequence: 1,
+			Lag: &lag.Decision{ObservedReplicas: observed, ObservedKnown: known, ReplicasBefore: before}}
+	}
+	capped := kpaDecision("ns", "t", 1, 3, 9)
+	capped.MaxScale = 3
+	tests := []struct {
+		name string
+		d    engine.Decision
+		want fairqueue.Class
+	}{
+		{"kpa from zero ready", kpaDecision("ns", "t", 1, 0, 2), fairqueue.Wake},
+		{"kpa more than ready", kpaDecision("ns", "t", 1, 2, 5), fairqueue.Up},
+		{"kpa fewer than ready", kpaDecision("ns", "t", 1, 5, 2), fairqueue.Down},
+		{"kpa to zero", kpaDecision("ns", "t", 1, 1, 0), fairqueue.Down},
+		{"kpa above max-scale asks for the cap only", capped, fairqueue.Down},
+		{"lag observed at zero", lagDecision(0, true, 4, 1), fairqueue.Wake},
+		{"lag unobserved, from its last decision", lagDecision(0, false, 2, 1), fairqueue.Down},
+		{"lag unobserved, up from its last decision", lagDecision(0, false, 2, 3), fairqueue.Up},
+		{"nothing seen asks for pods", decision("t", 1, 1), fairqueue.Up},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Class(&tt.d); got != tt.want {
+				t.Errorf("Class = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSlowActuatorWakesFirst holds the only worker's call while decisions
+// pile up, then lets the actuator answer one call at a time: wakes go first,
+// namespaces in turn, then scale-ups, then scale-downs; a target's newer
+// decision replaces its waiting one (and takes its class), and no target's
+// older decision is ever sent after a newer one.
+func TestSlowActuatorWakesFirst(t *testing.T) {
+	step := make(chan struct{})
+	a := &actuator{gate: step}
+	// One call is answered per value sent on step: the gate is read once
+	// per call.
+	s := start(t, a, Config{Workers: 1})
+	s.Enqueue([]engine.Decision{kpaDecision("z", "blocker", 1, 1, 0)})
+	testkit.Eventually(t, 20*time.Second, "the blocker's call", func() bool { c, _, _ := a.snapshot(); return len(c) == 1 })
+
+	s.Enqueue([]engine.Decision{
+		kpaDecision("a", "down1", 10, 5, 1),
+		kpaDecision("a", "down2", 10, 5, 2),
+		kpaDecision("b", "down3", 10, 5, 3),
+		kpaDecision("a", "up1", 10, 1, 4),
+		kpaDecision("b", "up2", 10, 1, 5),
+		kpaDecision("a", "wake1", 10, 0, 1),
+		kpaDecision("a", "wake2", 10, 0, 1),
+		kpaDecision("c", "wake3", 10, 0, 1),
+		// Its blocker's newer decision waits behind the call in flight.
+		kpaDecision("z", "blocker", 2, 0, 7),
+	})
+	// Newer decisions: down2's replaces the waiting one; down1 is woken
+	// (scaled to zero meanwhile) and moves to the wakes; an older one of
+	// up1's is dropped.
+	s.Enqueue([]engine.Decision{
+		kpaDecision("a", "down2", 11, 5, 0),
+		kpaDecision("a", "down1", 12, 0, 3),
+		kpaDecision("a", "up1", 9, 1, 9),
+	})
+	if p := s.Pending(); p != 9 {
+		t.Fatalf("Pending() = %d, want 9 (one per target)", p)
+	}
+	want := []string{
+		"z/blocker@1",
+		// The blocker's call ended: its newer one (a wake) took its
+		// namespace's turn behind a and c.
+		"a/wake1@10", "c/wake3@10", "z/blocker@2", "a/wake2@10", "a/down1@12",
+		"a/up1@10", "b/up2@10",
+		"a/down2@11", "b/down3@10",
+	}
+	for i := 1; i <= len(want); i++ {
+		step <- struct{}{}
+		if i < len(want) {
+			testkit.Eventually(t, 20*time.Second, "the next call", func() bool { c, _, _ := a.snapshot(); return len(c) == i+1 })
+		}
+	}
+	testkit.Eventually(t, 20*time.Second, "nothing pending", func() bool { return s.Pending() == 0 })
+	calls, _, _ := a.snapshot()
+	var got []string
+	for _, c := range calls {
+		got = append(got, fmt.Sprintf("%s/%s@%d", c.GetTarget().GetNamespace(), c.GetTarget().GetName(), c.GetDecisionSequence()))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("calls in order:\n got %v\nwant %v", got, want)
 	}
 }
