@@ -101,6 +101,15 @@ func (q *Queue[T]) LenClass(c Class) int {
 	return n
 }
 
+// Namespaces is the number of namespaces with entries of class c waiting:
+// an emptied namespace leaves, so nothing grows with names.
+func (q *Queue[T]) Namespaces(c Class) int {
+	if c >= NumClasses {
+		return 0
+	}
+	return len(q.classes[c].byName)
+}
+
 // Push queues v in class c and namespace, behind that namespace's entries
 // of the class, or ahead of them when front is set. A class past the last
 // is served last (as Down).

@@ -86,7 +86,7 @@ func TestPopOrder(t *testing.T) {
 				if n := q.LenClass(c); n != 0 {
 					t.Errorf("LenClass(%s) = %d after draining", c, n)
 				}
-				if n := len(q.classes[c].byName); n != 0 {
+				if n := q.Namespaces(c); n != 0 {
 					t.Errorf("class %s keeps %d namespaces after draining: the map must shrink", c, n)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/actuator/writebudget"
+	"github.com/tidalscale/tidal/fairqueue"
 )
 
 // ErrNotSynced is returned before the reconciler's caches have synced.
@@ -168,13 +169,7 @@ func (r *Reconciler[P, C]) class(pa P, d scale.Decision) writebudget.Class {
 	if rec := r.kind.Decision(pa); !known && rec != nil {
 		cur, known = rec.DesiredScale, true
 	}
-	switch {
-	case d.Desired > 0 && known && cur == 0:
-		return writebudget.Wake
-	case d.Desired > cur || !known && d.Desired > 0:
-		return writebudget.Up
-	}
-	return writebudget.Down
+	return fairqueue.Of(cur, known, d.Desired)
 }
 
 // cachedReplicas is a scaler that knows some targets' replicas without an

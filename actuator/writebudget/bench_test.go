@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/fairqueue"
 )
 
 // BenchmarkQueue is the queue's cost per request at 1,000 waiting across 10
@@ -14,7 +16,7 @@ func BenchmarkQueue(b *testing.B) {
 	q.TryTake(t0)
 	ws := make([]*Waiter, waiting)
 	for i := range ws {
-		ws[i] = &Waiter{Class: Class(i % int(numClasses)), Namespace: fmt.Sprint("ns", i%10)}
+		ws[i] = &Waiter{Class: Class(i % int(fairqueue.NumClasses)), Namespace: fmt.Sprint("ns", i%10)}
 		if err := q.Add(ws[i], t0); err != nil {
 			b.Fatal(err)
 		}

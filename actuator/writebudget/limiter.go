@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
+
+	"github.com/tidalscale/tidal/fairqueue"
 )
 
 // ErrStopped is returned by Wait once the Limiter is stopped.
@@ -66,7 +68,7 @@ func NewLimiter(qps float64, burst, limit int, clk clock.Clock, reg prometheus.R
 			Help: "API requests waiting for the client-side budget, by class.",
 		}, []string{"class"})
 		reg.MustRegister(l.waited, l.superseded, prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
-			for c := range numClasses {
+			for c := range fairqueue.NumClasses {
 				waiting.WithLabelValues(c.String()).Set(float64(l.Waiting(c)))
 			}
 			waiting.Collect(ch)

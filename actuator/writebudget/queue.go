@@ -11,38 +11,28 @@
 package writebudget
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/tidalscale/tidal/fairqueue"
 )
 
 // Class orders the requests waiting for the budget: a lower class is served
-// first.
-type Class uint8
+// first. Wake is a write for a target at zero replicas asked to run some; Up
+// a write for a target asked to run more, and any request that names no
+// class (informers, Events, the Deployer); Down a write for a target asked to
+// run fewer or as many (a status-only write), and the reconciles the workers
+// run.
+type Class = fairqueue.Class
 
+// The classes, as fairqueue's.
 const (
-	// Wake is a write for a target at zero replicas asked to run some.
-	Wake Class = iota
-	// Up is a write for a target asked to run more, and any request that
-	// names no class (informers, Events, the Deployer).
-	Up
-	// Down is a write for a target asked to run fewer or as many (a
-	// status-only write), and the reconciles the workers run.
-	Down
-	numClasses
+	Wake = fairqueue.Wake
+	Up   = fairqueue.Up
+	Down = fairqueue.Down
 )
-
-// String names the class in metrics and logs.
-func (c Class) String() string {
-	if c < numClasses {
-		return classNames[c]
-	}
-	return fmt.Sprintf("class(%d)", uint8(c))
-}
-
-var classNames = [numClasses]string{Wake: "wake", Up: "up", Down: "down"}
 
 // ErrFull is returned when more requests wait than the bound allows.
 var ErrFull = errors.New("write budget: too many requests waiting")
@@ -61,23 +51,9 @@ type Waiter struct {
 	// Since is when it was added.
 	Since time.Time
 
-	ns   *nsQueue
-	elem *list.Element
+	entry *fairqueue.Entry[*Waiter]
 	// granted is closed by the Limiter when it is granted.
 	granted chan struct{}
-}
-
-// nsQueue is one namespace's waiters of one class, first come first served.
-type nsQueue struct {
-	name    string
-	waiters list.List // of *Waiter
-	turn    *list.Element
-}
-
-// classQueue is one class's namespaces in turn order.
-type classQueue struct {
-	turns  list.List // of *nsQueue
-	byName map[string]*nsQueue
 }
 
 // Queue is a token bucket (rate tokens a second, up to burst) whose tokens
@@ -89,31 +65,21 @@ type Queue struct {
 	rate, burst float64
 	tokens      float64
 	last        time.Time
-	classes     [numClasses]classQueue
-	n, max      int
+	waiting     fairqueue.Queue[*Waiter]
+	max         int
 }
 
 // NewQueue returns a Queue with a full bucket at now that holds at most
 // limit waiters (at least 1).
 func NewQueue(rate float64, burst, limit int, now time.Time) *Queue {
-	q := &Queue{rate: rate, burst: float64(burst), tokens: float64(burst), last: now, max: max(1, limit)}
-	for i := range q.classes {
-		q.classes[i].byName = map[string]*nsQueue{}
-	}
-	return q
+	return &Queue{rate: rate, burst: float64(burst), tokens: float64(burst), last: now, max: max(1, limit)}
 }
 
 // Len is the number of waiters.
-func (q *Queue) Len() int { return q.n }
+func (q *Queue) Len() int { return q.waiting.Len() }
 
 // LenClass is the number of waiters of class c.
-func (q *Queue) LenClass(c Class) int {
-	n := 0
-	for _, ns := range q.classes[c].byName {
-		n += ns.waiters.Len()
-	}
-	return n
-}
+func (q *Queue) LenClass(c Class) int { return q.waiting.LenClass(c) }
 
 // refill adds the tokens earned since the last call.
 func (q *Queue) refill(now time.Time) {
@@ -126,7 +92,7 @@ func (q *Queue) refill(now time.Time) {
 // TryTake takes a token at now if one is there and nobody waits for it.
 func (q *Queue) TryTake(now time.Time) bool {
 	q.refill(now)
-	if q.n == 0 && q.tokens >= 1 {
+	if q.waiting.Len() == 0 && q.tokens >= 1 {
 		q.tokens--
 		return true
 	}
@@ -135,52 +101,28 @@ func (q *Queue) TryTake(now time.Time) bool {
 
 // Add queues w at now, behind the waiters of its class and namespace.
 func (q *Queue) Add(w *Waiter, now time.Time) error {
-	if w.Class >= numClasses {
+	if w.Class >= fairqueue.NumClasses {
 		return fmt.Errorf("write budget: %s: no such class", w.Class)
 	}
-	if w.elem != nil {
+	if w.entry != nil {
 		return errors.New("write budget: waiter already queued")
 	}
-	if q.n >= q.max {
-		return fmt.Errorf("%w (%d)", ErrFull, q.n)
+	if n := q.waiting.Len(); n >= q.max {
+		return fmt.Errorf("%w (%d)", ErrFull, n)
 	}
-	cq := &q.classes[w.Class]
-	ns := cq.byName[w.Namespace]
-	if ns == nil {
-		ns = &nsQueue{name: w.Namespace}
-		ns.turn = cq.turns.PushBack(ns)
-		cq.byName[w.Namespace] = ns
-	}
-	w.Since, w.ns = now, ns
-	if w.Continuing {
-		w.elem = ns.waiters.PushFront(w)
-	} else {
-		w.elem = ns.waiters.PushBack(w)
-	}
-	q.n++
+	w.Since = now
+	w.entry = q.waiting.Push(w.Class, w.Namespace, w, w.Continuing)
 	return nil
 }
 
 // Remove takes w out of the queue; false when it was not waiting (granted
 // already, or never added).
 func (q *Queue) Remove(w *Waiter) bool {
-	if w.elem == nil {
+	if !q.waiting.Remove(w.entry) {
 		return false
 	}
-	q.unlink(w)
+	w.entry = nil
 	return true
-}
-
-func (q *Queue) unlink(w *Waiter) {
-	ns := w.ns
-	ns.waiters.Remove(w.elem)
-	w.ns, w.elem = nil, nil
-	q.n--
-	if ns.waiters.Len() == 0 {
-		cq := &q.classes[w.Class]
-		cq.turns.Remove(ns.turn)
-		delete(cq.byName, ns.name)
-	}
 }
 
 // Grant hands the tokens there are at now to the waiters they are due to,
@@ -188,20 +130,16 @@ func (q *Queue) unlink(w *Waiter) {
 // when waiters remain, 0 when none does.
 func (q *Queue) Grant(now time.Time, granted []*Waiter) (_ []*Waiter, next time.Duration) {
 	q.refill(now)
-	for c := range q.classes {
-		cq := &q.classes[c]
-		for q.tokens >= 1 && cq.turns.Len() > 0 {
-			ns := cq.turns.Front().Value.(*nsQueue)
-			w := ns.waiters.Front().Value.(*Waiter)
-			// The namespace goes to the back of the turns before it may be
-			// removed as empty.
-			cq.turns.MoveToBack(ns.turn)
-			q.unlink(w)
-			q.tokens--
-			granted = append(granted, w)
+	for q.tokens >= 1 {
+		e, ok := q.waiting.Pop()
+		if !ok {
+			break
 		}
+		e.Value.entry = nil
+		q.tokens--
+		granted = append(granted, e.Value)
 	}
-	if q.n == 0 {
+	if q.waiting.Len() == 0 {
 		return granted, 0
 	}
 	wait := math.Ceil((1 - q.tokens) / q.rate * float64(time.Second))

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/fairqueue"
 )
 
 var t0 = time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
@@ -131,15 +133,15 @@ func TestQueueRemoveAndBound(t *testing.T) {
 	if err := q.Add(a, t0); err == nil {
 		t.Error("adding a waiter twice: no error")
 	}
-	if err := q.Add(&Waiter{Class: numClasses}, t0); err == nil || !strings.Contains(err.Error(), "no such class") {
+	if err := q.Add(&Waiter{Class: fairqueue.NumClasses}, t0); err == nil || !strings.Contains(err.Error(), "no such class") {
 		t.Errorf("a class out of range: %v", err)
 	}
 	if !q.Remove(c) || q.Remove(c) {
 		t.Error("Remove: true once, then false")
 	}
 	// Emptied namespaces and classes are dropped: nothing grows with names.
-	if !q.Remove(b) || len(q.classes[Down].byName) != 1 || q.classes[Up].turns.Len() != 0 {
-		t.Errorf("namespaces left: down %d, up %d", len(q.classes[Down].byName), q.classes[Up].turns.Len())
+	if !q.Remove(b) || q.waiting.Namespaces(Down) != 1 || q.waiting.Namespaces(Up) != 0 {
+		t.Errorf("namespaces left: down %d, up %d", q.waiting.Namespaces(Down), q.waiting.Namespaces(Up))
 	}
 	g, next := q.Grant(t0.Add(time.Second), nil)
 	if len(g) != 1 || g[0] != a || next != 0 || q.Remove(a) {
