@@ -47,6 +47,10 @@ type Request struct {
 	// predicted (kpaspec.Status.PredictedIdle).
 	KeepAliveState string
 	PredictedIdle  bool
+	// Class is the decider's class of the call (what it saw of the
+	// target), used when this process knows the target's replicas neither
+	// from its cache nor from a recorded decision; nil for none.
+	Class *writebudget.Class
 }
 
 // podAutoscalerFor returns the PodAutoscaler this reconciler serves that
@@ -112,7 +116,7 @@ func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result
 	if r.spec.Claims != nil && !req.DryRun {
 		// Taken before the lock: a pass waiting for the budget holds it,
 		// and a newer decision must reach the claim to replace that pass.
-		claim, err := r.spec.Claims.Claim(r.claimKey(name), name.Namespace, r.class(pa, req.Decision), req.Sequence)
+		claim, err := r.spec.Claims.Claim(r.claimKey(name), name.Namespace, r.class(pa, req), req.Sequence)
 		if err != nil {
 			return r.superseded(req, err)
 		}
@@ -158,10 +162,11 @@ func (r *Reconciler[P, C]) scale(ctx context.Context, req Request, name cache.Ob
 	return res, nil
 }
 
-// class is the write budget's class of decision d for pa: a wake when the
-// target is at zero (as cached, else as last decided) and d asks for more,
-// up when d asks for more, else down.
-func (r *Reconciler[P, C]) class(pa P, d scale.Decision) writebudget.Class {
+// class is the write budget's class of req for pa: a wake when the target
+// is at zero (as cached, else as last decided) and req asks for more, up
+// when it asks for more, else down; the decider's class when neither tells.
+func (r *Reconciler[P, C]) class(pa P, req Request) writebudget.Class {
+	d := req.Decision
 	cur, known := int32(0), false
 	if c, ok := r.scaler.(cachedReplicas); ok {
 		cur, known = c.CachedReplicas(d.Target)
@@ -169,7 +174,16 @@ func (r *Reconciler[P, C]) class(pa P, d scale.Decision) writebudget.Class {
 	if rec := r.kind.Decision(pa); !known && rec != nil {
 		cur, known = rec.DesiredScale, true
 	}
-	return fairqueue.Of(cur, known, d.Desired)
+	return classOf(cur, known, req.Class, d.Desired)
+}
+
+// classOf is the class of asking for desired replicas a target that has
+// cur (when known), the decider's class hint deciding when it is not.
+func classOf(cur int32, known bool, hint *writebudget.Class, desired int32) writebudget.Class {
+	if !known && hint != nil {
+		return *hint
+	}
+	return fairqueue.Of(cur, known, desired)
 }
 
 // cachedReplicas is a scaler that knows some targets' replicas without an

@@ -272,6 +272,7 @@ func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
 		DecisionSequence: d.Sequence,
 		Reason:           d.Reason,
 		DryRun:           s.cfg.DryRun,
+		ScaleClass:       scaleClasses[Class(d)],
 	}
 	if b := d.Bounded(); b != d.Desired {
 		req.Reason = fmt.Sprintf("max-scale: %d → %d; %s", d.Desired, b, d.Reason)
@@ -312,4 +313,12 @@ func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
 // TargetRef converts an engine target to the API's.
 func TargetRef(t engine.Target) *commonv1.TargetRef {
 	return &commonv1.TargetRef{Namespace: t.Namespace, Name: t.Name, ApiVersion: t.APIVersion, Kind: t.Kind}
+}
+
+// scaleClasses names each class in the API, so the actuator's write budget
+// orders a call as this queue did.
+var scaleClasses = [fairqueue.NumClasses]actuatorv1.ScaleClass{
+	fairqueue.Wake: actuatorv1.ScaleClass_SCALE_CLASS_WAKE,
+	fairqueue.Up:   actuatorv1.ScaleClass_SCALE_CLASS_UP,
+	fairqueue.Down: actuatorv1.ScaleClass_SCALE_CLASS_DOWN,
 }

@@ -319,4 +319,18 @@ func TestSlowActuatorWakesFirst(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("calls in order:\n got %v\nwant %v", got, want)
 	}
+	// Every call names its class, so the actuator's budget orders it the same.
+	wantClass := map[string]actuatorv1.ScaleClass{
+		"z/blocker@1": actuatorv1.ScaleClass_SCALE_CLASS_DOWN, "z/blocker@2": actuatorv1.ScaleClass_SCALE_CLASS_WAKE,
+		"a/wake1@10": actuatorv1.ScaleClass_SCALE_CLASS_WAKE, "a/down1@12": actuatorv1.ScaleClass_SCALE_CLASS_WAKE,
+		"a/up1@10": actuatorv1.ScaleClass_SCALE_CLASS_UP, "a/down2@11": actuatorv1.ScaleClass_SCALE_CLASS_DOWN,
+	}
+	for i, c := range calls {
+		if want, ok := wantClass[got[i]]; ok && c.GetScaleClass() != want {
+			t.Errorf("%s: class %s, want %s", got[i], c.GetScaleClass(), want)
+		}
+		if c.GetScaleClass() == actuatorv1.ScaleClass_SCALE_CLASS_UNSPECIFIED {
+			t.Errorf("%s: no class", got[i])
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/peer"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
+	"github.com/tidalscale/tidal/actuator/writebudget"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -182,6 +183,9 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 		r.ExcessBurstCapacity = &e
 	}
 	r.KeepAliveState, r.PredictedIdle = req.GetKeepAliveState(), req.GetPredictedIdle()
+	if c, ok := scaleClasses[req.GetScaleClass()]; ok {
+		r.Class = &c
+	}
 	res, err := h.engine.Scale(ctx, r)
 	var notOwner *podautoscaler.NotOwnerError
 	if errors.As(err, &notOwner) {
@@ -296,4 +300,12 @@ func (h *handler) Update(ctx context.Context, req *actuatorv1.UpdateRequest) (*a
 		return nil, toStatus(err)
 	}
 	return &actuatorv1.UpdateResponse{Deployment: fn.Name, Replicas: n}, nil
+}
+
+// scaleClasses maps the API's classes to the write budget's; unspecified
+// and unknown ones are absent.
+var scaleClasses = map[actuatorv1.ScaleClass]writebudget.Class{
+	actuatorv1.ScaleClass_SCALE_CLASS_WAKE: writebudget.Wake,
+	actuatorv1.ScaleClass_SCALE_CLASS_UP:   writebudget.Up,
+	actuatorv1.ScaleClass_SCALE_CLASS_DOWN: writebudget.Down,
 }

@@ -24,6 +24,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ScaleClass orders Scale calls when the actuator's API budget is short.
+type ScaleClass int32
+
+const (
+	ScaleClass_SCALE_CLASS_UNSPECIFIED ScaleClass = 0
+	// The target runs no pod and is asked for some.
+	ScaleClass_SCALE_CLASS_WAKE ScaleClass = 1
+	// The target is asked for more pods than it runs.
+	ScaleClass_SCALE_CLASS_UP ScaleClass = 2
+	// The target is asked for as many pods or fewer.
+	ScaleClass_SCALE_CLASS_DOWN ScaleClass = 3
+)
+
+// Enum value maps for ScaleClass.
+var (
+	ScaleClass_name = map[int32]string{
+		0: "SCALE_CLASS_UNSPECIFIED",
+		1: "SCALE_CLASS_WAKE",
+		2: "SCALE_CLASS_UP",
+		3: "SCALE_CLASS_DOWN",
+	}
+	ScaleClass_value = map[string]int32{
+		"SCALE_CLASS_UNSPECIFIED": 0,
+		"SCALE_CLASS_WAKE":        1,
+		"SCALE_CLASS_UP":          2,
+		"SCALE_CLASS_DOWN":        3,
+	}
+)
+
+func (x ScaleClass) Enum() *ScaleClass {
+	p := new(ScaleClass)
+	*p = x
+	return p
+}
+
+func (x ScaleClass) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ScaleClass) Descriptor() protoreflect.EnumDescriptor {
+	return file_tidal_actuator_v1_actuator_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ScaleClass) Type() protoreflect.EnumType {
+	return &file_tidal_actuator_v1_actuator_service_proto_enumTypes[0]
+}
+
+func (x ScaleClass) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ScaleClass.Descriptor instead.
+func (ScaleClass) EnumDescriptor() ([]byte, []int) {
+	return file_tidal_actuator_v1_actuator_service_proto_rawDescGZIP(), []int{0}
+}
+
 // ScaleRequest is one decision to apply.
 type ScaleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -58,6 +114,14 @@ type ScaleRequest struct {
 	// fixed scale-to-zero grace, pod retention and stable window of activity.
 	// Only with desired_replicas 0.
 	PredictedIdle bool `protobuf:"varint,8,opt,name=predicted_idle,json=predictedIdle,proto3" json:"predicted_idle,omitempty"`
+	// The call's priority as the decider saw the target: a wake from zero
+	// (no pod ready, desired_replicas above 0), a scale-up, or a scale-down or
+	// a decision that changes nothing. The actuator's write budget spends a
+	// short API budget in that order; it classes the call from the target's
+	// replicas when it knows them and by this field when it does not.
+	// Unspecified (or a value it does not know) counts as a scale-up when
+	// desired_replicas is above 0.
+	ScaleClass    ScaleClass `protobuf:"varint,9,opt,name=scale_class,json=scaleClass,proto3,enum=tidal.actuator.v1.ScaleClass" json:"scale_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -146,6 +210,13 @@ func (x *ScaleRequest) GetPredictedIdle() bool {
 		return x.PredictedIdle
 	}
 	return false
+}
+
+func (x *ScaleRequest) GetScaleClass() ScaleClass {
+	if x != nil {
+		return x.ScaleClass
+	}
+	return ScaleClass_SCALE_CLASS_UNSPECIFIED
 }
 
 // ScaleResponse says what happened.
@@ -842,7 +913,7 @@ var File_tidal_actuator_v1_actuator_service_proto protoreflect.FileDescriptor
 
 const file_tidal_actuator_v1_actuator_service_proto_rawDesc = "" +
 	"\n" +
-	"(tidal/actuator/v1/actuator_service.proto\x12\x11tidal.actuator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctidal/common/v1/target.proto\"\xef\x02\n" +
+	"(tidal/actuator/v1/actuator_service.proto\x12\x11tidal.actuator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctidal/common/v1/target.proto\"\xaf\x03\n" +
 	"\fScaleRequest\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\x12)\n" +
 	"\x10desired_replicas\x18\x02 \x01(\x05R\x0fdesiredReplicas\x12+\n" +
@@ -851,7 +922,9 @@ const file_tidal_actuator_v1_actuator_service_proto_rawDesc = "" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x127\n" +
 	"\x15excess_burst_capacity\x18\x06 \x01(\x01H\x00R\x13excessBurstCapacity\x88\x01\x01\x12(\n" +
 	"\x10keep_alive_state\x18\a \x01(\tR\x0ekeepAliveState\x12%\n" +
-	"\x0epredicted_idle\x18\b \x01(\bR\rpredictedIdleB\x18\n" +
+	"\x0epredicted_idle\x18\b \x01(\bR\rpredictedIdle\x12>\n" +
+	"\vscale_class\x18\t \x01(\x0e2\x1d.tidal.actuator.v1.ScaleClassR\n" +
+	"scaleClassB\x18\n" +
 	"\x16_excess_burst_capacity\"\xcb\x01\n" +
 	"\rScaleResponse\x12)\n" +
 	"\x10applied_replicas\x18\x01 \x01(\x05R\x0fappliedReplicas\x12+\n" +
@@ -904,7 +977,13 @@ const file_tidal_actuator_v1_actuator_service_proto_rawDesc = "" +
 	"\n" +
 	"deployment\x18\x01 \x01(\tR\n" +
 	"deployment\x12\x1a\n" +
-	"\breplicas\x18\x02 \x01(\x05R\breplicas2\xaf\x03\n" +
+	"\breplicas\x18\x02 \x01(\x05R\breplicas*i\n" +
+	"\n" +
+	"ScaleClass\x12\x1b\n" +
+	"\x17SCALE_CLASS_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10SCALE_CLASS_WAKE\x10\x01\x12\x12\n" +
+	"\x0eSCALE_CLASS_UP\x10\x02\x12\x14\n" +
+	"\x10SCALE_CLASS_DOWN\x10\x032\xaf\x03\n" +
 	"\x0fActuatorService\x12O\n" +
 	"\x05Scale\x12\x1f.tidal.actuator.v1.ScaleRequest\x1a .tidal.actuator.v1.ScaleResponse\"\x03\x90\x02\x02\x12X\n" +
 	"\bGetScale\x12\".tidal.actuator.v1.GetScaleRequest\x1a#.tidal.actuator.v1.GetScaleResponse\"\x03\x90\x02\x01\x12M\n" +
@@ -925,52 +1004,55 @@ func file_tidal_actuator_v1_actuator_service_proto_rawDescGZIP() []byte {
 	return file_tidal_actuator_v1_actuator_service_proto_rawDescData
 }
 
+var file_tidal_actuator_v1_actuator_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_tidal_actuator_v1_actuator_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_tidal_actuator_v1_actuator_service_proto_goTypes = []any{
-	(*ScaleRequest)(nil),          // 0: tidal.actuator.v1.ScaleRequest
-	(*ScaleResponse)(nil),         // 1: tidal.actuator.v1.ScaleResponse
-	(*GetScaleRequest)(nil),       // 2: tidal.actuator.v1.GetScaleRequest
-	(*GetScaleResponse)(nil),      // 3: tidal.actuator.v1.GetScaleResponse
-	(*FunctionRef)(nil),           // 4: tidal.actuator.v1.FunctionRef
-	(*FunctionSpec)(nil),          // 5: tidal.actuator.v1.FunctionSpec
-	(*DeployRequest)(nil),         // 6: tidal.actuator.v1.DeployRequest
-	(*DeployResponse)(nil),        // 7: tidal.actuator.v1.DeployResponse
-	(*UndeployRequest)(nil),       // 8: tidal.actuator.v1.UndeployRequest
-	(*UndeployResponse)(nil),      // 9: tidal.actuator.v1.UndeployResponse
-	(*UpdateRequest)(nil),         // 10: tidal.actuator.v1.UpdateRequest
-	(*UpdateResponse)(nil),        // 11: tidal.actuator.v1.UpdateResponse
-	nil,                           // 12: tidal.actuator.v1.FunctionSpec.EnvEntry
-	(*v1.TargetRef)(nil),          // 13: tidal.common.v1.TargetRef
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(ScaleClass)(0),               // 0: tidal.actuator.v1.ScaleClass
+	(*ScaleRequest)(nil),          // 1: tidal.actuator.v1.ScaleRequest
+	(*ScaleResponse)(nil),         // 2: tidal.actuator.v1.ScaleResponse
+	(*GetScaleRequest)(nil),       // 3: tidal.actuator.v1.GetScaleRequest
+	(*GetScaleResponse)(nil),      // 4: tidal.actuator.v1.GetScaleResponse
+	(*FunctionRef)(nil),           // 5: tidal.actuator.v1.FunctionRef
+	(*FunctionSpec)(nil),          // 6: tidal.actuator.v1.FunctionSpec
+	(*DeployRequest)(nil),         // 7: tidal.actuator.v1.DeployRequest
+	(*DeployResponse)(nil),        // 8: tidal.actuator.v1.DeployResponse
+	(*UndeployRequest)(nil),       // 9: tidal.actuator.v1.UndeployRequest
+	(*UndeployResponse)(nil),      // 10: tidal.actuator.v1.UndeployResponse
+	(*UpdateRequest)(nil),         // 11: tidal.actuator.v1.UpdateRequest
+	(*UpdateResponse)(nil),        // 12: tidal.actuator.v1.UpdateResponse
+	nil,                           // 13: tidal.actuator.v1.FunctionSpec.EnvEntry
+	(*v1.TargetRef)(nil),          // 14: tidal.common.v1.TargetRef
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
 }
 var file_tidal_actuator_v1_actuator_service_proto_depIdxs = []int32{
-	13, // 0: tidal.actuator.v1.ScaleRequest.target:type_name -> tidal.common.v1.TargetRef
-	13, // 1: tidal.actuator.v1.GetScaleRequest.target:type_name -> tidal.common.v1.TargetRef
-	13, // 2: tidal.actuator.v1.GetScaleResponse.target:type_name -> tidal.common.v1.TargetRef
-	14, // 3: tidal.actuator.v1.GetScaleResponse.last_applied_time:type_name -> google.protobuf.Timestamp
-	15, // 4: tidal.actuator.v1.FunctionSpec.idle_timeout:type_name -> google.protobuf.Duration
-	12, // 5: tidal.actuator.v1.FunctionSpec.env:type_name -> tidal.actuator.v1.FunctionSpec.EnvEntry
-	4,  // 6: tidal.actuator.v1.DeployRequest.function:type_name -> tidal.actuator.v1.FunctionRef
-	5,  // 7: tidal.actuator.v1.DeployRequest.spec:type_name -> tidal.actuator.v1.FunctionSpec
-	4,  // 8: tidal.actuator.v1.UndeployRequest.function:type_name -> tidal.actuator.v1.FunctionRef
-	4,  // 9: tidal.actuator.v1.UpdateRequest.function:type_name -> tidal.actuator.v1.FunctionRef
-	5,  // 10: tidal.actuator.v1.UpdateRequest.spec:type_name -> tidal.actuator.v1.FunctionSpec
-	0,  // 11: tidal.actuator.v1.ActuatorService.Scale:input_type -> tidal.actuator.v1.ScaleRequest
-	2,  // 12: tidal.actuator.v1.ActuatorService.GetScale:input_type -> tidal.actuator.v1.GetScaleRequest
-	6,  // 13: tidal.actuator.v1.ActuatorService.Deploy:input_type -> tidal.actuator.v1.DeployRequest
-	8,  // 14: tidal.actuator.v1.ActuatorService.Undeploy:input_type -> tidal.actuator.v1.UndeployRequest
-	10, // 15: tidal.actuator.v1.ActuatorService.Update:input_type -> tidal.actuator.v1.UpdateRequest
-	1,  // 16: tidal.actuator.v1.ActuatorService.Scale:output_type -> tidal.actuator.v1.ScaleResponse
-	3,  // 17: tidal.actuator.v1.ActuatorService.GetScale:output_type -> tidal.actuator.v1.GetScaleResponse
-	7,  // 18: tidal.actuator.v1.ActuatorService.Deploy:output_type -> tidal.actuator.v1.DeployResponse
-	9,  // 19: tidal.actuator.v1.ActuatorService.Undeploy:output_type -> tidal.actuator.v1.UndeployResponse
-	11, // 20: tidal.actuator.v1.ActuatorService.Update:output_type -> tidal.actuator.v1.UpdateResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 0: tidal.actuator.v1.ScaleRequest.target:type_name -> tidal.common.v1.TargetRef
+	0,  // 1: tidal.actuator.v1.ScaleRequest.scale_class:type_name -> tidal.actuator.v1.ScaleClass
+	14, // 2: tidal.actuator.v1.GetScaleRequest.target:type_name -> tidal.common.v1.TargetRef
+	14, // 3: tidal.actuator.v1.GetScaleResponse.target:type_name -> tidal.common.v1.TargetRef
+	15, // 4: tidal.actuator.v1.GetScaleResponse.last_applied_time:type_name -> google.protobuf.Timestamp
+	16, // 5: tidal.actuator.v1.FunctionSpec.idle_timeout:type_name -> google.protobuf.Duration
+	13, // 6: tidal.actuator.v1.FunctionSpec.env:type_name -> tidal.actuator.v1.FunctionSpec.EnvEntry
+	5,  // 7: tidal.actuator.v1.DeployRequest.function:type_name -> tidal.actuator.v1.FunctionRef
+	6,  // 8: tidal.actuator.v1.DeployRequest.spec:type_name -> tidal.actuator.v1.FunctionSpec
+	5,  // 9: tidal.actuator.v1.UndeployRequest.function:type_name -> tidal.actuator.v1.FunctionRef
+	5,  // 10: tidal.actuator.v1.UpdateRequest.function:type_name -> tidal.actuator.v1.FunctionRef
+	6,  // 11: tidal.actuator.v1.UpdateRequest.spec:type_name -> tidal.actuator.v1.FunctionSpec
+	1,  // 12: tidal.actuator.v1.ActuatorService.Scale:input_type -> tidal.actuator.v1.ScaleRequest
+	3,  // 13: tidal.actuator.v1.ActuatorService.GetScale:input_type -> tidal.actuator.v1.GetScaleRequest
+	7,  // 14: tidal.actuator.v1.ActuatorService.Deploy:input_type -> tidal.actuator.v1.DeployRequest
+	9,  // 15: tidal.actuator.v1.ActuatorService.Undeploy:input_type -> tidal.actuator.v1.UndeployRequest
+	11, // 16: tidal.actuator.v1.ActuatorService.Update:input_type -> tidal.actuator.v1.UpdateRequest
+	2,  // 17: tidal.actuator.v1.ActuatorService.Scale:output_type -> tidal.actuator.v1.ScaleResponse
+	4,  // 18: tidal.actuator.v1.ActuatorService.GetScale:output_type -> tidal.actuator.v1.GetScaleResponse
+	8,  // 19: tidal.actuator.v1.ActuatorService.Deploy:output_type -> tidal.actuator.v1.DeployResponse
+	10, // 20: tidal.actuator.v1.ActuatorService.Undeploy:output_type -> tidal.actuator.v1.UndeployResponse
+	12, // 21: tidal.actuator.v1.ActuatorService.Update:output_type -> tidal.actuator.v1.UpdateResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_tidal_actuator_v1_actuator_service_proto_init() }
@@ -985,13 +1067,14 @@ func file_tidal_actuator_v1_actuator_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tidal_actuator_v1_actuator_service_proto_rawDesc), len(file_tidal_actuator_v1_actuator_service_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_tidal_actuator_v1_actuator_service_proto_goTypes,
 		DependencyIndexes: file_tidal_actuator_v1_actuator_service_proto_depIdxs,
+		EnumInfos:         file_tidal_actuator_v1_actuator_service_proto_enumTypes,
 		MessageInfos:      file_tidal_actuator_v1_actuator_service_proto_msgTypes,
 	}.Build()
 	File_tidal_actuator_v1_actuator_service_proto = out.File
