@@ -128,13 +128,13 @@ func lastWakeLogged(s *scene) (decided, issued, written time.Time, ok bool) {
 				TS       float64 `json:"ts"`
 				From, To int32
 				Sequence int64
-				Write    float64 // seconds
+				Write    *float64 // seconds; only the reconciler's line (the Scale handler logs one after the call)
 			}
-			if json.Unmarshal([]byte(lines[i]), &l) != nil || l.Msg != "scaled" || l.From != 0 || l.To == 0 {
+			if json.Unmarshal([]byte(lines[i]), &l) != nil || l.Msg != "scaled" || l.Write == nil || l.From != 0 || l.To == 0 {
 				continue
 			}
 			written := time.Unix(0, int64(l.TS*float64(time.Second)))
-			return time.UnixMilli(l.Sequence), written.Add(-time.Duration(l.Write * float64(time.Second))), written, true
+			return time.UnixMilli(l.Sequence), written.Add(-time.Duration(*l.Write * float64(time.Second))), written, true
 		}
 	}
 	return time.Time{}, time.Time{}, time.Time{}, false
