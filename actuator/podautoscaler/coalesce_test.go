@@ -38,12 +38,7 @@ func TestCoalescedReports(t *testing.T) {
 	})
 	h.reconciledWeb()
 	// Conditions settle first: a change of a condition is written at once.
-	h.readyPods("web", 1)
-	h.eventually("Active and initialized", func() bool {
-		pa, err := h.ctrl.current(cache.ObjectName{Namespace: h.ns, Name: "web"})
-		return err == nil && condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive).Status == metav1.ConditionTrue &&
-			condition(pa, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized).Status == metav1.ConditionTrue
-	})
+	h.settledWeb()
 	target := scale.Target{Namespace: h.ns, Name: "web"}
 	ctx := context.WithValue(context.Background(), callTag{}, true)
 	call := func(seq uint64, desired int32) scale.Result {
@@ -167,12 +162,7 @@ func TestHeldTargetFirst(t *testing.T) {
 		wrap:  reqs.wrap,
 	})
 	h.reconciledWeb()
-	h.readyPods("web", 1)
-	h.eventually("Active and initialized", func() bool {
-		pa, err := h.ctrl.current(cache.ObjectName{Namespace: h.ns, Name: "web"})
-		return err == nil && condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive).Status == metav1.ConditionTrue &&
-			condition(pa, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized).Status == metav1.ConditionTrue
-	})
+	h.settledWeb()
 	target := scale.Target{Namespace: h.ns, Name: "web"}
 	ctx := context.WithValue(context.Background(), callTag{}, true)
 	call := func(seq uint64, desired int32) {
@@ -204,4 +194,16 @@ func TestHeldTargetFirst(t *testing.T) {
 	if got := reqs.takeOrder(); !slices.Equal(got, targetFirst) {
 		t.Errorf("writes of the next change = %q, want %q", got, targetFirst)
 	}
+}
+
+// settledWeb gives web a ready pod and waits for its conditions to settle
+// (Active, ScaleTargetInitialized), each change of which is written at once.
+func (h *harness) settledWeb() {
+	h.t.Helper()
+	h.readyPods("web", 1)
+	h.eventually("Active and initialized", func() bool {
+		pa, err := h.ctrl.current(cache.ObjectName{Namespace: h.ns, Name: "web"})
+		return err == nil && condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive).Status == metav1.ConditionTrue &&
+			condition(pa, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized).Status == metav1.ConditionTrue
+	})
 }
