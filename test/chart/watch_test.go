@@ -53,7 +53,7 @@ func TestWatchNamespaces(t *testing.T) {
 	defer func() {
 		for name, text := range readLogs(t, s.LogDir) {
 			for _, line := range strings.Split(text, "\n") {
-				if forbidden.MatchString(line) {
+				if refusedLine(line) {
 					t.Errorf("%s was refused by the API server: %s", name, line)
 					break
 				}
