@@ -39,11 +39,27 @@ const (
 	wakeEvery = 200 * time.Millisecond
 )
 
-// TestWriteBudget: with the actuator's --kube-qps far below the rate of
-// changes asked, every wake from zero is applied within a second while the
-// scale-downs asked before it wait, and a newer decision for a target whose
-// older one still waits replaces it: the older value is never written.
-func TestWriteBudget(t *testing.T) {
+// budgetTarget is one of budgetScene's targets.
+type budgetTarget struct{ ns, name string }
+
+// budgetScene is 1,000 targets (a Deployment and a PodAutoscaler each) in
+// budgetNamespaces namespaces, every PodAutoscaler reconciled once by an
+// actuator with the default budget that has stopped since, and a watch of
+// every value each Deployment's spec.replicas takes from then on.
+type budgetScene struct {
+	kubeconfig string
+	nss        []string
+	namespaces string // the actuator's --namespaces flag
+	busy       []budgetTarget
+	sleepers   []budgetTarget
+
+	mu   sync.Mutex
+	seen map[budgetTarget][]int32
+	// at is when each target's spec.replicas was last seen to change.
+	at map[budgetTarget]time.Time
+}
+
+func newBudgetScene(t *testing.T) *budgetScene {
 	c := cluster.Shared(t)
 	ctx := context.Background()
 	rc := c.Config()
@@ -56,22 +72,20 @@ func TestWriteBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type target struct{ ns, name string }
-	var nss []string
-	var busy, sleepers []target
+	s := &budgetScene{kubeconfig: c.Kubeconfig, seen: map[budgetTarget][]int32{}, at: map[budgetTarget]time.Time{}}
 	for range budgetNamespaces {
 		ns := c.Namespace(t)
-		nss = append(nss, ns)
+		s.nss = append(s.nss, ns)
 		for i := range budgetBusy {
-			busy = append(busy, target{ns, fmt.Sprintf("busy-%03d", i)})
+			s.busy = append(s.busy, budgetTarget{ns, fmt.Sprintf("busy-%03d", i)})
 		}
 		for i := range budgetSleepers {
-			sleepers = append(sleepers, target{ns, fmt.Sprintf("sleeper-%02d", i)})
+			s.sleepers = append(s.sleepers, budgetTarget{ns, fmt.Sprintf("sleeper-%02d", i)})
 		}
 	}
 	// Every target a Deployment and a PodAutoscaler, created 16 at a time.
-	all := append(slices.Clone(busy), sleepers...)
-	work := make(chan target)
+	all := append(slices.Clone(s.busy), s.sleepers...)
+	work := make(chan budgetTarget)
 	var created sync.WaitGroup
 	errs := make(chan error, len(all))
 	for range 16 {
@@ -110,11 +124,11 @@ func TestWriteBudget(t *testing.T) {
 	// An actuator with the default budget reconciles every PodAutoscaler
 	// once (status, Metric), so the one under test starts from a settled
 	// state; then it stops.
-	namespaces := "--namespaces=" + strings.Join(nss, ",")
-	_, stop := runActuator(t, c.Kubeconfig, testkit.FreeAddr(t), testkit.FreeAddr(t), namespaces)
+	s.namespaces = "--namespaces=" + strings.Join(s.nss, ",")
+	_, stop := runActuator(t, c.Kubeconfig, testkit.FreeAddr(t), testkit.FreeAddr(t), s.namespaces)
 	testkit.Eventually(t, 3*time.Minute, "every PodAutoscaler reconciled once", func() bool {
 		n := 0
-		for _, ns := range nss {
+		for _, ns := range s.nss {
 			l, err := tidal.AutoscalingV1alpha1().PodAutoscalers(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -129,19 +143,17 @@ func TestWriteBudget(t *testing.T) {
 	})
 	stop()
 
-	// Every spec.replicas each busy Deployment is written to, from now on.
+	// Every spec.replicas each Deployment is written to, from now on.
 	wctx, cancelWatch := context.WithCancel(ctx)
 	var watching sync.WaitGroup
-	var mu sync.Mutex
-	seen := map[target][]int32{}
-	for _, ns := range nss {
+	for _, ns := range s.nss {
 		l, err := kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range l.Items {
 			d := &l.Items[i]
-			seen[target{d.Namespace, d.Name}] = []int32{*d.Spec.Replicas}
+			s.seen[budgetTarget{d.Namespace, d.Name}] = []int32{*d.Spec.Replicas}
 		}
 		w, err := kube.AppsV1().Deployments(ns).Watch(wctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
 		if err != nil {
@@ -154,19 +166,40 @@ func TestWriteBudget(t *testing.T) {
 				if !ok || ev.Type != watch.Modified {
 					continue
 				}
-				tg := target{d.Namespace, d.Name}
-				mu.Lock()
-				if r := seen[tg]; len(r) == 0 || r[len(r)-1] != *d.Spec.Replicas {
-					seen[tg] = append(r, *d.Spec.Replicas)
+				tg := budgetTarget{d.Namespace, d.Name}
+				s.mu.Lock()
+				if r := s.seen[tg]; len(r) == 0 || r[len(r)-1] != *d.Spec.Replicas {
+					s.seen[tg] = append(r, *d.Spec.Replicas)
+					s.at[tg] = time.Now()
 				}
-				mu.Unlock()
+				s.mu.Unlock()
 			}
 		})
 	}
 	t.Cleanup(func() { cancelWatch(); watching.Wait() })
+	return s
+}
+
+// replicas returns the values tg's spec.replicas took since the scene
+// settled, the first being the settled one, and when the last was seen.
+func (s *budgetScene) replicas(tg budgetTarget) ([]int32, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.seen[tg]), s.at[tg]
+}
+
+// TestWriteBudget: with the actuator's --kube-qps far below the rate of
+// changes asked, every wake from zero is applied within a second while the
+// scale-downs asked before it wait, and a newer decision for a target whose
+// older one still waits replaces it: the older value is never written.
+func TestWriteBudget(t *testing.T) {
+	sc := newBudgetScene(t)
+	ctx := context.Background()
+	busy, sleepers := sc.busy, sc.sleepers
+	type target = budgetTarget
 
 	httpAddr := testkit.FreeAddr(t)
-	client, _ := runActuator(t, c.Kubeconfig, testkit.FreeAddr(t), httpAddr, namespaces,
+	client, _ := runActuator(t, sc.kubeconfig, testkit.FreeAddr(t), httpAddr, sc.namespaces,
 		fmt.Sprintf("--kube-qps=%d", budgetQPS), fmt.Sprintf("--kube-burst=%d", budgetQPS))
 	type result struct {
 		resp *actuatorv1.ScaleResponse
@@ -269,16 +302,12 @@ func TestWriteBudget(t *testing.T) {
 				t.Errorf("%v: first decision superseded by %d, want %d", tg, f.resp.GetLastAppliedSequence(), seq2)
 			}
 			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%v's write seen", tg), func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				r := seen[tg]
+				r, _ := sc.replicas(tg)
 				return r[len(r)-1] == 1
 			})
-			mu.Lock()
-			if got := seen[tg]; !slices.Equal(got, []int32{3, 1}) {
+			if got, _ := sc.replicas(tg); !slices.Equal(got, []int32{3, 1}) {
 				t.Errorf("%v: superseded at 2, yet spec.replicas went %v; want straight to 1", tg, got)
 			}
-			mu.Unlock()
 		case f.resp.GetAppliedReplicas() != 2:
 			t.Errorf("%v: first decision: %v; want applied 2 or stale", tg, f.resp)
 		}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+
+	decider "github.com/tidalscale/tidal/decider/engine"
+	"github.com/tidalscale/tidal/decider/kpa"
+	"github.com/tidalscale/tidal/decider/sender"
+	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
+	"github.com/tidalscale/tidal/test/testkit"
+)
+
+// The decider's defaults for its Scale calls (services/decider's
+// --scale-workers, --scale-timeout, --scale-retry-min and -max).
+var deciderSend = sender.Config{Workers: 64, Timeout: 5 * time.Second, RetryMin: 100 * time.Millisecond, RetryMax: 5 * time.Second}
+
+// TestWriteBudgetFromDecider is TestWriteBudget with the decider's side in
+// front: the decisions go through the decider's sender, at its defaults, to
+// the actuator whose --kube-qps is far below the rate of changes asked. With
+// 960 scale-downs queued, every wake from zero still reaches the actuator
+// within a second of its decision (the sender hands it the next free
+// worker) and waits there within a second for the budget, while the
+// scale-downs wait; a newer decision replaces an older one still queued in
+// the sender, which then never writes the older value.
+func TestWriteBudgetFromDecider(t *testing.T) {
+	sc := newBudgetScene(t)
+	httpAddr := testkit.FreeAddr(t)
+	client, _ := runActuator(t, sc.kubeconfig, testkit.FreeAddr(t), httpAddr, sc.namespaces,
+		fmt.Sprintf("--kube-qps=%d", budgetQPS), fmt.Sprintf("--kube-burst=%d", budgetQPS))
+	calls := &startedCalls{ActuatorServiceClient: client, started: map[budgetTarget]time.Time{}}
+	reg := prometheus.NewRegistry()
+	snd := sender.New(deciderSend, calls, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), reg)
+	ctx, stop := context.WithCancel(context.Background())
+	var sending sync.WaitGroup
+	sending.Go(func() { _ = snd.Run(ctx) })
+	t.Cleanup(func() { stop(); sending.Wait() })
+
+	decision := func(tg budgetTarget, seq uint64, ready, desired int32) decider.Decision {
+		return decider.Decision{Target: decider.Target{Namespace: tg.ns, Name: tg.name}, Strategy: decider.KPA,
+			Sequence: seq, At: time.UnixMilli(int64(seq)), Desired: desired, Reason: "test",
+			KPA: &kpa.Decision{ReadyPods: ready}}
+	}
+	// Every busy target is decided down to 2 at once, as a tick that saw
+	// their load fall would.
+	seq1 := uint64(time.Now().UnixMilli())
+	downs := make([]decider.Decision, 0, len(sc.busy))
+	for _, tg := range sc.busy {
+		downs = append(downs, decision(tg, seq1, 3, 2))
+	}
+	snd.Enqueue(downs)
+	testkit.Eventually(t, time.Minute, "the sender's workers' scale-downs waiting for the actuator's budget", func() bool {
+		return int(actuatorMetric(t, httpAddr, `tidal_actuator_write_budget_waiting{class="down"}`)) >= deciderSend.Workers/2
+	})
+
+	// The sleepers wake one by one, five a second.
+	decided := make(map[budgetTarget]time.Time, len(sc.sleepers))
+	pace := time.NewTicker(wakeEvery)
+	for i, tg := range sc.sleepers {
+		if i > 0 {
+			<-pace.C
+		}
+		decided[tg] = time.Now()
+		snd.Enqueue([]decider.Decision{decision(tg, uint64(time.Now().UnixMilli()), 0, 1)})
+	}
+	pace.Stop()
+	testkit.Eventually(t, time.Minute, "every sleeper at 1", func() bool {
+		for _, tg := range sc.sleepers {
+			if r, _ := sc.replicas(tg); r[len(r)-1] != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	downsBefore := 0
+	for _, tg := range sc.busy {
+		if r, _ := sc.replicas(tg); slices.Contains(r, 2) {
+			downsBefore++
+		}
+	}
+
+	// The sender's part: from the decision to the Scale call. The
+	// actuator's: the wait for its budget, by its own histogram (as in
+	// TestWriteBudget). From decision to spec.replicas seen is logged: it
+	// adds the API server's writes, which a loaded machine stretches.
+	var toCall, toApplied []time.Duration
+	for _, tg := range sc.sleepers {
+		began, ok := calls.startOf(tg)
+		if !ok {
+			t.Errorf("%v: woken without a Scale call", tg)
+			continue
+		}
+		toCall = append(toCall, began.Sub(decided[tg]))
+		if r, at := sc.replicas(tg); !slices.Equal(r, []int32{0, 1}) {
+			t.Errorf("%v: spec.replicas went %v; want 0 → 1", tg, r)
+		} else {
+			toApplied = append(toApplied, at.Sub(decided[tg]))
+		}
+	}
+	slices.Sort(toCall)
+	slices.Sort(toApplied)
+	if n := len(toCall); n > 0 && toCall[n-1] > time.Second {
+		t.Errorf("a wake's Scale call started %s after its decision (p50 %s); want every one within 1s", toCall[n-1], toCall[n/2])
+	}
+	wakeWaits := actuatorMetric(t, httpAddr, `tidal_actuator_write_budget_wait_seconds_count{class="wake"}`)
+	withinSecond := actuatorMetric(t, httpAddr, `tidal_actuator_write_budget_wait_seconds_bucket{class="wake",le="1.024"}`)
+	if wakeWaits < float64(2*len(sc.sleepers)) || withinSecond != wakeWaits {
+		t.Errorf("wakes' requests: %g, %g of them waited within 1.024s for the budget; want at least %d, all within",
+			wakeWaits, withinSecond, 2*len(sc.sleepers))
+	}
+	if len(toCall) > 0 && len(toApplied) > 0 {
+		t.Logf("%d wakes at %s each, %d scale-downs decided before them, --kube-qps %d, the decider's %d workers: decision → Scale call p50 %s, max %s; → spec.replicas seen p50 %s, max %s; %d scale-downs applied meanwhile",
+			len(toCall), wakeEvery, len(sc.busy), budgetQPS, deciderSend.Workers, toCall[len(toCall)/2].Round(time.Millisecond),
+			toCall[len(toCall)-1].Round(time.Millisecond), toApplied[len(toApplied)/2].Round(time.Millisecond),
+			toApplied[len(toApplied)-1].Round(time.Millisecond), downsBefore)
+	}
+	if downsBefore > len(sc.busy)/2 {
+		t.Errorf("%d of %d scale-downs applied before the last wake: they did not wait", downsBefore, len(sc.busy))
+	}
+
+	// A newer decision for every busy target: down to 1. Where the older
+	// one still waits in the sender it is replaced, and 2 is never written.
+	seq2 := uint64(time.Now().UnixMilli())
+	downs = downs[:0]
+	for _, tg := range sc.busy {
+		downs = append(downs, decision(tg, seq2, 3, 1))
+	}
+	snd.Enqueue(downs)
+	testkit.Eventually(t, 5*time.Minute, "every busy target at 1", func() bool {
+		for _, tg := range sc.busy {
+			if r, _ := sc.replicas(tg); r[len(r)-1] != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	straight := 0
+	for _, tg := range sc.busy {
+		switch r, _ := sc.replicas(tg); {
+		case slices.Equal(r, []int32{3, 1}):
+			straight++
+		case !slices.Equal(r, []int32{3, 2, 1}):
+			t.Errorf("%v: spec.replicas went %v; want 3 → 1 or 3 → 2 → 1", tg, r)
+		}
+	}
+	superseded := registered(t, reg, "tidal_decider_scale_superseded_total")
+	t.Logf("then a newer decision (down to 1) for each: %d went straight from 3 to 1 (%g decisions replaced in the sender); Scale calls failed and retried: %d",
+		straight, superseded, calls.failed())
+	if straight < len(sc.busy)/2 || superseded < float64(straight) {
+		t.Errorf("%d of %d targets went straight to 1, with %g decisions replaced; want at least half, each a replaced decision",
+			straight, len(sc.busy), superseded)
+	}
+}
+
+// startedCalls is the actuator's client as the sender uses it, noting when
+// each target's first Scale call started.
+type startedCalls struct {
+	actuatorv1.ActuatorServiceClient
+	mu      sync.Mutex
+	started map[budgetTarget]time.Time
+	errs    int
+}
+
+func (c *startedCalls) Scale(ctx context.Context, req *actuatorv1.ScaleRequest, opts ...grpc.CallOption) (*actuatorv1.ScaleResponse, error) {
+	tg := budgetTarget{req.GetTarget().GetNamespace(), req.GetTarget().GetName()}
+	c.mu.Lock()
+	if _, ok := c.started[tg]; !ok {
+		c.started[tg] = time.Now()
+	}
+	c.mu.Unlock()
+	resp, err := c.ActuatorServiceClient.Scale(ctx, req, opts...)
+	if err != nil {
+		c.mu.Lock()
+		c.errs++
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (c *startedCalls) startOf(tg budgetTarget) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.started[tg]
+	return at, ok
+}
+
+func (c *startedCalls) failed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errs
+}
+
+// registered returns the value of the counter name in reg.
+func registered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("registry lacks the counter %s", name)
+	return 0
+}
