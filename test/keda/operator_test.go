@@ -307,6 +307,25 @@ type inlineScenario struct {
 // cooldownPeriod).
 func newInlineScenario(t *testing.T, edit func(*kedav1alpha1.ScaledObject)) *inlineScenario {
 	t.Helper()
+	return newInlineScenarioWith(t, inlineSetup{edit: edit})
+}
+
+// inlineSetup is what a scenario changes in newInlineScenario's set-up:
+// edit the ScaledObject; broker, when given, starts the kfake broker;
+// target changes the Deployment before it is created; beforeSO runs just
+// before the ScaledObject is created; notReady skips the
+// wait for the ScaledObject's Ready (hpaName stays "").
+type inlineSetup struct {
+	edit     func(*kedav1alpha1.ScaledObject)
+	broker   func(topic string, parts int32, group string) (*kedavector.Broker, error)
+	target   func(*appsv1.Deployment)
+	beforeSO func(*inlineScenario)
+	notReady bool
+}
+
+func newInlineScenarioWith(t *testing.T, setup inlineSetup) *inlineScenario {
+	t.Helper()
+	edit := setup.edit
 	ex := loadExamples(t)
 	found := ex.find("bootstrapServers", "external")
 	if len(found) == 0 {
@@ -333,17 +352,28 @@ func newInlineScenario(t *testing.T, edit func(*kedav1alpha1.ScaledObject)) *inl
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
-	if sc.broker, err = kedavector.NewTopicBroker(md["topic"], int32(sc.parts), sc.group); err != nil {
+	newBroker := kedavector.NewTopicBroker
+	if setup.broker != nil {
+		newBroker = setup.broker
+	}
+	if sc.broker, err = newBroker(md["topic"], int32(sc.parts), sc.group); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sc.broker.Close)
 	sc.setLag(0)
 
 	target := e.so.Spec.ScaleTargetRef.Name
-	if _, err := sc.c.Client.AppsV1().Deployments(sc.ns).Create(ctx, cluster.Deployment(target, nil, 0), metav1.CreateOptions{}); err != nil {
+	dep := cluster.Deployment(target, nil, 0)
+	if setup.target != nil {
+		setup.target(dep)
+	}
+	if _, err := sc.c.Client.AppsV1().Deployments(sc.ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	sc.rec = recordReplicas(ctx, t, sc.c, sc.ns, target)
+	if setup.beforeSO != nil {
+		setup.beforeSO(sc)
+	}
 	sc.so = sc.d.create(t, ex, e, e.so.Name, map[string]string{"bootstrapServers": strings.Join(sc.broker.Addrs(), ",")},
 		func(so *kedav1alpha1.ScaledObject) {
 			so.Spec.PollingInterval = ptrTo(int32(scenarioPolling))
@@ -352,7 +382,9 @@ func newInlineScenario(t *testing.T, edit func(*kedav1alpha1.ScaledObject)) *inl
 				edit(so)
 			}
 		})
-	sc.hpaName = waitReady(t, sc.d, sc.so)
+	if !setup.notReady {
+		sc.hpaName = waitReady(t, sc.d, sc.so)
+	}
 	return sc
 }
 

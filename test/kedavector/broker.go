@@ -19,7 +19,10 @@ import (
 // a time, for a replay that reads them over the Kafka protocol as KEDA's
 // scaler and tidal's collector do.
 type Broker struct {
-	kf     *kfake.Cluster
+	kf *kfake.Cluster
+	// dial is the options of the broker's own clients (SASL, TLS) on a
+	// broker that requires them.
+	dial   []kgo.Opt
 	topic  string
 	group  string
 	parts  int32
@@ -46,11 +49,18 @@ func NewBroker(v *Vector, group string) (*Broker, error) {
 // NewTopicBroker starts a broker with topic of parts partitions, for
 // group. Close stops it.
 func NewTopicBroker(topic string, parts int32, group string) (*Broker, error) {
-	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, topic))
+	return NewSecureTopicBroker(topic, parts, group, nil, nil)
+}
+
+// NewSecureTopicBroker is NewTopicBroker on a broker started with server's
+// options as well (kfake.EnableSASL, kfake.TLS), which the broker's own
+// clients reach with dial's (kgo.SASL, kgo.DialTLSConfig).
+func NewSecureTopicBroker(topic string, parts int32, group string, server []kfake.Opt, dial []kgo.Opt) (*Broker, error) {
+	kf, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(parts, topic)}, server...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kfake: %w", err)
 	}
-	b := &Broker{kf: kf, topic: topic, group: group, parts: parts, fetches: map[string]int64{}}
+	b := &Broker{kf: kf, dial: dial, topic: topic, group: group, parts: parts, fetches: map[string]int64{}}
 	kf.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		r, ok := req.(*kmsg.OffsetFetchRequest)
 		if !ok {
@@ -129,7 +139,7 @@ type admin struct {
 // client is a client of its own for each use: one that knew a recreated
 // topic would keep its old id.
 func (b *Broker) client() (*admin, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.kf.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.kf.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, b.dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
