@@ -152,12 +152,16 @@ func TestWriteBudgetFromDecider(t *testing.T) {
 			t.Errorf("%v: spec.replicas went %v; want 3 → 1 or 3 → 2 → 1", tg, r)
 		}
 	}
+	// A target goes straight to 1 when the sender replaced its older
+	// decision, or when the call that carried it ended (the decider's
+	// timeout) before the actuator wrote it: nothing else skips a value.
 	superseded := registered(t, reg, "tidal_decider_scale_superseded_total")
+	failed := calls.failed()
 	t.Logf("then a newer decision (down to 1) for each: %d went straight from 3 to 1 (%g decisions replaced in the sender); Scale calls failed and retried: %d",
-		straight, superseded, calls.failed())
-	if straight < len(sc.busy)/2 || superseded < float64(straight) {
-		t.Errorf("%d of %d targets went straight to 1, with %g decisions replaced; want at least half, each a replaced decision",
-			straight, len(sc.busy), superseded)
+		straight, superseded, failed)
+	if straight < len(sc.busy)/2 || float64(straight) > superseded+float64(failed) {
+		t.Errorf("%d of %d targets went straight to 1, with %g decisions replaced and %d calls failed; want at least half, each a replaced decision or a failed call",
+			straight, len(sc.busy), superseded, failed)
 	}
 }
 

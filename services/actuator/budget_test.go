@@ -83,6 +83,18 @@ func newBudgetScene(t *testing.T) *budgetScene {
 			s.sleepers = append(s.sleepers, budgetTarget{ns, fmt.Sprintf("sleeper-%02d", i)})
 		}
 	}
+	// The PodAutoscalers go when the test ends, before their namespaces
+	// (which the API server empties in the background): the actuators of
+	// the package's later tests watch every namespace, and a thousand
+	// PodAutoscalers left to them would use up their budget.
+	t.Cleanup(func() {
+		for _, ns := range s.nss {
+			pas := tidal.AutoscalingV1alpha1().PodAutoscalers(ns)
+			if err := pas.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+				t.Errorf("delete the PodAutoscalers of %s: %v", ns, err)
+			}
+		}
+	})
 	// Every target a Deployment and a PodAutoscaler, created 16 at a time.
 	all := append(slices.Clone(s.busy), s.sleepers...)
 	work := make(chan budgetTarget)

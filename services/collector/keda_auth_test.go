@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tidalscale/tidal/identity/pki"
 	"github.com/tidalscale/tidal/proto/externalscaler"
+	"github.com/tidalscale/tidal/test/kedavector"
 )
 
 // TestKEDAInlineKafkaAuth measures inline triggers on brokers that require
@@ -30,15 +27,7 @@ import (
 // UNAVAILABLE, and right again once the password is; no answer and no log
 // line of the collector, at debug level, quotes a password.
 func TestKEDAInlineKafkaAuth(t *testing.T) {
-	ca, err := pki.NewCA("kfake test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := ca.Issue(pki.Leaf{CommonName: "kfake", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := tls.X509KeyPair(iss.CertPEM, iss.KeyPEM)
+	server, client, caPEM, err := kedavector.LoopbackTLS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +53,7 @@ func TestKEDAInlineKafkaAuth(t *testing.T) {
 			password, wrong := "pw-"+m.kfake+"-right", "pw-"+m.kfake+"-wrong"
 			passwords = append(passwords, password, wrong)
 			kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(m.kfake, "billing", password),
-				kfake.TLS(&tls.Config{Certificates: []tls.Certificate{serving}, MinVersion: tls.VersionTLS12}))
+				kfake.TLS(server))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,10 +61,8 @@ func TestKEDAInlineKafkaAuth(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			// Seven records on two partitions, the group committed at 0.
-			rootCAs := x509.NewCertPool()
-			rootCAs.AppendCertsFromPEM(ca.CertPEM)
 			cl, err := kgo.NewClient(kgo.SeedBrokers(kf.ListenAddrs()...), kgo.SASL(m.mech("billing", password)),
-				kgo.DialTLSConfig(&tls.Config{RootCAs: rootCAs, MinVersion: tls.VersionTLS12}), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+				kgo.DialTLSConfig(client), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +87,7 @@ func TestKEDAInlineKafkaAuth(t *testing.T) {
 
 			md := map[string]string{
 				"bootstrapServers": strings.Join(kf.ListenAddrs(), ","), "consumerGroup": "billing", "topic": "invoices",
-				"lagThreshold": "5", "tls": "enable", "caFromEnv": string(ca.CertPEM), "sasl": m.keda,
+				"lagThreshold": "5", "tls": "enable", "caFromEnv": string(caPEM), "sasl": m.keda,
 				"usernameFromEnv": "billing", "passwordFromEnv": password,
 			}
 			ref := &externalscaler.ScaledObjectRef{Namespace: "shop", Name: "billing-" + strings.ToLower(m.kfake), ScalerMetadata: md}

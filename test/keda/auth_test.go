@@ -2,11 +2,8 @@ package keda
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tidalscale/tidal/identity/pki"
 	"github.com/tidalscale/tidal/test/kedavector"
 	"github.com/tidalscale/tidal/test/testkit"
 )
@@ -43,29 +39,19 @@ func TestInlineKafkaAuthThroughKEDA(t *testing.T) {
 	const user, secretName = "billing", "kafka-credentials"
 	password, wrong := "pw-scram-right-"+strings.ToLower(t.Name()), "pw-scram-wrong-"+strings.ToLower(t.Name())
 
-	ca, err := pki.NewCA("kfake test CA", time.Hour)
+	server, client, caPEM, err := kedavector.LoopbackTLS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := ca.Issue(pki.Leaf{CommonName: "kfake", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := tls.X509KeyPair(iss.CertPEM, iss.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.CertPEM)
 	env := map[string]string{"KAFKA_USERNAME": "username", "KAFKA_PASSWORD": "password", "KAFKA_CA": "ca.crt"}
 
 	sc := newInlineScenarioWith(t, inlineSetup{
 		broker: func(topic string, parts int32, group string) (*kedavector.Broker, error) {
 			return kedavector.NewSecureTopicBroker(topic, parts, group,
 				[]kfake.Opt{kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", user, password),
-					kfake.TLS(&tls.Config{Certificates: []tls.Certificate{serving}, MinVersion: tls.VersionTLS12})},
+					kfake.TLS(server)},
 				[]kgo.Opt{kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha512Mechanism()),
-					kgo.DialTLSConfig(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})})
+					kgo.DialTLSConfig(client)})
 		},
 		target: func(d *appsv1.Deployment) {
 			c := &d.Spec.Template.Spec.Containers[0]
@@ -85,7 +71,7 @@ func TestInlineKafkaAuthThroughKEDA(t *testing.T) {
 		beforeSO: func(sc *inlineScenario) {
 			secret := &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: sc.ns},
-				StringData: map[string]string{"username": user, "password": wrong, "ca.crt": string(ca.CertPEM)},
+				StringData: map[string]string{"username": user, "password": wrong, "ca.crt": string(caPEM)},
 			}
 			if _, err := sc.c.Client.CoreV1().Secrets(sc.ns).Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
