@@ -590,7 +590,19 @@ func (r *Reconciler[P, C]) reconcileLatest(ctx context.Context, name cache.Objec
 ) (out Outcome, pa P, err error) {
 	var none P
 	attempt := 0
+	// A conflict after the target was patched (a status write after it, or
+	// the companion's) runs the pass again, which finds the target patched
+	// already: the call's outcome still reports the change, from the
+	// replicas before it.
+	var patched, reconciled bool
+	var before int32
+	defer func() {
+		if patched && reconciled && err == nil && !out.Patched {
+			out.Before, out.Patched = before, true
+		}
+	}()
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		reconciled = false
 		if attempt++; attempt > 1 {
 			fresh, err := r.kind.Fetch(ctx, name)
 			if err != nil {
@@ -612,6 +624,10 @@ func (r *Reconciler[P, C]) reconcileLatest(ctx context.Context, name cache.Objec
 			}
 		}
 		out, err = r.reconcile(ctx, pa, dec, dryRun)
+		reconciled = true
+		if out.Patched && !patched {
+			patched, before = true, out.Before
+		}
 		return err
 	})
 	return out, pa, err
