@@ -2,9 +2,12 @@ package podautoscaler
 
 import (
 	"context"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,4 +209,43 @@ func (h *harness) settledWeb() {
 		return err == nil && condition(pa, autoscalingv1alpha1.PodAutoscalerConditionActive).Status == metav1.ConditionTrue &&
 			condition(pa, autoscalingv1alpha1.PodAutoscalerConditionScaleTargetInitialized).Status == metav1.ConditionTrue
 	})
+}
+
+// TestConflictAfterPatch: when the status write that follows the scale
+// write of a held PodAutoscaler conflicts, the pass runs again and finds
+// the target scaled already; the call still reports the change it made,
+// from the replicas before it (it reported "unchanged, already there").
+func TestConflictAfterPatch(t *testing.T) {
+	owner := controller.OwnerFunc(func(string) (string, bool) { return "actuator-a:9003", true })
+	var conflicts atomic.Int32
+	conflicts.Store(1)
+	c := cluster.Shared(t)
+	h := startHarness(t, c, c.Namespace(t), harnessOpts{
+		owner: owner,
+		wrap: func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				if req.Context().Value(callTag{}) != nil && req.Method == http.MethodPut &&
+					strings.HasSuffix(req.URL.Path, "/status") && conflicts.Add(-1) >= 0 {
+					body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"injected conflict"}`
+					return &http.Response{StatusCode: http.StatusConflict, Header: http.Header{"Content-Type": {"application/json"}},
+						Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+				}
+				return rt.RoundTrip(req)
+			})
+		},
+	})
+	h.reconciledWeb()
+	h.settledWeb()
+	before := h.replicas("web")
+	ctx := context.WithValue(context.Background(), callTag{}, true)
+	res, err := h.ctrl.Scale(ctx, Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "web"}, Desired: before + 3, Sequence: 2000, Reason: "stable: test"}})
+	if conflicts.Load() >= 0 {
+		t.Fatalf("no status write conflicted: the test did not reach the retry")
+	}
+	if err != nil || !res.Changed || res.Previous != before || res.Applied != before+3 {
+		t.Errorf("Scale = %+v, %v; want %d → %d changed", res, err, before, before+3)
+	}
+	if got := h.replicas("web"); got != before+3 {
+		t.Errorf("replicas %d, want %d", got, before+3)
+	}
 }
