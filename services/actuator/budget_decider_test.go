@@ -73,14 +73,7 @@ func TestWriteBudgetFromDecider(t *testing.T) {
 		snd.Enqueue([]decider.Decision{decision(tg, uint64(time.Now().UnixMilli()), 0, 1)})
 	}
 	pace.Stop()
-	testkit.Eventually(t, time.Minute, "every sleeper at 1", func() bool {
-		for _, tg := range sc.sleepers {
-			if r, _ := sc.replicas(tg); r[len(r)-1] != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	testkit.Eventually(t, time.Minute, "every sleeper at 1", sc.allAt(sc.sleepers, 1))
 	downsBefore := 0
 	for _, tg := range sc.busy {
 		if r, _ := sc.replicas(tg); slices.Contains(r, 2) {
@@ -135,14 +128,7 @@ func TestWriteBudgetFromDecider(t *testing.T) {
 		downs = append(downs, decision(tg, seq2, 3, 1))
 	}
 	snd.Enqueue(downs)
-	testkit.Eventually(t, 5*time.Minute, "every busy target at 1", func() bool {
-		for _, tg := range sc.busy {
-			if r, _ := sc.replicas(tg); r[len(r)-1] != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	testkit.Eventually(t, 5*time.Minute, "every busy target at 1", sc.allAt(sc.busy, 1))
 	straight := 0
 	for _, tg := range sc.busy {
 		switch r, _ := sc.replicas(tg); {

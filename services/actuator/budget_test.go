@@ -200,6 +200,18 @@ func (s *budgetScene) replicas(tg budgetTarget) ([]int32, time.Time) {
 	return slices.Clone(s.seen[tg]), s.at[tg]
 }
 
+// allAt is a condition: every one of tgs' spec.replicas last seen at n.
+func (s *budgetScene) allAt(tgs []budgetTarget, n int32) func() bool {
+	return func() bool {
+		for _, tg := range tgs {
+			if r, _ := s.replicas(tg); r[len(r)-1] != n {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // TestWriteBudget: with the actuator's --kube-qps far below the rate of
 // changes asked, every wake from zero is applied within a second while the
 // scale-downs asked before it wait, and a newer decision for a target whose
