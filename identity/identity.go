@@ -138,13 +138,9 @@ func (id ID) ServiceAccount() (namespace, name string, ok bool) {
 var ErrNoIdentity = errors.New("certificate names no SPIFFE ID")
 
 // FromCertificate reads the identity of a verified leaf certificate: its one
-// URI SAN, which must be a SPIFFE ID (an X.509-SVID has exactly one). With
-// commonName set, a certificate without any URI SAN may name its ID in its
-// subject's common name instead: certificates that Helm's template
-// functions generate cannot carry URI SANs. Only turn it on for a CA that
-// signs nothing but such certificates, since most CAs let a requester
-// choose its common name.
-func FromCertificate(cert *x509.Certificate, commonName bool) (ID, error) {
+// URI SAN, which must be a SPIFFE ID (an X.509-SVID has exactly one). The
+// subject's common name never counts: most CAs let a requester choose it.
+func FromCertificate(cert *x509.Certificate) (ID, error) {
 	if cert == nil {
 		return ID{}, errors.New("no certificate")
 	}
@@ -153,14 +149,7 @@ func FromCertificate(cert *x509.Certificate, commonName bool) (ID, error) {
 	}
 	switch len(cert.URIs) {
 	case 0:
-		if !commonName || !strings.HasPrefix(cert.Subject.CommonName, scheme) {
-			return ID{}, ErrNoIdentity
-		}
-		id, err := Parse(cert.Subject.CommonName)
-		if err != nil {
-			return ID{}, fmt.Errorf("common name: %w", err)
-		}
-		return id, nil
+		return ID{}, ErrNoIdentity
 	case 1:
 		id, err := Parse(cert.URIs[0].String())
 		if err != nil {

@@ -88,26 +88,23 @@ func TestFromCertificate(t *testing.T) {
 	}
 	const want = "spiffe://cluster.local/ns/tidal/sa/tidal-decider"
 	tests := []struct {
-		name       string
-		cert       *x509.Certificate
-		commonName bool
-		want       string
-		wantErr    string
+		name    string
+		cert    *x509.Certificate
+		want    string
+		wantErr string
 	}{
 		{name: "one URI SAN", cert: &x509.Certificate{URIs: []*url.URL{uri(want)}}, want: want},
-		{name: "URI SAN wins over common name", cert: &x509.Certificate{URIs: []*url.URL{uri(want)}, Subject: pkix.Name{CommonName: "spiffe://cluster.local/ns/x/sa/y"}}, commonName: true, want: want},
+		{name: "URI SAN, not the common name", cert: &x509.Certificate{URIs: []*url.URL{uri(want)}, Subject: pkix.Name{CommonName: "spiffe://cluster.local/ns/x/sa/y"}}, want: want},
 		{name: "two URI SANs", cert: &x509.Certificate{URIs: []*url.URL{uri(want), uri(want)}}, wantErr: "2 URI SANs"},
 		{name: "non-SPIFFE URI SAN", cert: &x509.Certificate{URIs: []*url.URL{uri("https://example.com/x")}}, wantErr: "URI SAN"},
-		{name: "no SAN", cert: &x509.Certificate{Subject: pkix.Name{CommonName: want}}, wantErr: "names no SPIFFE ID"},
-		{name: "common name when allowed", cert: &x509.Certificate{Subject: pkix.Name{CommonName: want}}, commonName: true, want: want},
-		{name: "common name not an ID", cert: &x509.Certificate{Subject: pkix.Name{CommonName: "tidal.tidal.svc"}}, commonName: true, wantErr: "names no SPIFFE ID"},
-		{name: "common name malformed", cert: &x509.Certificate{Subject: pkix.Name{CommonName: "spiffe://cluster.local/ns/../x"}}, commonName: true, wantErr: "common name"},
+		{name: "an ID in the common name only", cert: &x509.Certificate{Subject: pkix.Name{CommonName: want}}, wantErr: "names no SPIFFE ID"},
+		{name: "common name not an ID", cert: &x509.Certificate{Subject: pkix.Name{CommonName: "tidal.tidal.svc"}}, wantErr: "names no SPIFFE ID"},
 		{name: "CA certificate", cert: &x509.Certificate{IsCA: true, URIs: []*url.URL{uri(want)}}, wantErr: "CA"},
 		{name: "nil", wantErr: "no certificate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			id, err := FromCertificate(tt.cert, tt.commonName)
+			id, err := FromCertificate(tt.cert)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("FromCertificate = %v, %v; want an error containing %q", id, err, tt.wantErr)

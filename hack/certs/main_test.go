@@ -54,7 +54,7 @@ func TestRun(t *testing.T) {
 		"alice":     "spiffe://example.org/ops/alice",
 	} {
 		leaf, pool := load(t, filepath.Join(out, name))
-		id, err := identity.FromCertificate(leaf, false)
+		id, err := identity.FromCertificate(leaf)
 		if err != nil || id.String() != want {
 			t.Errorf("%s: identity %v, %v; want %s", name, id, err, want)
 		}

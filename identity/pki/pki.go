@@ -1,10 +1,10 @@
-// Package pki makes the certificates of tidal's identities for development
-// and tests: a CA, and per identity a key and a certificate whose one URI
-// SAN is the identity's SPIFFE ID, usable as server and as client. It
-// writes them as PEM files in the layout of a kubernetes.io/tls Secret
-// (tls.crt, tls.key, ca.crt), which --tls-cert-file, --tls-key-file and
-// --tls-ca-file take as they are. Production certificates come from
-// cert-manager, a mesh, or the chart.
+// Package pki makes the certificates of tidal's identities: a CA, and per
+// identity a key and a certificate whose one URI SAN is the identity's
+// SPIFFE ID, usable as server and as client. hack/certs and the tests write
+// them as PEM files in the layout of a kubernetes.io/tls Secret (tls.crt,
+// tls.key, ca.crt), which --tls-cert-file, --tls-key-file and --tls-ca-file
+// take as they are; the chart's certificate Job (identity/certsecret) keeps
+// them in Secrets.
 package pki
 
 import (
@@ -81,20 +81,37 @@ func NewCA(name string, validity time.Duration) (*CA, error) {
 
 // LoadCA reads a CA from its PEM certificate and key files.
 func LoadCA(certFile, keyFile string) (*CA, error) {
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA: %w", err)
+	}
+	ca, err := ParseCA(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("CA %s, %s: %w", certFile, keyFile, err)
 	}
+	return ca, nil
+}
+
+// ParseCA reads a CA from its PEM certificate and key.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
 	cert, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("CA %s: %w", certFile, err)
+		return nil, err
 	}
 	if !cert.IsCA {
-		return nil, fmt.Errorf("CA %s: not a CA certificate", certFile)
+		return nil, errors.New("not a CA certificate")
 	}
 	signer, ok := pair.PrivateKey.(crypto.Signer)
 	if !ok {
-		return nil, fmt.Errorf("CA %s: key cannot sign", keyFile)
+		return nil, errors.New("key cannot sign")
 	}
 	return &CA{Cert: cert, Key: signer, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}, nil
 }

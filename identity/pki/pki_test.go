@@ -50,7 +50,7 @@ func TestIssueAndLoad(t *testing.T) {
 			t.Errorf("verify for usage %v: %v", usage, err)
 		}
 	}
-	got, err := identity.FromCertificate(leaf, false)
+	got, err := identity.FromCertificate(leaf)
 	if err != nil || got != id {
 		t.Errorf("identity = %v, %v; want %v", got, err, id)
 	}
@@ -93,7 +93,7 @@ func TestIssueWithoutIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := identity.FromCertificate(iss.Cert, true); err == nil {
+	if _, err := identity.FromCertificate(iss.Cert); err == nil {
 		t.Error("a certificate without SPIFFE ID has an identity")
 	}
 	if _, err := ca.Issue(Leaf{CommonName: "x"}); err == nil {

@@ -240,6 +240,9 @@ func (c *config) deploymentConfig() (kpaconfig.DeploymentConfig, error) {
 func main() { server.Main("tidal-actuator", run) }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == certificatesCommand {
+		return runCertificates(ctx, args[1:], stderr)
+	}
 	var cfg config
 	if err := server.Parse("tidal-actuator", &cfg, args, stderr); err != nil {
 		return err

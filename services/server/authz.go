@@ -202,10 +202,6 @@ type AuthzConfig struct {
 	Allow allowList
 	// File is a YAML or JSON file of more identities and rules (authzFile).
 	File string
-	// CommonName takes a certificate's identity from its subject's common
-	// name when it has no URI SAN (certificates made by Helm's template
-	// functions, which cannot write URI SANs).
-	CommonName bool
 	// MutatingRate and MutatingBurst bound each identity's calls of
 	// non-read methods (a stream counts once, when opened); 0 turns the
 	// bound off.
@@ -491,7 +487,6 @@ func (c *AuthzConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.KEDA, "authz-keda", "Comma-separated SPIFFE IDs of KEDA (its TriggerAuthentication's client certificate), which may call the collector's externalscaler.ExternalScaler methods; none by default.")
 	fs.Var(&c.Allow, "authz-allow", "Extra rule METHOD_PREFIX=SPIFFE_ID,...: the identities may call every method whose full name starts with the prefix, e.g. /tidal.decider.v1.DeciderService/Ingest=spiffe://cluster.local/ns/x/sa/y; repeatable, or rules separated by ';'.")
 	fs.StringVar(&c.File, "authz-file", "", "YAML or JSON file adding identities to roles, bindings and rules: {collectors, deciders, actuators, pushers, operators, keda, deployers, readers: [SPIFFE_ID...], namespaces: [{identity: SPIFFE_ID, namespaces: [NAMESPACE...]}], allow: [{method: PREFIX, identities: [SPIFFE_ID...]}]}.")
-	fs.BoolVar(&c.CommonName, "authz-common-name-identity", false, "Take a certificate's SPIFFE ID from its subject's common name when it has no URI SAN; only for a CA that signs nothing else (the chart's generated certificates).")
 	fs.Float64Var(&c.MutatingRate, "authz-mutating-rate", defaultMutatingRate, "Calls per second each identity may make to methods that change something (a stream counts when opened); more get RESOURCE_EXHAUSTED. 0 means no bound.")
 	fs.IntVar(&c.MutatingBurst, "authz-mutating-burst", defaultMutatingBurst, "Calls an identity may make at once above --authz-mutating-rate.")
 	fs.Float64Var(&c.ReadRate, "authz-read-rate", defaultReadRate, "Reads per second each identity but tidal's own services may make (a stream counts when opened); more get RESOURCE_EXHAUSTED. 0 means no bound.")

@@ -173,7 +173,7 @@ func (c *Config) DialOption(role Role) (grpc.DialOption, error) {
 			return nil, err
 		}
 	}
-	tc, err := c.TLS.peerTLS(p.ids(role), role, c.Authz.CommonName)
+	tc, err := c.TLS.peerTLS(p.ids(role), role)
 	if err != nil {
 		return nil, err
 	}

@@ -43,8 +43,7 @@ const refusalLogPeriod = 10 * time.Second
 // against the policy, then its rate of mutating calls. A nil policy (no
 // TLS) lets every call through.
 type guard struct {
-	policy     *policy
-	commonName bool
+	policy *policy
 	// mutating and reads are the budgets of mutating calls and of reads;
 	// watches bounds the watch streams open per identity and namespace
 	// and per namespace, nil meaning no bound.
@@ -82,7 +81,6 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 		}
 	}
 	g.policy = p
-	g.commonName = cfg.Authz.CommonName
 	a := cfg.Authz
 	g.mutating = newBudget("mutating calls", "authz-mutating-rate", a.MutatingRate, a.MutatingBurst, "authz-namespace-mutating-rate", a.NamespaceMutatingRate, a.NamespaceMutatingBurst)
 	g.reads = newBudget("reads", "authz-read-rate", a.ReadRate, a.ReadBurst, "authz-namespace-read-rate", a.NamespaceReadRate, a.NamespaceReadBurst)
@@ -133,7 +131,7 @@ func (g *guard) check(ctx context.Context, method string) (context.Context, verd
 	if g.policy == nil {
 		return ctx, verdict{}, nil
 	}
-	id, idErr := peerIdentity(ctx, g.commonName)
+	id, idErr := peerIdentity(ctx)
 	d := g.policy.decide(method, id, idErr)
 	caller := id.String()
 	if idErr != nil {
@@ -337,7 +335,7 @@ func (s *checkedStream) done() {
 var errNoClientCert = errors.New("no verified client certificate")
 
 // peerIdentity is the SPIFFE ID of the caller's verified certificate.
-func peerIdentity(ctx context.Context, commonName bool) (identity.ID, error) {
+func peerIdentity(ctx context.Context) (identity.ID, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return identity.ID{}, errNoClientCert
@@ -346,7 +344,7 @@ func peerIdentity(ctx context.Context, commonName bool) (identity.ID, error) {
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return identity.ID{}, errNoClientCert
 	}
-	return identity.FromCertificate(info.State.VerifiedChains[0][0], commonName)
+	return identity.FromCertificate(info.State.VerifiedChains[0][0])
 }
 
 // rateLimiter is a token bucket per identity, at most max of them; the

@@ -182,7 +182,7 @@ func (c *TLSConfig) DialOption() (grpc.DialOption, error) {
 // API, actuator replicas forwarding to each other), which no certificate
 // names, so the identity takes the place of the host name; ServerName, when
 // set, is checked as well.
-func (c *TLSConfig) peerTLS(want map[string]bool, role Role, commonName bool) (*tls.Config, error) {
+func (c *TLSConfig) peerTLS(want map[string]bool, role Role) (*tls.Config, error) {
 	files, err := newReloader(*c)
 	if err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ func (c *TLSConfig) peerTLS(want map[string]bool, role Role, commonName bool) (*
 			if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: serverName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 				return fmt.Errorf("server certificate: %w", err)
 			}
-			id, err := identity.FromCertificate(leaf, commonName)
+			id, err := identity.FromCertificate(leaf)
 			if err != nil {
 				return fmt.Errorf("server certificate: %w", err)
 			}

@@ -72,7 +72,6 @@ var scenarios = []scenario{
 			"TIDAL_AUTHZ_COLLECTORS":              "spiffe://cluster.local/ns/tidal-system/sa/tidal-collector",
 			"TIDAL_AUTHZ_DECIDERS":                "spiffe://cluster.local/ns/tidal-system/sa/tidal-decider",
 			"TIDAL_AUTHZ_ACTUATORS":               "spiffe://cluster.local/ns/tidal-system/sa/tidal-actuator",
-			"TIDAL_AUTHZ_COMMON_NAME_IDENTITY":    "true",
 			"TIDAL_AUTHZ_MUTATING_RATE":           "5000",
 			"TIDAL_AUTHZ_READ_RATE":               "50",
 			"TIDAL_AUTHZ_READ_BURST":              "200",
@@ -570,6 +569,13 @@ func checkRBAC(t *testing.T, m manifest, sc scenario) {
 		m.get(t, b.RoleRef.Kind, b.RoleRef.Name)
 		if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Namespace != sc.release.namespace {
 			t.Errorf("%s %s subjects %+v: want one ServiceAccount of the release namespace", o.GetKind(), o.GetName(), b.Subjects)
+			continue
+		}
+		if o.GetAnnotations()["helm.sh/hook"] != "" {
+			// The certificate Job's, while it runs (TestGeneratedCertificates).
+			if b.Subjects[0].Name != sc.fullname+"-certificates" {
+				t.Errorf("hook %s %s binds %s, want only the certificate Job's account", o.GetKind(), o.GetName(), b.Subjects[0].Name)
+			}
 			continue
 		}
 		bound[b.Subjects[0].Name] = true

@@ -1,17 +1,21 @@
 package chart_test
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tidalscale/tidal/identity"
+	"github.com/tidalscale/tidal/test/cluster"
 )
 
 // TestKEDACertificate: with tls.keda the chart makes KEDA a client
@@ -21,19 +25,27 @@ import (
 // services that identity may call the external scaler, and lets KEDA's
 // pods through the collector's NetworkPolicy.
 func TestKEDACertificate(t *testing.T) {
-	t.Parallel()
-	m := manifest(render(t, release{name: "tidal", namespace: "tidal-system", set: []string{"tls.keda=true", "keda.namespace=keda-system",
-		"networkPolicy.enabled=true", "authz.keda={spiffe://cluster.local/ns/keda/sa/keda-operator}"}}))
-	caSec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-tls-ca"))
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	// KEDA's namespace, of this test alone.
+	kedaNS := "keda-" + ns[strings.LastIndex(ns, "-")+1:]
+	ensureNamespace(t, c, kedaNS)
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), kedaNS, metav1.DeleteOptions{})
+	})
+	m, _ := install(t, c, release{name: "tidal", namespace: ns, set: []string{"tls.keda=true", "keda.namespace=" + kedaNS,
+		"networkPolicy.enabled=true", "authz.keda={spiffe://cluster.local/ns/keda/sa/keda-operator}"}}, false)
+	runCertificatesJob(t, c, m)
+	caSec := secretData(t, c, ns, "tidal-tls-ca")
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caSec.Data["tls.crt"]) {
 		t.Fatal("tidal-tls-ca holds no certificate")
 	}
-	sec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-keda-tls"))
+	sec := secretData(t, c, kedaNS, "tidal-keda-tls")
 	leaf := leafOf(t, writeSecret(t, sec))
-	const want = "spiffe://cluster.local/ns/tidal-system/sa/tidal-keda"
-	if id, err := identity.FromCertificate(leaf, true); err != nil || id.String() != want {
-		t.Errorf("identity %v, %v; want %s", id, err, want)
+	want := "spiffe://cluster.local/ns/" + ns + "/sa/tidal-keda"
+	if id, err := identity.FromCertificate(leaf); err != nil || id.String() != want {
+		t.Errorf("identity %v, %v; want %s as the URI SAN", id, err, want)
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("KEDA's certificate as a client's: %v", err)
@@ -43,8 +55,8 @@ func TestKEDACertificate(t *testing.T) {
 			t.Errorf("Secret tidal-keda-tls has no %s for the TriggerAuthentication", k)
 		}
 	}
-	if sec.Namespace != "keda-system" {
-		t.Errorf("Secret tidal-keda-tls in %q, want KEDA's namespace keda-system alone", sec.Namespace)
+	if _, err := c.Client.CoreV1().Secrets(ns).Get(context.Background(), "tidal-keda-tls", metav1.GetOptions{}); err == nil {
+		t.Errorf("Secret tidal-keda-tls also in the release namespace %s; want it in KEDA's namespace %s alone", ns, kedaNS)
 	}
 	cta := m.get(t, "ClusterTriggerAuthentication", "tidal-keda")
 	refs, _, _ := unstructured.NestedSlice(cta.Object, "spec", "secretTargetRef")
@@ -63,13 +75,13 @@ func TestKEDACertificate(t *testing.T) {
 	admitted := false
 	for _, rule := range np.Spec.Ingress {
 		for _, from := range rule.From {
-			if from.NamespaceSelector != nil && from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "keda-system" {
+			if from.NamespaceSelector != nil && from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == kedaNS {
 				admitted = len(rule.Ports) == 1 && rule.Ports[0].Port.String() == "grpc"
 			}
 		}
 	}
 	if !admitted {
-		t.Errorf("the collector's NetworkPolicy does not admit keda-system to its gRPC port: %+v", np.Spec.Ingress)
+		t.Errorf("the collector's NetworkPolicy does not admit %s to its gRPC port: %+v", kedaNS, np.Spec.Ingress)
 	}
 	dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "tidal-collector"))
 	authz := ""

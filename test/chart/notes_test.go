@@ -37,7 +37,7 @@ func TestNotesWarnings(t *testing.T) {
 		shared    = "a ClusterIssuer is shared"
 		kedaIss   = "KEDA's Certificate lives in keda"
 		commonCN  = "common name"
-		trials    = "tls.mode=generated is for trials, not production"
+		trials    = "tls.mode=generated keeps the CA's key in the cluster"
 		strict    = "go run ./hack/certs -trust-domain cluster.local -namespace "
 		brokers   = `collector.allowedBrokers holds "*:9092"`
 		watchAll  = "watchNamespaces is empty"
@@ -47,7 +47,7 @@ func TestNotesWarnings(t *testing.T) {
 		set       []string
 		want, not []string
 	}{
-		{"defaults", nil, []string{commonCN, trials, strict, watchAll, noPolicy}, []string{plaintext, activator, issuer, brokers}},
+		{"defaults", nil, []string{trials, strict, watchAll, noPolicy}, []string{commonCN, plaintext, activator, issuer, brokers}},
 		{"plaintext", []string{"tls.mode=disabled"}, []string{plaintext}, []string{commonCN, trials, strict}},
 		{"Knative mode with its NetworkPolicy off and no CIDRs", []string{"knative.enabled=true", "networkPolicy.enabled=false"}, []string{activator}, nil},
 		{"Knative mode by default", []string{"knative.enabled=true"}, nil, []string{activator, noPolicy}},
@@ -154,8 +154,8 @@ func TestNotesStrictTLSPath(t *testing.T) {
 		t.Fatalf("no NOTES:\n%s", out)
 	}
 	notes := out[i:]
-	if flat := strings.Join(strings.Fields(notes), " "); !strings.Contains(flat, "sh.helm.release.v1."+releaseName+".v*) in "+ns) {
-		t.Errorf("the generated-mode warning does not say the CA key is in the release record:\n%s", flat)
+	if flat := strings.Join(strings.Fields(notes), " "); !strings.Contains(flat, "Secret "+fullname+"-tls-ca in "+ns) {
+		t.Errorf("the generated-mode warning does not say where the CA key is:\n%s", flat)
 	}
 	var certs, upgrade, apply []string
 	for _, l := range strings.Split(notes, "\n") {
@@ -197,6 +197,9 @@ func TestNotesStrictTLSPath(t *testing.T) {
 		t.Fatalf("helm upgrade line %q does not switch to tls.mode=secret", strings.Join(upgrade, " "))
 	}
 	m := manifest(render(t, release{name: releaseName, namespace: ns, set: upgraded}))
+	if jobs := m.ofKind("Job"); len(jobs) != 0 {
+		t.Errorf("secret mode still renders the certificate Job %s", jobs[0].GetName())
+	}
 
 	dirs := map[string]string{}
 	var kedaCert string
@@ -240,11 +243,6 @@ func TestNotesStrictTLSPath(t *testing.T) {
 			return v.Secret != nil && v.Secret.SecretName == fullname+"-"+comp+"-tls"
 		}) {
 			t.Errorf("in secret mode %s mounts no Secret %s-%s-tls", dep.Name, fullname, comp)
-		}
-		for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
-			if e.Name == "TIDAL_AUTHZ_COMMON_NAME_IDENTITY" {
-				t.Errorf("in secret mode %s still reads identities from common names", dep.Name)
-			}
 		}
 	}
 	if uris := leafOf(t, dirs["decider"]).URIs; len(uris) != 1 || uris[0].String() != "spiffe://"+trustDomain+"/ns/"+ns+"/sa/custom-decider" {

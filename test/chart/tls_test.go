@@ -23,7 +23,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidalscale/tidal/identity"
@@ -31,6 +34,7 @@ import (
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
+	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/testkit"
 )
 
@@ -171,15 +175,92 @@ func startTLSProc(t *testing.T, bin string, args ...string) *tlsProc {
 	return p
 }
 
-// TestGeneratedCertificates checks the default rendering: a CA Secret no
-// pod mounts, and one certificate per service and one for people, each
-// naming its ServiceAccount's SPIFFE ID (in the common name: Helm cannot
-// write URI SANs) and its Service's DNS names, all signed by that CA.
+// runCertificatesJob does with the chart's certificate Job what a kubelet
+// would (kwok, which runs the test cluster's pods, only marks it done): it
+// applies the hook's ServiceAccount, Roles and RoleBindings from objs and
+// runs the Job's container (the actuator built as for its image) with its
+// arguments and environment, authenticated as the Job's ServiceAccount.
+func runCertificatesJob(t *testing.T, c *cluster.Cluster, objs manifest) {
+	t.Helper()
+	jobs := objs.ofKind("Job")
+	if len(jobs) != 1 {
+		t.Fatalf("%d Jobs rendered, want the certificate Job", len(jobs))
+	}
+	job := typed[batchv1.Job](t, jobs[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := newApplier(t, c)
+	for _, kind := range []string{"ServiceAccount", "Role", "RoleBinding"} {
+		for _, o := range objs.ofKind(kind) {
+			if o.GetAnnotations()["helm.sh/hook"] == "" {
+				continue
+			}
+			ensureNamespace(t, c, o.GetNamespace())
+			if err := a.Apply(ctx, o, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pod := job.Spec.Template.Spec
+	cfg, err := c.ServiceAccountConfig(ctx, job.Namespace, pod.ServiceAccountName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := c.WriteKubeconfig(job.Namespace+"-"+pod.ServiceAccountName, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := pod.Containers[0]
+	cmd := exec.CommandContext(ctx, serviceBinaries(t)["actuator"], append(slices.Clone(ctr.Args), "--kubeconfig", kubeconfig)...)
+	cmd.Env = []string{"HOME=" + t.TempDir()}
+	for _, e := range ctr.Env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the certificate Job's container: %v\n%s", err, out)
+	}
+}
+
+// secretData reads a Secret's data from the cluster.
+func secretData(t *testing.T, c *cluster.Cluster, ns, name string) *corev1.Secret {
+	t.Helper()
+	sec, err := c.Client.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sec
+}
+
+// TestGeneratedCertificates checks the default mode on a cluster: the hook
+// Job, run as its own ServiceAccount (whose Roles reach no other Secret),
+// makes a CA Secret no pod mounts and one certificate per service and one
+// for people, each naming its ServiceAccount's SPIFFE ID as its one URI SAN
+// and its Service's DNS names, all signed by that CA; the services take
+// identities from URI SANs alone; a second run (an upgrade) changes
+// nothing.
 func TestGeneratedCertificates(t *testing.T) {
-	t.Parallel()
-	r := release{name: "tidal", namespace: "tidal-system"}
-	m := manifest(render(t, r))
-	caSec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-tls-ca"))
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	r := release{name: "tidal", namespace: ns}
+	m, _ := install(t, c, r, false)
+	job := typed[batchv1.Job](t, m.get(t, "Job", "tidal-certificates"))
+	for k, want := range map[string]string{"helm.sh/hook": "pre-install,pre-upgrade", "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"} {
+		for _, o := range []*unstructured.Unstructured{m.get(t, "Job", "tidal-certificates"), m.get(t, "ServiceAccount", "tidal-certificates"), m.get(t, "Role", "tidal-certificates"), m.get(t, "RoleBinding", "tidal-certificates")} {
+			if got := o.GetAnnotations()[k]; got != want {
+				t.Errorf("%s %s: %s = %q, want %q", o.GetKind(), o.GetName(), k, got, want)
+			}
+		}
+	}
+	if img := job.Spec.Template.Spec.Containers[0].Image; !strings.Contains(img, "/tidal-actuator:") {
+		t.Errorf("certificate Job runs %s, want the actuator's image", img)
+	}
+	runCertificatesJob(t, c, m)
+
+	names := []string{"tidal-tls-ca"}
+	for _, name := range []string{"collector", "decider", "actuator", "reader"} {
+		names = append(names, "tidal-"+name+"-tls")
+	}
+	caSec := secretData(t, c, ns, "tidal-tls-ca")
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caSec.Data["tls.crt"]) {
 		t.Fatal("tidal-tls-ca holds no certificate")
@@ -190,38 +271,60 @@ func TestGeneratedCertificates(t *testing.T) {
 				t.Errorf("Deployment %s mounts the CA's Secret: its key must reach no pod", dep.GetName())
 			}
 		}
-	}
-	for _, name := range []string{"collector", "decider", "actuator", "reader"} {
-		sec := typed[corev1.Secret](t, m.get(t, "Secret", "tidal-"+name+"-tls"))
-		leaf := leafOf(t, writeSecret(t, sec))
-		want := "spiffe://cluster.local/ns/tidal-system/sa/tidal-" + name
-		id, err := identity.FromCertificate(leaf, true)
-		if err != nil || id.String() != want {
-			t.Errorf("%s: identity %v, %v; want %s", name, id, err, want)
+		for _, e := range typed[appsv1.Deployment](t, dep).Spec.Template.Spec.Containers[0].Env {
+			if strings.Contains(e.Name, "COMMON_NAME") {
+				t.Errorf("Deployment %s sets %s: identities come from URI SANs alone", dep.GetName(), e.Name)
+			}
 		}
-		if got := sec.Annotations["tidal.dev/spiffe-id"]; got != want {
-			t.Errorf("%s: annotation tidal.dev/spiffe-id %q, want %q", name, got, want)
+	}
+	versions := map[string]string{}
+	for _, name := range []string{"collector", "decider", "actuator", "reader"} {
+		sec := secretData(t, c, ns, "tidal-"+name+"-tls")
+		versions[sec.Name] = sec.ResourceVersion
+		leaf := leafOf(t, writeSecret(t, sec))
+		want := "spiffe://cluster.local/ns/" + ns + "/sa/tidal-" + name
+		id, err := identity.FromCertificate(leaf)
+		if err != nil || id.String() != want {
+			t.Errorf("%s: identity %v, %v; want %s as the URI SAN", name, id, err, want)
 		}
 		opts := x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 		if name != "reader" {
-			opts.DNSName = "tidal-" + name + ".tidal-system.svc"
+			opts.DNSName = "tidal-" + name + "." + ns + ".svc"
 			opts.KeyUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		}
 		if _, err := leaf.Verify(opts); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	// The Job's rights: the release's certificate Secrets by name, and
+	// creating Secrets (which RBAC cannot limit by name); nothing else.
+	role := m.get(t, "Role", "tidal-certificates")
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if got := fmt.Sprint(rules); got != fmt.Sprintf("[map[apiGroups:[] resources:[secrets] verbs:[create]] map[apiGroups:[] resourceNames:[%s] resources:[secrets] verbs:[get update]]]", strings.Join(slices.Sorted(slices.Values(names)), " ")) {
+		t.Errorf("the Job's Role: %s", got)
+	}
+	acc := serviceAccount(t, c, ns, "tidal-certificates")
+	if acc.can(t, "get", "", "secrets", "", ns, "sh.helm.release.v1.tidal.v1") || acc.can(t, "list", "", "secrets", "", ns, "") || acc.can(t, "delete", "", "secrets", "", ns, "tidal-tls-ca") {
+		t.Error("the certificate Job may read or delete other Secrets")
+	}
+
+	runCertificatesJob(t, c, m)
+	for name, v := range versions {
+		if got := secretData(t, c, ns, name).ResourceVersion; got != v {
+			t.Errorf("%s rewritten by a second run with nothing to renew", name)
+		}
+	}
 }
 
 // TestCertManagerCertificates: with tls.mode=cert-manager the chart asks
 // cert-manager for a Certificate per identity whose URI SAN is the SPIFFE
-// ID, and the services read identities from URI SANs only.
+// ID, and renders no certificate Job.
 func TestCertManagerCertificates(t *testing.T) {
 	t.Parallel()
 	r := release{name: "tidal", namespace: "tidal-system", set: []string{"tls.mode=cert-manager", "tls.certManager.issuerRef.name=tidal-ca", "tls.certManager.issuerRef.kind=ClusterIssuer"}}
 	m := manifest(render(t, r))
-	if m.find("Secret", "tidal-tls-ca") != nil {
-		t.Error("cert-manager mode renders a CA Secret")
+	if m.find("Secret", "tidal-tls-ca") != nil || len(m.ofKind("Job")) != 0 {
+		t.Error("cert-manager mode renders a CA Secret or a certificate Job")
 	}
 	for _, name := range []string{"collector", "decider", "actuator", "reader"} {
 		cert := m.get(t, "Certificate", "tidal-"+name)
@@ -242,14 +345,6 @@ func TestCertManagerCertificates(t *testing.T) {
 			t.Errorf("%s: issuerRef %v", name, issuer)
 		}
 	}
-	for _, c := range components {
-		dep := typed[appsv1.Deployment](t, m.get(t, "Deployment", "tidal-"+c))
-		for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
-			if e.Name == "TIDAL_AUTHZ_COMMON_NAME_IDENTITY" {
-				t.Errorf("%s: identities from the common name with cert-manager's certificates", c)
-			}
-		}
-	}
 }
 
 // TestMTLS runs the three services with the settings and certificates the
@@ -261,16 +356,18 @@ func TestCertManagerCertificates(t *testing.T) {
 func TestMTLS(t *testing.T) {
 	t.Parallel()
 	t.Run("generated", func(t *testing.T) {
-		t.Parallel()
-		r := release{name: "sec", namespace: "tidal", set: []string{"authz.pushers[0]=" + pusherID}}
-		m := manifest(render(t, r))
+		c := cluster.Shared(t)
+		ns := c.Namespace(t)
+		r := release{name: "sec", namespace: ns, set: []string{"authz.pushers[0]=" + pusherID}}
+		m, _ := install(t, c, r, false)
+		runCertificatesJob(t, c, m)
 		dirs := map[string]string{}
 		for _, name := range []string{"collector", "decider", "actuator", "reader"} {
-			dirs[name] = writeSecret(t, typed[corev1.Secret](t, m.get(t, "Secret", "sec-tidal-"+name+"-tls")))
+			dirs[name] = writeSecret(t, secretData(t, c, ns, "sec-tidal-"+name+"-tls"))
 		}
 		// The activator's certificate comes from the chart's CA, with its
 		// identity as URI SAN, as an operator would make it with hack/certs.
-		caSec := typed[corev1.Secret](t, m.get(t, "Secret", "sec-tidal-tls-ca"))
+		caSec := secretData(t, c, ns, "sec-tidal-tls-ca")
 		caDir := t.TempDir()
 		for k, v := range map[string][]byte{"ca.crt": caSec.Data["tls.crt"], "ca.key": caSec.Data["tls.key"]} {
 			if err := os.WriteFile(filepath.Join(caDir, k), v, 0o600); err != nil {
@@ -278,7 +375,7 @@ func TestMTLS(t *testing.T) {
 			}
 		}
 		dirs["pusher"] = issueFrom(t, caDir, pusherID)
-		testMTLS(t, m, "sec-tidal", "tidal", dirs)
+		testMTLS(t, m, "sec-tidal", ns, dirs)
 	})
 	t.Run("secret from hack/certs", func(t *testing.T) {
 		t.Parallel()
