@@ -203,7 +203,10 @@ func TestScrapeBadPods(t *testing.T) {
 				{Name: "bad", Addr: servePod(t, tt.handler), Start: now},
 			}
 			cfg := defaultConfig(t)
-			cfg.Timeout = 200 * time.Millisecond
+			// Only the hanging pod reaches the timeout: long enough that a
+			// good pod answers on a machine busy with other tests (at 200 ms
+			// pod a timed out in a full make test).
+			cfg.Timeout = 2 * time.Second
 			rec := &recorder{}
 			s, reg := startScraper(t, cfg, rec)
 			s.Set(testTarget(src, Format{}))
