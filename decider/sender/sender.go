@@ -27,7 +27,9 @@ type Config struct {
 	// Workers is how many Scale calls may be in flight at once, each for a
 	// different target.
 	Workers int
-	// Timeout bounds one Scale call.
+	// Timeout bounds one Scale call. The actuator lets a call wait for its
+	// write budget for part of it (half) and answers RESOURCE_EXHAUSTED
+	// then, which is a deferral, not a failure.
 	Timeout time.Duration
 	// DryRun sends every call as a dry run.
 	DryRun bool
@@ -58,7 +60,10 @@ func (c *Config) Validate() error {
 // to two workers, so its calls are made one after another, in sequence
 // order, while different targets' calls run side by side. A failed call is
 // retried with per-target backoff unless a newer decision replaced it
-// meanwhile.
+// meanwhile. A call the actuator defers (RESOURCE_EXHAUSTED: its write
+// budget could not serve it before the call's deadline) is no failure: the
+// target's newest decision goes again after RetryMin, and its backoff is
+// not raised.
 type Sender struct {
 	cfg     Config
 	client  actuatorv1.ActuatorServiceClient
@@ -101,7 +106,7 @@ func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, r
 		busy:    map[string]bool{},
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_calls_total",
-			Help: "Scale calls to the actuator by result: applied, stale, refused or error.",
+			Help: "Scale calls to the actuator by result: applied, stale, refused, deferred (the actuator's write budget was short; retried) or error.",
 		}, []string{"result"}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_superseded_total",
@@ -253,6 +258,11 @@ func (s *Sender) next(ctx context.Context) bool {
 			s.backoff.Forget(key)
 		}
 		s.queueLocked(key, w)
+	case errors.Is(err, errDeferred) && ctx.Err() == nil:
+		// Not a failure: the actuator is there, its budget short. Its
+		// queue paced the call; the retry waits there again.
+		s.pending[key] = &waiting{d: d}
+		s.retry.AddAfter(key, s.cfg.RetryMin)
 	case err != nil && ctx.Err() == nil:
 		s.pending[key] = &waiting{d: d}
 		s.retry.AddAfter(key, s.backoff.When(key))
@@ -261,6 +271,9 @@ func (s *Sender) next(ctx context.Context) bool {
 	}
 	return true
 }
+
+// errDeferred wraps the answer of a call the actuator deferred.
+var errDeferred = errors.New("deferred by the actuator")
 
 // send makes one Scale call; an error means a retry may help.
 func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
@@ -290,6 +303,10 @@ func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
 	resp, err := s.client.Scale(cctx, req)
 	s.latency.Observe(time.Since(began).Seconds())
 	switch code := status.Code(err); {
+	case code == codes.ResourceExhausted:
+		s.calls.WithLabelValues("deferred").Inc()
+		s.log.Debug("actuator deferred decision; will send the newest again", zap.String("target", d.Target.Key()), zap.Uint64("sequence", d.Sequence), zap.Error(err))
+		return fmt.Errorf("%w: %w", errDeferred, err)
 	case err == nil && resp.GetStale():
 		s.calls.WithLabelValues("stale").Inc()
 		return nil
