@@ -28,8 +28,8 @@ type Config struct {
 	// different target.
 	Workers int
 	// Timeout bounds one Scale call. The actuator lets a call wait for its
-	// write budget for part of it (half) and answers RESOURCE_EXHAUSTED
-	// then, which is a deferral, not a failure.
+	// write budget for half of it, and answers RESOURCE_EXHAUSTED then: a
+	// deferral, not a failure.
 	Timeout time.Duration
 	// DryRun sends every call as a dry run.
 	DryRun bool
@@ -61,9 +61,8 @@ func (c *Config) Validate() error {
 // order, while different targets' calls run side by side. A failed call is
 // retried with per-target backoff unless a newer decision replaced it
 // meanwhile. A call the actuator defers (RESOURCE_EXHAUSTED: its write
-// budget could not serve it before the call's deadline) is no failure: the
-// target's newest decision goes again after RetryMin, and its backoff is
-// not raised.
+// budget could not serve it before the call's deadline) is counted and
+// logged as deferred, not as failed, and retried the same way.
 type Sender struct {
 	cfg     Config
 	client  actuatorv1.ActuatorServiceClient
@@ -106,7 +105,7 @@ func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, r
 		busy:    map[string]bool{},
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_calls_total",
-			Help: "Scale calls to the actuator by result: applied, stale, refused, deferred (the actuator's write budget was short; retried) or error.",
+			Help: "Scale calls to the actuator by result: applied, stale, refused, deferred (RESOURCE_EXHAUSTED: the actuator's write budget was short, or a rate limit; retried) or error.",
 		}, []string{"result"}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_superseded_total",
@@ -258,11 +257,6 @@ func (s *Sender) next(ctx context.Context) bool {
 			s.backoff.Forget(key)
 		}
 		s.queueLocked(key, w)
-	case errors.Is(err, errDeferred) && ctx.Err() == nil:
-		// Not a failure: the actuator is there, its budget short. Its
-		// queue paced the call; the retry waits there again.
-		s.pending[key] = &waiting{d: d}
-		s.retry.AddAfter(key, s.cfg.RetryMin)
 	case err != nil && ctx.Err() == nil:
 		s.pending[key] = &waiting{d: d}
 		s.retry.AddAfter(key, s.backoff.When(key))
@@ -271,9 +265,6 @@ func (s *Sender) next(ctx context.Context) bool {
 	}
 	return true
 }
-
-// errDeferred wraps the answer of a call the actuator deferred.
-var errDeferred = errors.New("deferred by the actuator")
 
 // send makes one Scale call; an error means a retry may help.
 func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
@@ -305,8 +296,12 @@ func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
 	switch code := status.Code(err); {
 	case code == codes.ResourceExhausted:
 		s.calls.WithLabelValues("deferred").Inc()
+		// The actuator asked to be called later (its write budget could
+		// not serve the call before its deadline, or the caller is over a
+		// rate): no failure, but retried after the same backoff, so that
+		// a rate limit is not called in a loop.
 		s.log.Debug("actuator deferred decision; will send the newest again", zap.String("target", d.Target.Key()), zap.Uint64("sequence", d.Sequence), zap.Error(err))
-		return fmt.Errorf("%w: %w", errDeferred, err)
+		return err
 	case err == nil && resp.GetStale():
 		s.calls.WithLabelValues("stale").Inc()
 		return nil
