@@ -3,6 +3,7 @@ package writebudget
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,12 +17,52 @@ import (
 // ErrStopped is returned by Wait once the Limiter is stopped.
 var ErrStopped = errors.New("write budget: stopped")
 
+// ErrDeferred is returned by Wait for a request that waited for the budget
+// as long as its context's wait limit allows (WithWaitLimit): nothing of
+// its pass was sent, and its caller should come back later.
+var ErrDeferred = errors.New("write budget: deferred")
+
+// DeferredError says how long a deferred request waited, and where.
+type DeferredError struct {
+	Class  Class
+	Waited time.Duration
+	// QPS is the budget's rate, and Waiting the requests that were
+	// waiting when it gave up, itself included.
+	QPS     float32
+	Waiting int
+}
+
+func (e *DeferredError) Error() string {
+	return fmt.Sprintf("%s: waited %s in class %s for the API budget (%g requests a second, %d waiting) and its caller's deadline is near; nothing was written: retry with the newest decision",
+		ErrDeferred, e.Waited.Round(time.Millisecond), e.Class, e.QPS, e.Waiting)
+}
+
+func (e *DeferredError) Unwrap() error { return ErrDeferred }
+
+type waitLimitKey struct{}
+
+// WithWaitLimit returns ctx whose requests that would start a pass (the
+// first of its claim, or any without a claim) wait for the budget only
+// until until, then fail with a *DeferredError. A pass that has sent a
+// request already is not cut short: finishing what it began (the scale
+// patch after its status write) is worth more than its turn; it still ends
+// with ctx.
+func WithWaitLimit(ctx context.Context, until time.Time) context.Context {
+	return context.WithValue(ctx, waitLimitKey{}, until)
+}
+
+func waitLimitOf(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(waitLimitKey{}).(time.Time)
+	return t, ok
+}
+
 // Limiter is client-go's rate limiter over a Queue: set as a rest.Config's
 // RateLimiter, every request of every client built from it waits here, in
 // the class and namespace of the Claim its context carries (WithClaim), or
 // as Up in no namespace without one. A claim superseded while its request
 // waits ends the wait with a *SupersededError (a request already sent is
-// not stopped).
+// not stopped), and a wait past its context's limit (WithWaitLimit) with a
+// *DeferredError.
 type Limiter struct {
 	clock clock.Clock
 	qps   float32
@@ -37,6 +78,7 @@ type Limiter struct {
 
 	waited     *prometheus.HistogramVec
 	superseded *prometheus.CounterVec
+	deferred   *prometheus.CounterVec
 }
 
 var _ flowcontrol.RateLimiter = (*Limiter)(nil)
@@ -61,13 +103,20 @@ func NewLimiter(qps float64, burst, limit int, clk clock.Clock, reg prometheus.R
 			Name: "tidal_actuator_write_budget_superseded_total",
 			Help: "Writes for a target replaced by a newer decision for it before they were made, by class of the replaced one.",
 		}, []string{"class"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_actuator_write_budget_deferred_total",
+			Help: "Passes that waited for the budget as long as their caller's deadline allowed and gave up before writing anything (answered RESOURCE_EXHAUSTED, to be retried), by class.",
+		}, []string{"class"}),
+	}
+	for c := range fairqueue.NumClasses {
+		l.deferred.WithLabelValues(c.String()) // at 0 before the first
 	}
 	if reg != nil {
 		waiting := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidal_actuator_write_budget_waiting",
 			Help: "API requests waiting for the client-side budget, by class.",
 		}, []string{"class"})
-		reg.MustRegister(l.waited, l.superseded, prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		reg.MustRegister(l.waited, l.superseded, l.deferred, prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
 			for c := range fairqueue.NumClasses {
 				waiting.WithLabelValues(c.String()).Set(float64(l.Waiting(c)))
 			}
@@ -95,7 +144,9 @@ func (l *Limiter) Waiting(c Class) int {
 }
 
 // Wait returns nil once the request may be sent: at once when a token is
-// there and nobody waits, else when the queue grants it one.
+// there and nobody waits, else when the queue grants it one; a request
+// that would start a pass fails with a *DeferredError at its context's
+// wait limit, or at once when that has passed and no token is free.
 func (l *Limiter) Wait(ctx context.Context) (err error) {
 	if takePrepaid(ctx) {
 		return nil
@@ -118,6 +169,8 @@ func (l *Limiter) Wait(ctx context.Context) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	until, limited := waitLimitOf(ctx)
+	limited = limited && !w.Continuing
 	now := l.clock.Now()
 	l.mu.Lock()
 	if l.stopped {
@@ -128,6 +181,12 @@ func (l *Limiter) Wait(ctx context.Context) (err error) {
 		l.mu.Unlock()
 		l.waited.WithLabelValues(w.Class.String()).Observe(0)
 		return nil
+	}
+	if limited && !until.After(now) {
+		n := l.q.Len() + 1
+		l.mu.Unlock()
+		l.deferred.WithLabelValues(w.Class.String()).Inc()
+		return &DeferredError{Class: w.Class, QPS: l.qps, Waiting: n}
 	}
 	if err := l.q.Add(w, now); err != nil {
 		l.mu.Unlock()
@@ -140,18 +199,32 @@ func (l *Limiter) Wait(ctx context.Context) (err error) {
 	default:
 	}
 
+	var limit <-chan time.Time
+	if limited {
+		timer := l.clock.NewTimer(until.Sub(now))
+		defer timer.Stop()
+		limit = timer.C()
+	}
 	select {
 	case <-w.granted:
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-superseded:
 		err = claim.Err()
+	case <-limit:
+		err = &DeferredError{Class: w.Class, QPS: l.qps}
 	}
 	if err != nil {
 		l.mu.Lock()
+		waiting := l.q.Len()
 		removed := l.q.Remove(w)
 		l.mu.Unlock()
 		if removed {
+			var de *DeferredError
+			if errors.As(err, &de) {
+				de.Waited, de.Waiting = l.clock.Since(w.Since), waiting
+				l.deferred.WithLabelValues(w.Class.String()).Inc()
+			}
 			return err
 		}
 		// Granted meanwhile: the token is this request's.

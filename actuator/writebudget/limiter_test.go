@@ -212,3 +212,48 @@ func TestPrepay(t *testing.T) {
 		t.Errorf("Prepay without a limiter: %v", err)
 	}
 }
+
+// TestLimiterWaitLimit: a pass's first request waits only until its
+// context's wait limit and is deferred there, counted, its place given up;
+// a pass that has sent a request already keeps waiting past it.
+func TestLimiterWaitLimit(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := NewLimiter(1, 1, 10, clk, nil)
+	defer l.Stop()
+	cs := l.Claims(10)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx := WithWaitLimit(context.Background(), t0.Add(500*time.Millisecond))
+
+	// A pass whose first request took the one token there was.
+	started := claim(t, cs, "a/started", "a", Up, 1)
+	if err := l.Wait(WithClaim(context.Background(), started)); err != nil {
+		t.Fatal(err)
+	}
+	down := waitFor(t, &wg, ctx, l, claim(t, cs, "a/down", "a", Down, 1))
+	second := waitFor(t, &wg, ctx, l, started)
+	testkit.Eventually(t, 5*time.Second, "both waiting", func() bool { return l.Waiting(Up) == 1 && l.Waiting(Down) == 1 })
+	// At the limit, no token yet (the next is at t0 + 1s): the first
+	// request of a pass is deferred, the started pass's second waits on.
+	step(t, clk, 500*time.Millisecond)
+	var de *DeferredError
+	if err := <-down; !errors.As(err, &de) || !errors.Is(err, ErrDeferred) || de.Class != Down || de.Waited != 500*time.Millisecond || de.Waiting != 2 {
+		t.Fatalf("down at its wait limit: %v, want deferred in class down after 500ms with 2 waiting", err)
+	}
+	if l.Waiting(Down) != 0 || l.Waiting(Up) != 1 {
+		t.Errorf("waiting: down %d, up %d; want the deferred one gone, the started pass's there", l.Waiting(Down), l.Waiting(Up))
+	}
+	step(t, clk, 500*time.Millisecond)
+	if err := <-second; err != nil {
+		t.Errorf("a started pass's request past the wait limit: %v, want it let through", err)
+	}
+	// Past the limit and no token: deferred at once.
+	if err := l.Wait(WithClaim(ctx, claim(t, cs, "a/late", "a", Wake, 1))); !errors.As(err, &de) || de.Waited != 0 || de.Class != Wake || de.Waiting != 1 {
+		t.Errorf("a request whose limit has passed: %v, want deferred at once", err)
+	}
+	// A token free: the limit does not matter.
+	clk.Step(time.Second)
+	if err := l.Wait(ctx); err != nil {
+		t.Errorf("a request past its limit with a token free: %v", err)
+	}
+}

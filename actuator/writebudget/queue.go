@@ -43,10 +43,13 @@ var ErrFull = errors.New("write budget: too many requests waiting")
 type Waiter struct {
 	Class     Class
 	Namespace string
-	// Continuing puts it ahead of its namespace's other waiters of its
-	// class: the next request of a pass that has made one already (a scale
-	// patch after its status write), so that passes finish one by one
-	// instead of each spending a token and all waiting for their second.
+	// Continuing puts it ahead of every new waiter of its class, in every
+	// namespace, behind the Continuing ones before it: the next request of
+	// a pass that has made one already (a scale patch after its status
+	// write). Passes then finish one by one, each within about a token of
+	// its start, instead of each spending a token and all waiting for their
+	// second past their callers' deadlines. Namespaces still take turns
+	// starting passes, and a pass has at most one request waiting.
 	Continuing bool
 	// Since is when it was added.
 	Since time.Time
@@ -58,15 +61,18 @@ type Waiter struct {
 
 // Queue is a token bucket (rate tokens a second, up to burst) whose tokens
 // are handed to waiting requests by class, and within a class to the
-// namespaces in turn, one token each, first come first served within a
-// namespace (but for Continuing waiters). A request that finds nobody waiting and a token takes it at
-// once. It is not safe for concurrent use.
+// Continuing ones first, in order, then to the namespaces in turn, one token
+// each, first come first served within a namespace. A request that finds
+// nobody waiting and a token takes it at once. It is not safe for
+// concurrent use.
 type Queue struct {
 	rate, burst float64
 	tokens      float64
 	last        time.Time
-	waiting     fairqueue.Queue[*Waiter]
-	max         int
+	// waiting holds the new waiters, continuing the Continuing ones (in one
+	// namespace: first come first served within their class).
+	waiting, continuing fairqueue.Queue[*Waiter]
+	max                 int
 }
 
 // NewQueue returns a Queue with a full bucket at now that holds at most
@@ -76,10 +82,18 @@ func NewQueue(rate float64, burst, limit int, now time.Time) *Queue {
 }
 
 // Len is the number of waiters.
-func (q *Queue) Len() int { return q.waiting.Len() }
+func (q *Queue) Len() int { return q.waiting.Len() + q.continuing.Len() }
 
 // LenClass is the number of waiters of class c.
-func (q *Queue) LenClass(c Class) int { return q.waiting.LenClass(c) }
+func (q *Queue) LenClass(c Class) int { return q.waiting.LenClass(c) + q.continuing.LenClass(c) }
+
+// queueOf is the queue w waits, or would wait, in.
+func (q *Queue) queueOf(w *Waiter) *fairqueue.Queue[*Waiter] {
+	if w.Continuing {
+		return &q.continuing
+	}
+	return &q.waiting
+}
 
 // refill adds the tokens earned since the last call.
 func (q *Queue) refill(now time.Time) {
@@ -92,7 +106,7 @@ func (q *Queue) refill(now time.Time) {
 // TryTake takes a token at now if one is there and nobody waits for it.
 func (q *Queue) TryTake(now time.Time) bool {
 	q.refill(now)
-	if q.waiting.Len() == 0 && q.tokens >= 1 {
+	if q.Len() == 0 && q.tokens >= 1 {
 		q.tokens--
 		return true
 	}
@@ -107,18 +121,22 @@ func (q *Queue) Add(w *Waiter, now time.Time) error {
 	if w.entry != nil {
 		return errors.New("write budget: waiter already queued")
 	}
-	if n := q.waiting.Len(); n >= q.max {
+	if n := q.Len(); n >= q.max {
 		return fmt.Errorf("%w (%d)", ErrFull, n)
 	}
 	w.Since = now
-	w.entry = q.waiting.Push(w.Class, w.Namespace, w, w.Continuing)
+	if w.Continuing {
+		w.entry = q.continuing.Push(w.Class, "", w, false)
+	} else {
+		w.entry = q.waiting.Push(w.Class, w.Namespace, w, false)
+	}
 	return nil
 }
 
 // Remove takes w out of the queue; false when it was not waiting (granted
 // already, or never added).
 func (q *Queue) Remove(w *Waiter) bool {
-	if !q.waiting.Remove(w.entry) {
+	if !q.queueOf(w).Remove(w.entry) {
 		return false
 	}
 	w.entry = nil
@@ -131,17 +149,31 @@ func (q *Queue) Remove(w *Waiter) bool {
 func (q *Queue) Grant(now time.Time, granted []*Waiter) (_ []*Waiter, next time.Duration) {
 	q.refill(now)
 	for q.tokens >= 1 {
-		e, ok := q.waiting.Pop()
+		w, ok := q.pop()
 		if !ok {
 			break
 		}
-		e.Value.entry = nil
+		w.entry = nil
 		q.tokens--
-		granted = append(granted, e.Value)
+		granted = append(granted, w)
 	}
-	if q.waiting.Len() == 0 {
+	if q.Len() == 0 {
 		return granted, 0
 	}
 	wait := math.Ceil((1 - q.tokens) / q.rate * float64(time.Second))
 	return granted, max(time.Duration(wait), time.Nanosecond)
+}
+
+// pop takes the waiter due next: of the lowest class with waiters, a
+// Continuing one first.
+func (q *Queue) pop() (*Waiter, bool) {
+	for c := range fairqueue.NumClasses {
+		for _, fq := range []*fairqueue.Queue[*Waiter]{&q.continuing, &q.waiting} {
+			if fq.LenClass(c) > 0 {
+				e, _ := fq.Pop()
+				return e.Value, true
+			}
+		}
+	}
+	return nil, false
 }

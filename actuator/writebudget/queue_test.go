@@ -53,9 +53,9 @@ func TestQueueGrantOrder(t *testing.T) {
 			want:  []string{"wc1", "ub1"}, wantNext: 500 * time.Millisecond, wantWaiting: 4,
 		},
 		{
-			name: "a pass's next request goes first in its namespace, not across namespaces",
-			rate: 10, burst: 10, add: []string{"da1", "da2", "db1", "Da3", "Db2"}, after: 500 * time.Millisecond,
-			want: []string{"Da3", "Db2", "da1", "db1", "da2"},
+			name: "a pass's next request goes ahead of every new one of its class, in order, not of a higher class",
+			rate: 10, burst: 10, add: []string{"da1", "da2", "db1", "Da3", "Db2", "Db3", "uc1"}, after: 500 * time.Millisecond,
+			want: []string{"uc1", "Da3", "Db2", "Db3", "da1"}, wantNext: 100 * time.Millisecond, wantWaiting: 2,
 		},
 		{
 			name: "no token yet",

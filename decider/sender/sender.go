@@ -27,7 +27,9 @@ type Config struct {
 	// Workers is how many Scale calls may be in flight at once, each for a
 	// different target.
 	Workers int
-	// Timeout bounds one Scale call.
+	// Timeout bounds one Scale call. The actuator lets a call wait for its
+	// write budget for half of it, and answers RESOURCE_EXHAUSTED then: a
+	// deferral, not a failure.
 	Timeout time.Duration
 	// DryRun sends every call as a dry run.
 	DryRun bool
@@ -58,7 +60,9 @@ func (c *Config) Validate() error {
 // to two workers, so its calls are made one after another, in sequence
 // order, while different targets' calls run side by side. A failed call is
 // retried with per-target backoff unless a newer decision replaced it
-// meanwhile.
+// meanwhile. A call the actuator defers (RESOURCE_EXHAUSTED: its write
+// budget could not serve it before the call's deadline) is counted and
+// logged as deferred, not as failed, and retried the same way.
 type Sender struct {
 	cfg     Config
 	client  actuatorv1.ActuatorServiceClient
@@ -101,7 +105,7 @@ func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, r
 		busy:    map[string]bool{},
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_calls_total",
-			Help: "Scale calls to the actuator by result: applied, stale, refused or error.",
+			Help: "Scale calls to the actuator by result: applied, stale, refused, deferred (RESOURCE_EXHAUSTED: the actuator's write budget was short, or a rate limit; retried) or error.",
 		}, []string{"result"}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_superseded_total",
@@ -290,6 +294,14 @@ func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
 	resp, err := s.client.Scale(cctx, req)
 	s.latency.Observe(time.Since(began).Seconds())
 	switch code := status.Code(err); {
+	case code == codes.ResourceExhausted:
+		s.calls.WithLabelValues("deferred").Inc()
+		// The actuator asked to be called later (its write budget could
+		// not serve the call before its deadline, or the caller is over a
+		// rate): no failure, but retried after the same backoff, so that
+		// a rate limit is not called in a loop.
+		s.log.Debug("actuator deferred decision; will send the newest again", zap.String("target", d.Target.Key()), zap.Uint64("sequence", d.Sequence), zap.Error(err))
+		return err
 	case err == nil && resp.GetStale():
 		s.calls.WithLabelValues("stale").Inc()
 		return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -201,6 +202,43 @@ func TestRetryAndRefusal(t *testing.T) {
 	}
 }
 
+// TestDeferredIsNoFailure: a call the actuator defers (RESOURCE_EXHAUSTED,
+// its write budget short) is counted as deferred, not as an error, and is
+// sent again with the target's newest decision.
+func TestDeferredIsNoFailure(t *testing.T) {
+	var s *Sender
+	var mu sync.Mutex
+	n := 0
+	a := &actuator{reply: func(req *actuatorv1.ScaleRequest) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if n++; n == 1 {
+			// A newer decision comes while the first call waits.
+			s.Enqueue([]engine.Decision{decision("t", 8, 2)})
+		}
+		if n <= 2 {
+			return status.Error(codes.ResourceExhausted, "write budget: deferred: waited 2.5s in class down")
+		}
+		return nil
+	}}
+	s = start(t, a, Config{Workers: 2})
+	s.Enqueue([]engine.Decision{decision("t", 7, 4)})
+	testkit.Eventually(t, 20*time.Second, "the calls", func() bool { c, _, _ := a.snapshot(); return len(c) >= 3 })
+	testkit.Eventually(t, 20*time.Second, "nothing pending", func() bool { return s.Pending() == 0 })
+	calls, _, _ := a.snapshot()
+	var seqs []uint64
+	for _, c := range calls {
+		seqs = append(seqs, c.GetDecisionSequence())
+	}
+	if !slices.Equal(seqs, []uint64{7, 8, 8}) {
+		t.Errorf("calls' sequences %v, want [7 8 8]: deferred, then the newest until it is taken", seqs)
+	}
+	deferred, failed := s.count(t, "deferred"), s.count(t, "error")
+	if deferred != 2 || failed != 0 {
+		t.Errorf("calls deferred %g, failed %g; want 2, 0", deferred, failed)
+	}
+}
+
 func TestInvalidAndOlderDecisionsAreNotSent(t *testing.T) {
 	a := &actuator{gate: make(chan struct{})}
 	s := start(t, a, Config{Workers: 1})
@@ -333,4 +371,14 @@ func TestSlowActuatorWakesFirst(t *testing.T) {
 			t.Errorf("%s: no class", got[i])
 		}
 	}
+}
+
+// count is the Sender's calls of result.
+func (s *Sender) count(t *testing.T, result string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := s.calls.WithLabelValues(result).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

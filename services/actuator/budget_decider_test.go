@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	decider "github.com/tidalscale/tidal/decider/engine"
 	"github.com/tidalscale/tidal/decider/kpa"
@@ -31,13 +35,16 @@ var deciderSend = sender.Config{Workers: 64, Timeout: 5 * time.Second, RetryMin:
 // within a second of its decision (the sender hands it the next free
 // worker) and waits there within a second for the budget, while the
 // scale-downs wait; a newer decision replaces an older one still queued in
-// the sender, which then never writes the older value.
+// the sender, which then never writes the older value. No call times out
+// in the actuator's queue: one the budget cannot serve within half the
+// sender's timeout is answered RESOURCE_EXHAUSTED (deferred) and sent
+// again with the target's newest decision (64 calls timed out before).
 func TestWriteBudgetFromDecider(t *testing.T) {
 	sc := newBudgetScene(t)
 	httpAddr := testkit.FreeAddr(t)
 	client, _ := runActuator(t, sc.kubeconfig, testkit.FreeAddr(t), httpAddr, sc.namespaces,
 		fmt.Sprintf("--kube-qps=%d", budgetQPS), fmt.Sprintf("--kube-burst=%d", budgetQPS))
-	calls := &startedCalls{ActuatorServiceClient: client, started: map[budgetTarget]time.Time{}}
+	calls := &startedCalls{ActuatorServiceClient: client, started: map[budgetTarget]time.Time{}, errs: map[codes.Code]int{}}
 	reg := prometheus.NewRegistry()
 	snd := sender.New(deciderSend, calls, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), reg)
 	ctx, stop := context.WithCancel(context.Background())
@@ -139,25 +146,38 @@ func TestWriteBudgetFromDecider(t *testing.T) {
 		}
 	}
 	// A target goes straight to 1 when the sender replaced its older
-	// decision, or when the call that carried it ended (the decider's
-	// timeout) before the actuator wrote it: nothing else skips a value.
+	// decision, or when the actuator deferred the call that carried it
+	// before writing anything: nothing else skips a value.
 	superseded := registered(t, reg, "tidal_decider_scale_superseded_total")
-	failed := calls.failed()
-	t.Logf("then a newer decision (down to 1) for each: %d went straight from 3 to 1 (%g decisions replaced in the sender); Scale calls failed and retried: %d",
-		straight, superseded, failed)
-	if straight < len(sc.busy)/2 || float64(straight) > superseded+float64(failed) {
-		t.Errorf("%d of %d targets went straight to 1, with %g decisions replaced and %d calls failed; want at least half, each a replaced decision or a failed call",
-			straight, len(sc.busy), superseded, failed)
+	deferred, failed := calls.failed()
+	var budgetDeferred float64
+	for _, class := range []string{"wake", "up", "down"} {
+		budgetDeferred += actuatorMetric(t, httpAddr, `tidal_actuator_write_budget_deferred_total{class="`+class+`"}`)
+	}
+	t.Logf("then a newer decision (down to 1) for each: %d went straight from 3 to 1 (%g decisions replaced in the sender); Scale calls deferred by the actuator's budget and sent again: %d (its count: %g); failed: %v",
+		straight, superseded, deferred, budgetDeferred, failed)
+	if straight < len(sc.busy)/2 || float64(straight) > superseded+float64(deferred) {
+		t.Errorf("%d of %d targets went straight to 1, with %g decisions replaced and %d calls deferred; want at least half, each a replaced decision or a deferred call",
+			straight, len(sc.busy), superseded, deferred)
+	}
+	if n := sum(maps.Values(failed)); n > 0 {
+		t.Errorf("%d Scale calls failed (by code: %v); want none: a call the budget cannot serve in time is deferred, not timed out", n, failed)
+	}
+	if float64(deferred) != budgetDeferred {
+		t.Errorf("the sender saw %d calls deferred, the actuator's budget deferred %g", deferred, budgetDeferred)
 	}
 }
 
 // startedCalls is the actuator's client as the sender uses it, noting when
-// each target's first Scale call started.
+// each target's first Scale call started and how calls ended in errors.
 type startedCalls struct {
 	actuatorv1.ActuatorServiceClient
 	mu      sync.Mutex
 	started map[budgetTarget]time.Time
-	errs    int
+	// deferred counts the calls answered RESOURCE_EXHAUSTED, errs the
+	// others that failed, by code.
+	deferred int
+	errs     map[codes.Code]int
 }
 
 func (c *startedCalls) Scale(ctx context.Context, req *actuatorv1.ScaleRequest, opts ...grpc.CallOption) (*actuatorv1.ScaleResponse, error) {
@@ -170,7 +190,11 @@ func (c *startedCalls) Scale(ctx context.Context, req *actuatorv1.ScaleRequest, 
 	resp, err := c.ActuatorServiceClient.Scale(ctx, req, opts...)
 	if err != nil {
 		c.mu.Lock()
-		c.errs++
+		if code := status.Code(err); code == codes.ResourceExhausted {
+			c.deferred++
+		} else {
+			c.errs[code]++
+		}
 		c.mu.Unlock()
 	}
 	return resp, err
@@ -183,10 +207,19 @@ func (c *startedCalls) startOf(tg budgetTarget) (time.Time, bool) {
 	return at, ok
 }
 
-func (c *startedCalls) failed() int {
+// failed is the calls deferred, and the failed ones by code.
+func (c *startedCalls) failed() (deferred int, failed map[codes.Code]int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.errs
+	return c.deferred, maps.Clone(c.errs)
+}
+
+func sum(ns iter.Seq[int]) int {
+	total := 0
+	for n := range ns {
+		total += n
+	}
+	return total
 }
 
 // registered returns the value of the counter name in reg.

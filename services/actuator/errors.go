@@ -31,7 +31,7 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, writebudget.ErrFull):
+	case errors.Is(err, writebudget.ErrFull), errors.Is(err, writebudget.ErrDeferred):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case apierrors.IsConflict(err):
 		return status.Error(codes.Aborted, err.Error())
