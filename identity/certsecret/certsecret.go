@@ -195,7 +195,7 @@ func ensureCA(ctx context.Context, client kubernetes.Interface, spec Spec, now t
 	}
 	why := "missing"
 	if old != nil {
-		ca, err := loadCA(old)
+		ca, err := pki.ParseCA(old.Data[corev1.TLSCertKey], old.Data[corev1.TLSPrivateKeyKey])
 		switch {
 		case err != nil:
 			why = err.Error()
@@ -219,10 +219,6 @@ func ensureCA(ctx context.Context, client kubernetes.Interface, spec Spec, now t
 		return nil, Result{}, err
 	}
 	return ca, Result{Secret: spec.CA, Issued: true, Reason: why}, nil
-}
-
-func loadCA(sec *corev1.Secret) (*pki.CA, error) {
-	return pki.ParseCA(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
 }
 
 // keep reports whether old still serves, and why it does or does not.

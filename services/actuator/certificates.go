@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -48,7 +48,7 @@ func (c *certificatesConfig) Validate() error {
 // would otherwise drop a setting.
 func parseSpec(s string) (certsecret.Spec, error) {
 	var spec certsecret.Spec
-	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
 		return spec, fmt.Errorf("--spec %s: %w", identity.Quote(s), err)
