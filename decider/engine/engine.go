@@ -79,6 +79,9 @@ type Engine struct {
 	// keepAlive lists the KPA targets with the predictive keep-alive
 	// policy, which every KPA tick decides for after Knative's rules.
 	keepAlive []*target
+	// undecided lists the KPA targets that had no decision yet when last
+	// looked at (target.undecided), for lateFirstLocked.
+	undecided []*target
 }
 
 // tkey is a target's identity (targetkey) as a map key; unlike Target.Key
@@ -106,6 +109,10 @@ type target struct {
 	specErr  error
 	// inSet is true once the target's strategy set holds it.
 	inSet bool
+	// undecided is set while a KPA target has had no valid decision: its
+	// first samples, if they come after the tick they belong to was made,
+	// are decided at that tick at once (lateFirstLocked).
+	undecided bool
 	// announce is set when the target was rebuilt from replayed history:
 	// its state already holds the decision it replayed to, so the next
 	// tick would not find a change to report, and the actuator must still
@@ -255,6 +262,10 @@ func (e *Engine) applySpecLocked(t *target, now time.Time) error {
 			}
 			t.kref, _ = e.kpa.Ref(t.kkey)
 			e.kpaTargets[t.kkey] = t
+			if !t.undecided {
+				t.undecided = true
+				e.undecided = append(e.undecided, t)
+			}
 		}
 		e.keepAliveLocked(t, rev.Predictive(), now)
 	case Lag:
@@ -568,7 +579,12 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		}
 		e.changed = e.kpa.Tick(next, e.changed[:0])
 		for _, c := range e.changed {
-			if t, ok := e.kpaTargets[c.Key]; ok && t.ka == nil {
+			t, ok := e.kpaTargets[c.Key]
+			if !ok {
+				continue
+			}
+			t.undecided = false
+			if t.ka == nil {
 				t.announce = false
 				out = append(out, e.kpaDecisionLocked(t))
 			}
@@ -584,6 +600,7 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		e.lastKPA = next
 		next = next.Add(iv)
 	}
+	out = e.lateFirstLocked(out)
 
 	for _, t := range e.lagTargets {
 		if e.flushLocked(t, now) > 0 || !t.inSet {
@@ -623,6 +640,54 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		}
 	}
 	return e.announceLocked(out)
+}
+
+// lateFirstLocked decides at the last tick made the KPA targets without a
+// decision whose samples for that tick came after it was made, and appends
+// the decisions to report: a new target's first samples are often late
+// (its first scrape waits for the collector's next round), and would
+// otherwise wait a whole tick more. The decision is the one that tick would
+// have made had they come in time; it reports nothing when the target has
+// no data still.
+func (e *Engine) lateFirstLocked(out []Decision) []Decision {
+	if len(e.undecided) == 0 || e.lastKPA.IsZero() {
+		return out
+	}
+	keep := e.undecided[:0]
+	for _, t := range e.undecided {
+		if !t.undecided || !t.inSet || t.strategy != KPA {
+			t.undecided = false
+			continue
+		}
+		if !slices.ContainsFunc(t.pending, func(s Sample) bool { return !s.At.After(e.lastKPA) }) {
+			keep = append(keep, t)
+			continue
+		}
+		e.flushLocked(t, e.lastKPA)
+		informed, err := e.kpa.TickOne(t.kkey, e.lastKPA)
+		if err != nil {
+			keep = append(keep, t)
+			continue
+		}
+		if kd, _, _ := e.kpa.Get(t.kkey); !kd.Valid() {
+			keep = append(keep, t)
+			continue
+		}
+		t.undecided = false
+		switch {
+		case t.ka != nil:
+			if e.decideKeepAliveLocked(t, e.lastKPA) {
+				t.announce = false
+				out = append(out, e.kpaDecisionLocked(t))
+			}
+		case informed:
+			t.announce = false
+			out = append(out, e.kpaDecisionLocked(t))
+		}
+	}
+	clear(e.undecided[len(keep):])
+	e.undecided = keep
+	return out
 }
 
 // announceLocked appends the decisions of rebuilt targets not reported yet,
@@ -751,6 +816,14 @@ func (e *Engine) replayLagLocked(t *target, samples []Sample, now time.Time) err
 		}})
 	}
 	return e.lag.Rebuild(t.key, history)
+}
+
+// Has reports whether the engine holds a target.
+func (e *Engine) Has(ref Target) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.targets[keyOf(ref)]
+	return ok
 }
 
 // Get returns a target's latest decision.

@@ -501,6 +501,66 @@ func TestLateSampleWithinLatenessCountsAsInReplay(t *testing.T) {
 	}
 }
 
+// TestLateFirstSampleIsDecidedAtItsTick: a new target's first sample that
+// reaches the engine after the tick it belongs to was made is decided at
+// that tick at once, as it would have been had it come in time, not a tick
+// later; once a target has a decision, late samples wait for the next tick.
+func TestLateFirstSampleIsDecidedAtItsTick(t *testing.T) {
+	cfg := Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second, Lateness: 500 * time.Millisecond}
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	type sent struct {
+		sample  Sample
+		arrives time.Time
+	}
+	// run feeds the samples as they arrive, ticking every 100 ms, and
+	// returns each decision with the time it was reported.
+	run := func(t *testing.T, samples []sent) (ds []Decision, when []time.Time) {
+		e := New(cfg)
+		if err := e.Upsert(kpaSpec(nil), at(0)); err != nil {
+			t.Fatal(err)
+		}
+		for ms := 0; ms <= 7000; ms += 100 {
+			now := at(ms)
+			for _, s := range samples {
+				if s.arrives.Equal(now) {
+					if _, err := e.Record(app, s.sample, now); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, d := range e.Tick(now) {
+				ds, when = append(ds, d), append(when, now)
+			}
+		}
+		return ds, when
+	}
+	first := Sample{At: at(1900), Stat: kpa.Stat{AverageConcurrentRequests: 140}, ReadyPods: 1}
+	onTime, _ := run(t, []sent{{first, at(2300)}})
+	if len(onTime) == 0 || !onTime[0].At.Equal(at(2000)) {
+		t.Fatalf("decisions on time %v, want the first at 2 s", onTime)
+	}
+
+	// The same sample, 200 ms after the tick at 2 s was made (at 2.5 s);
+	// then a bigger one, late for the tick at 4 s.
+	later := Sample{At: at(3900), Stat: kpa.Stat{AverageConcurrentRequests: 700}, ReadyPods: 2}
+	ds, when := run(t, []sent{{first, at(2700)}, {later, at(4700)}})
+	if len(ds) < 2 {
+		t.Fatalf("decisions %v, want the late first one and the bigger one", ds)
+	}
+	if !ds[0].At.Equal(at(2000)) || !when[0].Equal(at(2700)) {
+		t.Errorf("first decision made for %v, reported at %v; want for 2 s, at once (2.7 s)", ds[0].At, when[0])
+	}
+	if ds[0].Desired != onTime[0].Desired || ds[0].KPA.ObservedStable != onTime[0].KPA.ObservedStable {
+		t.Errorf("late first decision: desired %d, stable %v; on time: %d, %v",
+			ds[0].Desired, ds[0].KPA.ObservedStable, onTime[0].Desired, onTime[0].KPA.ObservedStable)
+	}
+	// A decided target's late sample counts at the next tick (6 s), like
+	// any other's.
+	if !ds[1].At.Equal(at(6000)) || !when[1].Equal(at(6500)) {
+		t.Errorf("second decision made for %v, reported at %v; want for 6 s, at 6.5 s", ds[1].At, when[1])
+	}
+}
+
 // TestReplayDoesNotStartInPanic: a live target is created before its ready
 // count is known, so it never starts in Knative's restart panic; a target
 // rebuilt from history whose first sample has several ready pods must not

@@ -315,6 +315,17 @@ func (s *Set) Poke(key Key, now time.Time) (Decision, bool, error) {
 	return e.last, informed, nil
 }
 
+// TickOne makes the tick decision of one target at now, as Tick does for
+// all, and reports whether the reconciler must hear about it: for a target
+// whose samples came after its tick was made.
+func (s *Set) TickOne(key Key, now time.Time) (bool, error) {
+	e, ok := s.byKey[key]
+	if !ok {
+		return false, fmt.Errorf("tick %s: %w", key, ErrUnknownTarget)
+	}
+	return e.a.scaleInto(now, e.a.ready, TriggerTick, &e.last), nil
+}
+
 // Tick makes one decision for every target at now, with the ready counts
 // last given to SetReady, and appends to changed the targets whose status
 // the reconciler must hear about. Pass a reused buffer to avoid allocating.
