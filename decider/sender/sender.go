@@ -35,6 +35,12 @@ type Config struct {
 	DryRun bool
 	// RetryMin and RetryMax bound the per-target backoff after a failed call.
 	RetryMin, RetryMax time.Duration
+	// Refresh, when above 0, is how long the decision the actuator last
+	// took for a target goes unsent before it is sent again, while no newer
+	// one comes. The actuator answers a decision it has recorded without a
+	// write; one it applied but had not recorded when its replica stopped
+	// (it coalesces status writes) reaches the replica that took over.
+	Refresh time.Duration
 }
 
 // Validate refuses a configuration the Sender cannot run with.
@@ -47,6 +53,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
 		return fmt.Errorf("scale retry backoff %s to %s: want 0 < min ≤ max", c.RetryMin, c.RetryMax)
+	}
+	if c.Refresh != 0 && (c.Refresh < time.Second || c.Refresh > time.Hour) {
+		return fmt.Errorf("scale refresh %s: want 0 (none) or 1s to 1h", c.Refresh)
 	}
 	return nil
 }
@@ -62,7 +71,9 @@ func (c *Config) Validate() error {
 // retried with per-target backoff unless a newer decision replaced it
 // meanwhile. A call the actuator defers (RESOURCE_EXHAUSTED: its write
 // budget could not serve it before the call's deadline) is counted and
-// logged as deferred, not as failed, and retried the same way.
+// logged as deferred, not as failed, and retried the same way. With
+// Config.Refresh, the decision each target's actuator took last is sent
+// again after that long without a newer one, behind every new decision.
 type Sender struct {
 	cfg     Config
 	client  actuatorv1.ActuatorServiceClient
@@ -73,7 +84,11 @@ type Sender struct {
 
 	calls      *prometheus.CounterVec
 	superseded prometheus.Counter
+	refreshes  prometheus.Counter
 	latency    prometheus.Histogram
+	// live reports whether the engine still holds a target, so that
+	// delivered keeps none it dropped.
+	live func(engine.Target) bool
 
 	// mu guards the fields below. pending holds, per target key, the newest
 	// decision not yet sent: at most one entry per target the engine holds.
@@ -84,25 +99,40 @@ type Sender struct {
 	busy    map[string]bool
 	queue   fairqueue.Queue[string]
 	shut    bool
+	// delivered holds, with Config.Refresh, the decision the actuator took
+	// last per target and when it was last sent: at most one entry per
+	// target the engine holds, and those it dropped until the next sweep.
+	delivered map[string]*delivery
 }
 
 // waiting is a target's newest decision not yet sent; entry is its place in
-// the queue, nil while its target is busy or backing off.
+// the queue, nil while its target is busy or backing off. refresh marks a
+// decision sent again (Config.Refresh), which goes after every new one.
 type waiting struct {
-	d     engine.Decision
-	entry *fairqueue.Entry[string]
+	d       engine.Decision
+	refresh bool
+	entry   *fairqueue.Entry[string]
 }
 
-// New returns a Sender; it sends nothing until Run.
-func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, reg prometheus.Registerer) *Sender {
+// delivery is a decision the actuator took and when it was last sent.
+type delivery struct {
+	d  engine.Decision
+	at time.Time
+}
+
+// New returns a Sender; it sends nothing until Run. live reports whether
+// the engine still holds a target (Config.Refresh sends again only those).
+func New(cfg Config, client actuatorv1.ActuatorServiceClient, live func(engine.Target) bool, log *zap.Logger, reg prometheus.Registerer) *Sender {
 	s := &Sender{
-		cfg:     cfg,
-		client:  client,
-		log:     log,
-		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryMin, cfg.RetryMax),
-		retry:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "scale-retry"}),
-		pending: map[string]*waiting{},
-		busy:    map[string]bool{},
+		cfg:       cfg,
+		client:    client,
+		live:      live,
+		delivered: map[string]*delivery{},
+		log:       log,
+		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryMin, cfg.RetryMax),
+		retry:     workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "scale-retry"}),
+		pending:   map[string]*waiting{},
+		busy:      map[string]bool{},
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_decider_scale_calls_total",
 			Help: "Scale calls to the actuator by result: applied, stale, refused, deferred (RESOURCE_EXHAUSTED: the actuator's write budget was short, or a rate limit; retried) or error.",
@@ -111,6 +141,10 @@ func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, r
 			Name: "tidal_decider_scale_superseded_total",
 			Help: "Decisions replaced by a newer one for the same target before they were sent.",
 		}),
+		refreshes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidal_decider_scale_refreshes_total",
+			Help: "Decisions the actuator took sent again after --scale-refresh without a newer one (their Scale calls are counted by result too).",
+		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tidal_decider_scale_call_seconds",
 			Help:    "Duration of Scale calls to the actuator.",
@@ -118,7 +152,7 @@ func New(cfg Config, client actuatorv1.ActuatorServiceClient, log *zap.Logger, r
 		}),
 	}
 	s.ready = sync.NewCond(&s.mu)
-	reg.MustRegister(s.calls, s.superseded, s.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(s.calls, s.superseded, s.refreshes, s.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidal_decider_scale_pending",
 		Help: "Targets whose newest decision waits to be sent.",
 	}, func() float64 { return float64(s.Pending()) }))
@@ -168,9 +202,11 @@ func (s *Sender) Enqueue(ds []engine.Decision) {
 			if w.d.Sequence > d.Sequence {
 				continue
 			}
-			s.superseded.Inc()
+			if !w.refresh {
+				s.superseded.Inc()
+			}
 		}
-		w.d = *d
+		w.d, w.refresh = *d, false
 		s.queueLocked(key, w)
 	}
 }
@@ -183,6 +219,9 @@ func (s *Sender) queueLocked(key string, w *waiting) {
 		return
 	}
 	c := Class(&w.d)
+	if w.refresh {
+		c = fairqueue.Down
+	}
 	if w.entry != nil {
 		if w.entry.Class() == c {
 			return
@@ -216,6 +255,22 @@ func (s *Sender) Run(ctx context.Context) error {
 			s.retry.Done(key)
 		}
 	})
+	if s.cfg.Refresh > 0 {
+		wg.Go(func() {
+			// A decision is sent again between Refresh and Refresh
+			// and a tenth after it was.
+			t := time.NewTicker(s.cfg.Refresh / 10)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case now := <-t.C:
+					s.refreshDue(now)
+				}
+			}
+		})
+	}
 	<-ctx.Done()
 	s.mu.Lock()
 	s.shut = true
@@ -239,16 +294,26 @@ func (s *Sender) next(ctx context.Context) bool {
 	}
 	e, _ := s.queue.Pop()
 	key := e.Value
-	d := s.pending[key].d
+	sent := s.pending[key]
+	d := sent.d
 	delete(s.pending, key)
 	s.busy[key] = true
 	s.mu.Unlock()
 
-	err := s.send(ctx, &d)
+	took, err := s.send(ctx, &d)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.busy, key)
+	if s.cfg.Refresh > 0 && err == nil {
+		if took && s.live(d.Target) {
+			s.delivered[key] = &delivery{d: d, at: time.Now()}
+		} else {
+			// Refused, or older than what the actuator holds: a newer
+			// decision will come, or another decider sends them now.
+			delete(s.delivered, key)
+		}
+	}
 	w := s.pending[key]
 	switch {
 	case w != nil:
@@ -258,7 +323,7 @@ func (s *Sender) next(ctx context.Context) bool {
 		}
 		s.queueLocked(key, w)
 	case err != nil && ctx.Err() == nil:
-		s.pending[key] = &waiting{d: d}
+		s.pending[key] = &waiting{d: d, refresh: sent.refresh}
 		s.retry.AddAfter(key, s.backoff.When(key))
 	default:
 		s.backoff.Forget(key)
@@ -266,8 +331,39 @@ func (s *Sender) next(ctx context.Context) bool {
 	return true
 }
 
-// send makes one Scale call; an error means a retry may help.
-func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
+// Forget drops what the Sender keeps of a target the engine dropped, so
+// that a target made again under its name is never sent its decisions.
+func (s *Sender) Forget(t engine.Target) {
+	s.mu.Lock()
+	delete(s.delivered, t.Key())
+	s.mu.Unlock()
+}
+
+// refreshDue queues again the decisions the actuator took that went
+// unsent for Config.Refresh, of targets with nothing waiting or in flight,
+// and forgets those of targets the engine no longer holds.
+func (s *Sender) refreshDue(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, dl := range s.delivered {
+		if now.Sub(dl.at) < s.cfg.Refresh || s.busy[key] || s.pending[key] != nil {
+			continue
+		}
+		if !s.live(dl.d.Target) {
+			delete(s.delivered, key)
+			continue
+		}
+		dl.at = now
+		w := &waiting{d: dl.d, refresh: true}
+		s.pending[key] = w
+		s.queueLocked(key, w)
+		s.refreshes.Inc()
+	}
+}
+
+// send makes one Scale call; took reports that the actuator applied d or
+// holds it already, and an error that a retry may help.
+func (s *Sender) send(ctx context.Context, d *engine.Decision) (took bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	req := &actuatorv1.ScaleRequest{
@@ -301,24 +397,24 @@ func (s *Sender) send(ctx context.Context, d *engine.Decision) error {
 		// rate): no failure, but retried after the same backoff, so that
 		// a rate limit is not called in a loop.
 		s.log.Debug("actuator deferred decision; will send the newest again", zap.String("target", d.Target.Key()), zap.Uint64("sequence", d.Sequence), zap.Error(err))
-		return err
+		return false, err
 	case err == nil && resp.GetStale():
 		s.calls.WithLabelValues("stale").Inc()
-		return nil
+		return false, nil
 	case err == nil:
 		s.calls.WithLabelValues("applied").Inc()
-		return nil
+		return true, nil
 	case code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition || code == codes.PermissionDenied:
 		// Retrying the same decision cannot help; a newer one will come.
 		s.calls.WithLabelValues("refused").Inc()
 		s.log.Info("actuator refused decision", zap.String("target", d.Target.Key()), zap.Uint64("sequence", d.Sequence), zap.Error(err))
-		return nil
+		return false, nil
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return err // shutting down
+		return false, err // shutting down
 	default:
 		s.calls.WithLabelValues("error").Inc()
 		s.log.Warn("scale call failed; will retry", zap.String("target", d.Target.Key()), zap.Uint64("sequence", d.Sequence), zap.Error(err))
-		return err
+		return false, err
 	}
 }
 

@@ -34,12 +34,15 @@ type actuator struct {
 	// gate, when set, holds every call until it is closed.
 	gate chan struct{}
 
-	mu       sync.Mutex
-	calls    []*actuatorv1.ScaleRequest
-	inFlight map[string]int
-	maxAll   int
-	maxOne   int
-	all      int
+	mu sync.Mutex
+	// stale names the targets whose calls are answered as stale, gone
+	// those the engine no longer holds.
+	stale, gone map[string]bool
+	calls       []*actuatorv1.ScaleRequest
+	inFlight    map[string]int
+	maxAll      int
+	maxOne      int
+	all         int
 }
 
 func (a *actuator) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
@@ -69,7 +72,29 @@ func (a *actuator) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*ac
 			return nil, err
 		}
 	}
-	return &actuatorv1.ScaleResponse{AppliedReplicas: req.GetDesiredReplicas()}, nil
+	a.mu.Lock()
+	stale := a.stale[key]
+	a.mu.Unlock()
+	return &actuatorv1.ScaleResponse{AppliedReplicas: req.GetDesiredReplicas(), Stale: stale}, nil
+}
+
+// live is the engine's Has: every target but those marked gone.
+func (a *actuator) live(t engine.Target) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.gone[t.Key()]
+}
+
+// callsOf returns the sequences of the calls made for target name.
+func (a *actuator) callsOf(name string) []uint64 {
+	calls, _, _ := a.snapshot()
+	var seqs []uint64
+	for _, c := range calls {
+		if c.GetTarget().GetName() == name {
+			seqs = append(seqs, c.GetDecisionSequence())
+		}
+	}
+	return seqs
 }
 
 func (a *actuator) snapshot() (calls []*actuatorv1.ScaleRequest, maxAll, maxOne int) {
@@ -102,7 +127,7 @@ func start(t *testing.T, a *actuator, cfg Config) *Sender {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s := New(cfg, actuatorv1.NewActuatorServiceClient(conn), zap.NewNop(), prometheus.NewRegistry())
+	s := New(cfg, actuatorv1.NewActuatorServiceClient(conn), a.live, zap.NewNop(), prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = s.Run(ctx); close(done) }()
@@ -381,4 +406,36 @@ func (s *Sender) count(t *testing.T, result string) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestRefresh: the decision the actuator took is sent again, unchanged,
+// after Refresh without a newer one; not one the actuator answered as
+// stale, nor one of a target the engine dropped.
+func TestRefresh(t *testing.T) {
+	a := &actuator{stale: map[string]bool{"ns/old": true}, gone: map[string]bool{}}
+	s := start(t, a, Config{Workers: 2, Refresh: time.Second})
+	s.Enqueue([]engine.Decision{decision("kept", 7, 4), decision("old", 7, 4), decision("dropped", 7, 4), decision("forgotten", 7, 4)})
+	testkit.Eventually(t, 20*time.Second, "the first calls", func() bool { c, _, _ := a.snapshot(); return len(c) == 4 })
+	a.mu.Lock()
+	a.gone["ns/dropped"] = true
+	a.mu.Unlock()
+	s.Forget(engine.Target{Namespace: "ns", Name: "forgotten"})
+	testkit.Eventually(t, 20*time.Second, "two refreshes", func() bool { return len(a.callsOf("kept")) >= 3 })
+	if got := a.callsOf("kept"); !slices.Equal(got, []uint64{7, 7, 7}) {
+		t.Errorf("kept: calls' sequences %v, want [7 7 7]: the decision taken, sent again as it was", got)
+	}
+	for _, name := range []string{"old", "dropped", "forgotten"} {
+		if got := a.callsOf(name); len(got) != 1 {
+			t.Errorf("%s: calls' sequences %v, want one call", name, got)
+		}
+	}
+	// A newer decision replaces the one sent again, and is the one kept.
+	s.Enqueue([]engine.Decision{decision("kept", 9, 2)})
+	testkit.Eventually(t, 20*time.Second, "the newer decision sent again", func() bool {
+		got := a.callsOf("kept")
+		return len(got) >= 2 && got[len(got)-1] == 9 && got[len(got)-2] == 9
+	})
+	if n := s.count(t, "applied"); n < 6 {
+		t.Errorf("applied calls = %g, want at least 6", n)
+	}
 }

@@ -25,7 +25,8 @@ import (
 )
 
 // The decider's defaults for its Scale calls (services/decider's
-// --scale-workers, --scale-timeout, --scale-retry-min and -max).
+// --scale-workers, --scale-timeout, --scale-retry-min and -max); not its
+// --scale-refresh, whose calls would come only after the test's end.
 var deciderSend = sender.Config{Workers: 64, Timeout: 5 * time.Second, RetryMin: 100 * time.Millisecond, RetryMax: 5 * time.Second}
 
 // TestWriteBudgetFromDecider is TestWriteBudget with the decider's side in
@@ -46,7 +47,7 @@ func TestWriteBudgetFromDecider(t *testing.T) {
 		fmt.Sprintf("--kube-qps=%d", budgetQPS), fmt.Sprintf("--kube-burst=%d", budgetQPS))
 	calls := &startedCalls{ActuatorServiceClient: client, started: map[budgetTarget]time.Time{}, errs: map[codes.Code]int{}}
 	reg := prometheus.NewRegistry()
-	snd := sender.New(deciderSend, calls, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), reg)
+	snd := sender.New(deciderSend, calls, func(decider.Target) bool { return true }, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), reg)
 	ctx, stop := context.WithCancel(context.Background())
 	var sending sync.WaitGroup
 	sending.Go(func() { _ = snd.Run(ctx) })

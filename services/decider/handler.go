@@ -90,7 +90,9 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 		}
 	}
 	for _, r := range req.GetRemoved() {
-		h.engine.Remove(targetOf(r))
+		if t := targetOf(r); h.engine.Remove(t) {
+			h.sender.Forget(t)
+		}
 	}
 	for i, m := range req.GetMetrics() {
 		t := targetOf(m.GetTarget())

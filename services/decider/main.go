@@ -54,6 +54,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.send.Timeout, "scale-timeout", 5*time.Second, "Timeout of one Scale call.")
 	fs.DurationVar(&c.send.RetryMin, "scale-retry-min", 100*time.Millisecond, "First backoff before a failed Scale call is retried; it doubles per failure.")
 	fs.DurationVar(&c.send.RetryMax, "scale-retry-max", 5*time.Second, "Longest backoff before a failed Scale call is retried.")
+	fs.DurationVar(&c.send.Refresh, "scale-refresh", 30*time.Second, "How long the decision the actuator took last for a target goes unsent before it is sent again (behind every new decision), while no newer one comes: the actuator answers it without a write, or applies it when the replica that applied it stopped before recording it (--status-interval). 0 sends each decision once.")
 	c.watch.RegisterFlagsWithPrefix("", fs)
 }
 
@@ -153,7 +154,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("actuator client %s: %w", cfg.actuatorAddr, err)
 	}
 	defer func() { _ = conn.Close() }()
-	snd := sender.New(cfg.send, actuatorv1.NewActuatorServiceClient(conn), log.With(zap.String("actuator", cfg.actuatorAddr)), reg)
+	snd := sender.New(cfg.send, actuatorv1.NewActuatorServiceClient(conn), eng.Has, log.With(zap.String("actuator", cfg.actuatorAddr)), reg)
 	h := &handler{
 		engine: eng,
 		// A listing may miss a target added in its last second (indexAge).
