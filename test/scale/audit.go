@@ -3,11 +3,15 @@ package scale
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/test/cluster"
 )
 
 // auditPolicy records every write in the targets' namespace but the pods'
@@ -32,9 +36,20 @@ rules:
 `
 }
 
-// AuditPolicy is the audit policy a run's cluster needs (cluster.Options)
-// for the writes and their timings in the report; ns holds the targets.
-func AuditPolicy(ns string) string { return auditPolicy(ns) }
+// ClusterOptions are what a run's cluster needs: the audit policy for the
+// writes and their timings in the report (ns holds the targets), and only
+// the controllers the targets use. The others that watch pods (garbage
+// collection, disruption budgets, endpoints, jobs, node lifecycle and
+// more) would each handle every pod event of tens of thousands of pods on
+// the machine the services are measured on.
+func ClusterOptions(ns string, log io.Writer) cluster.Options {
+	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), Controllers: []string{
+		"deployment-controller", "replicaset-controller",
+		// Pods are admitted only once their namespace's default
+		// ServiceAccount exists.
+		"serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
+	}}
+}
 
 // apiWrite is one write the API server answered.
 type apiWrite struct {
@@ -57,9 +72,18 @@ func readAudit(path string) ([]apiWrite, error) {
 	}
 	defer func() { _ = f.Close() }()
 	var out []apiWrite
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
+	r := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			// A last line without its newline is an event the API server
+			// is still writing (it writes while the run reads): what
+			// it holds came after the steady phase.
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit log %s: %w", path, err)
+		}
 		var e struct {
 			Stage     string `json:"stage"`
 			Verb      string `json:"verb"`
@@ -75,7 +99,7 @@ func readAudit(path string) ([]apiWrite, error) {
 			Received time.Time `json:"requestReceivedTimestamp"`
 			Done     time.Time `json:"stageTimestamp"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+		if err := json.Unmarshal(line, &e); err != nil {
 			return nil, fmt.Errorf("audit log %s: %w", path, err)
 		}
 		if e.Stage != "ResponseComplete" || e.ObjectRef == nil {
@@ -90,9 +114,6 @@ func readAudit(path string) ([]apiWrite, error) {
 			w.code = e.ResponseStatus.Code
 		}
 		out = append(out, w)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].received.Before(out[j].received) })
 	return out, nil

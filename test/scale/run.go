@@ -404,7 +404,11 @@ func createKPA(ctx context.Context, ns string, client kubernetes.Interface, crds
 	rec.addKPA(t.name, time.Now(), t.low, t.switching)
 	farm.SetLoad(t.name, concurrency(t.low))
 	labels := map[string]string{"app": t.name, kpaLabel: t.name}
-	if _, err := client.AppsV1().Deployments(ns).Create(ctx, cluster.Deployment(t.name, labels, t.low), metav1.CreateOptions{}); err != nil {
+	d := cluster.Deployment(t.name, labels, t.low)
+	// Bound to kwok's node from the start: the scheduler's bind is one
+	// write per pod less for a control plane that brings up thousands.
+	d.Spec.Template.Spec.NodeName = cluster.NodeName
+	if _, err := client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("kpa target %s: %w", t.name, err)
 	}
 	pa := &autoscalingv1alpha1.PodAutoscaler{

@@ -63,7 +63,7 @@ func TestScaleGuard(t *testing.T) {
 	// A cluster of its own: the API server's audit log counts every
 	// client's writes to the targets' namespace.
 	const ns = "scale-guard"
-	c, err := cluster.Start(ctx, cluster.Options{Log: testWriter{t}, AuditPolicy: scale.AuditPolicy(ns)})
+	c, err := cluster.Start(ctx, scale.ClusterOptions(ns, testWriter{t}))
 	if err != nil {
 		t.Fatalf("cluster: %v", err)
 	}

@@ -53,7 +53,7 @@ func main() {
 
 func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out io.Writer) error {
 	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Log: out, AuditPolicy: scale.AuditPolicy(namespace)})
+	c, err := cluster.Start(ctx, scale.ClusterOptions(namespace, out))
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
