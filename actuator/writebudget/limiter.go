@@ -79,6 +79,7 @@ type Limiter struct {
 	waited     *prometheus.HistogramVec
 	superseded *prometheus.CounterVec
 	deferred   *prometheus.CounterVec
+	expired    *prometheus.CounterVec
 }
 
 var _ flowcontrol.RateLimiter = (*Limiter)(nil)
@@ -107,16 +108,21 @@ func NewLimiter(qps float64, burst, limit int, clk clock.Clock, reg prometheus.R
 			Name: "tidal_actuator_write_budget_deferred_total",
 			Help: "Passes that waited for the budget as long as their caller's deadline allowed and gave up before writing anything (answered RESOURCE_EXHAUSTED, to be retried), by class.",
 		}, []string{"class"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_actuator_write_budget_expired_total",
+			Help: "API requests whose context ended while they waited for the budget (their caller's deadline passed or it went away), by class: a pass that goes on after its first write waits without the deferral's limit.",
+		}, []string{"class"}),
 	}
 	for c := range fairqueue.NumClasses {
 		l.deferred.WithLabelValues(c.String()) // at 0 before the first
+		l.expired.WithLabelValues(c.String())
 	}
 	if reg != nil {
 		waiting := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidal_actuator_write_budget_waiting",
 			Help: "API requests waiting for the client-side budget, by class.",
 		}, []string{"class"})
-		reg.MustRegister(l.waited, l.superseded, l.deferred, prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		reg.MustRegister(l.waited, l.superseded, l.deferred, l.expired, prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
 			for c := range fairqueue.NumClasses {
 				waiting.WithLabelValues(c.String()).Set(float64(l.Waiting(c)))
 			}
@@ -221,9 +227,12 @@ func (l *Limiter) Wait(ctx context.Context) (err error) {
 		l.mu.Unlock()
 		if removed {
 			var de *DeferredError
-			if errors.As(err, &de) {
+			switch {
+			case errors.As(err, &de):
 				de.Waited, de.Waiting = l.clock.Since(w.Since), waiting
 				l.deferred.WithLabelValues(w.Class.String()).Inc()
+			case ctx.Err() != nil:
+				l.expired.WithLabelValues(w.Class.String()).Inc()
 			}
 			return err
 		}

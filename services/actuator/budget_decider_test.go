@@ -161,8 +161,21 @@ func TestWriteBudgetFromDecider(t *testing.T) {
 		t.Errorf("%d of %d targets went straight to 1, with %g decisions replaced and %d calls deferred; want at least half, each a replaced decision or a deferred call",
 			straight, len(sc.busy), superseded, deferred)
 	}
-	if n := sum(maps.Values(failed)); n > 0 {
-		t.Errorf("%d Scale calls failed (by code: %v); want none: a call the budget cannot serve in time is deferred, not timed out", n, failed)
+	// A call the budget cannot serve in time is deferred, not timed out
+	// there. One may still time out in a write the API server answers
+	// late, on a machine busy enough (18 of about 2,000 in a make test
+	// beside two peer suites); it is retried like any failed call.
+	var expired float64
+	for _, class := range []string{"wake", "up", "down"} {
+		expired += actuatorMetric(t, httpAddr, `tidal_actuator_write_budget_expired_total{class="`+class+`"}`)
+	}
+	if expired > 0 {
+		t.Errorf("%g requests' deadlines passed while they waited for the actuator's budget; want none", expired)
+	}
+	for code, n := range failed {
+		if code != codes.DeadlineExceeded {
+			t.Errorf("%d Scale calls failed with %s; want none", n, code)
+		}
 	}
 	if float64(deferred) != budgetDeferred {
 		t.Errorf("the sender saw %d calls deferred, the actuator's budget deferred %g", deferred, budgetDeferred)
