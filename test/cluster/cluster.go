@@ -72,9 +72,9 @@ type Options struct {
 	// syncs every HorizontalPodAutoscaler; zero means Kubernetes' 15 s.
 	HPASyncPeriod time.Duration
 	// AuditPolicy, when set, is an audit.k8s.io/v1 Policy (YAML) the API
-	// server applies, writing JSON events to Cluster.AuditLog within about
-	// a second of each request (batch mode, so the log does not slow the
-	// requests it records).
+	// server applies, writing JSON events to Cluster.AuditLog as it
+	// answers each request (blocking mode: the batch backend drops events
+	// when the API server is starved).
 	AuditPolicy string
 	// Controllers, when set, are the only controllers
 	// kube-controller-manager runs (its names, as --controllers takes
@@ -82,6 +82,13 @@ type Options struct {
 	// pods costs CPU per pod event, which at ten thousand targets starves
 	// the machine.
 	Controllers []string
+	// PodReadyDelay, when above 0, is how long after kwok gives a pod its
+	// IP it marks it Ready, in a second status write; 0 does both in one.
+	// A real pod gets its address before its containers start and pass
+	// their readiness probe, and a simulated endpoint that serves each
+	// address as it appears is then serving before a client told the pod
+	// is Ready calls it.
+	PodReadyDelay time.Duration
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver,
@@ -350,13 +357,19 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	stages := bins.KwokStages
+	if opts.PodReadyDelay > 0 {
+		if stages, err = writeDelayedReadyStages(dir, stages, opts.PodReadyDelay); err != nil {
+			return nil, err
+		}
+	}
 	kwok, err := c.start(dir, "kwok", bins.Kwok,
 		"--kubeconfig="+c.Kubeconfig,
 		"--manage-all-nodes=true",
 		"--cidr="+c.PodCIDR,
 		"--node-ip=127.0.0.1",
 		"--server-address=127.0.0.1:"+strconv.Itoa(kwokPort),
-		"-c", bins.KwokStages,
+		"-c", stages,
 	)
 	if err != nil {
 		return nil, err

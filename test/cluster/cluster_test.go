@@ -480,3 +480,66 @@ func TestRunAndAtStop(t *testing.T) {
 		t.Error("Run on a stopped cluster: want an error")
 	}
 }
+
+// TestPodReadyDelay: with Options.PodReadyDelay a pod has its IP, not
+// Ready, for about that long, then is Ready at the same IP.
+func TestPodReadyDelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a control plane")
+	}
+	const delay = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Options{CRDDirs: []string{}, Log: io.Discard, PodReadyDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "late"},
+		Spec:       corev1.PodSpec{NodeName: cluster.NodeName, Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake:latest"}}},
+	}
+	pods := c.Client.CoreV1().Pods(metav1.NamespaceDefault)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	var addressed time.Time
+	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, "late", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready := workload.PodReady(p)
+		switch {
+		case p.Status.PodIP == "":
+			if ready {
+				t.Fatalf("pod Ready without an IP: %+v", p.Status)
+			}
+			return false, nil
+		case ip == "":
+			if ready {
+				t.Fatalf("pod Ready as soon as it has its IP %s: want it %s later", p.Status.PodIP, delay)
+			}
+			ip, addressed = p.Status.PodIP, time.Now()
+			return false, nil
+		case p.Status.PodIP != ip:
+			t.Fatalf("pod IP changed from %s to %s", ip, p.Status.PodIP)
+		}
+		if !ready {
+			return false, nil
+		}
+		// The IP may have been seen late; the delay runs from when kwok
+		// gave it, so only part of it is sure to show here.
+		if got := time.Since(addressed); got < delay/2 {
+			t.Errorf("pod Ready %s after its IP was seen, want about %s", got.Round(time.Millisecond), delay)
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("Ready pod in phase %s, want Running", p.Status.Phase)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the pod's IP, then Ready: %v", err)
+	}
+}

@@ -36,14 +36,22 @@ rules:
 `
 }
 
+// podReadyDelay is how long a run's pods have their IP before they are
+// Ready: the pod farm serves them from when it sees the IP, which on a
+// machine as loaded as a 10,000-target run's comes seconds after it was
+// given. A real pod takes as long to start its containers and pass its
+// first readiness probe.
+const podReadyDelay = 3 * time.Second
+
 // ClusterOptions are what a run's cluster needs: the audit policy for the
-// writes and their timings in the report (ns holds the targets), and only
+// writes and their timings in the report (ns holds the targets), pods
+// Ready podReadyDelay after they have an address, and only
 // the controllers the targets use. The others that watch pods (garbage
 // collection, disruption budgets, endpoints, jobs, node lifecycle and
 // more) would each handle every pod event of tens of thousands of pods on
 // the machine the services are measured on.
 func ClusterOptions(ns string, log io.Writer) cluster.Options {
-	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), Controllers: []string{
+	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), PodReadyDelay: podReadyDelay, Controllers: []string{
 		"deployment-controller", "replicaset-controller",
 		// Pods are admitted only once their namespace's default
 		// ServiceAccount exists.

@@ -40,7 +40,13 @@ const (
 const kpaLabel = "tidal-scale-kpa"
 
 // podFarm is every KPA target's pods in one process: one pod informer over
-// the namespace, one listener per Ready pod's IP at the queue-proxy port,
+// the namespace, one listener per pod's IP at the queue-proxy port from
+// when the pod has one until it terminates (the cluster marks pods Ready
+// podReadyDelay after their IP, so the listener is there before the
+// collector hears the pod is Ready; before, 3,000 targets saw thousands of
+// refused scrapes of Ready pods on a starved machine, and the collector,
+// which scales the pods it could scrape by the Ready count, read 5/4 of a
+// target's load),
 // and one HTTP server behind all listeners that answers with the pod's
 // share of its target's concurrency. It is cheap where test/workload is
 // thorough: no queueing model and no per-target informer or ticker, so ten
@@ -80,6 +86,8 @@ type farmPod struct {
 	name, target, ip string
 	start            time.Time
 	l                net.Listener
+	// ready is whether the pod is Ready: Pods counts those.
+	ready bool
 	// lastScrape is when the collector last asked for the pod's stat, gap
 	// the time since the scrape before.
 	lastScrape time.Time
@@ -120,7 +128,10 @@ func (f *podFarm) Run(ctx context.Context, client kubernetes.Interface, ns strin
 	inf := factory.Core().V1().Pods().Informer()
 	sync := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
-			if workload.PodReady(p) {
+			// A terminating pod is no longer scraped: served on, it
+			// would count among its target's recent pods for a window
+			// and lower the others' shares.
+			if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
 				f.add(p)
 			} else {
 				f.remove(p.Name)
@@ -161,11 +172,18 @@ func (f *podFarm) Run(ctx context.Context, client kubernetes.Interface, ns strin
 func (f *podFarm) add(p *corev1.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	ready := workload.PodReady(p)
 	if old, ok := f.pods[p.Name]; ok {
 		if old.ip == p.Status.PodIP {
+			old.ready = ready
 			return
 		}
 		f.removeLocked(old)
+	}
+	if other, ok := f.byIP[p.Status.PodIP]; ok {
+		// kwok gave a deleted pod's IP to this one before the deletion
+		// reached this informer: the address is this pod's now.
+		f.removeLocked(other)
 	}
 	addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(queuestat.Port))
 	l, err := net.Listen("tcp", addr)
@@ -174,7 +192,7 @@ func (f *podFarm) add(p *corev1.Pod) {
 		f.firstErr.CompareAndSwap(nil, fmt.Errorf("pod %s: listen %s: %w", p.Name, addr, err))
 		return
 	}
-	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), l: l}
+	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), l: l, ready: ready}
 	f.pods[p.Name] = fp
 	f.byIP[fp.ip] = fp
 	f.byTarget[fp.target] = append(f.byTarget[fp.target], fp)
@@ -223,11 +241,17 @@ func (f *podFarm) FirstScrape(target string) (time.Time, bool) {
 	return t, ok
 }
 
-// Pods is how many pods are being served.
+// Pods is how many Ready pods are being served.
 func (f *podFarm) Pods() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.pods)
+	n := 0
+	for _, p := range f.pods {
+		if p.ready {
+			n++
+		}
+	}
+	return n
 }
 
 // serveStat answers for the pod whose IP the connection was made to.
