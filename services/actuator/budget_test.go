@@ -163,10 +163,13 @@ func newBudgetScene(t *testing.T) *budgetScene {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The watches of the namespaces before this one already write seen.
+		s.mu.Lock()
 		for i := range l.Items {
 			d := &l.Items[i]
 			s.seen[budgetTarget{d.Namespace, d.Name}] = []int32{*d.Spec.Replicas}
 		}
+		s.mu.Unlock()
 		w, err := kube.AppsV1().Deployments(ns).Watch(wctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
 		if err != nil {
 			t.Fatal(err)
