@@ -393,6 +393,13 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	// kwok makes its pod IP pool on first use without a lock (v0.8.0
+	// PodController.ipPool loads, then stores): pods its stage workers
+	// address at once on a new kwok may each make a pool and each get the
+	// range's first address. One pod addressed alone makes the pool first.
+	if err := c.makePodIPPool(ctx, kwok, timeout); err != nil {
+		return nil, err
+	}
 	if err := c.installCRDs(ctx, crdDirs, timeout); err != nil {
 		return nil, err
 	}
@@ -513,6 +520,31 @@ func waitHTTP(ctx context.Context, client *http.Client, p *process, url, token s
 		return fmt.Errorf("%s not ready at %s (last answer: %s): %w\n%s", p.name, url, last, err, p.logTail(30))
 	}
 	return nil
+}
+
+// makePodIPPool runs one pod until kwok gives it an IP, then deletes it.
+func (c *Cluster) makePodIPPool(ctx context.Context, kwok *process, timeout time.Duration) error {
+	pods := c.Client.CoreV1().Pods(metav1.NamespaceDefault)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "tidal-pod-ip-pool"},
+		Spec:       corev1.PodSpec{NodeName: NodeName, Containers: []corev1.Container{{Name: "main", Image: "tidal.test/fake:latest"}}},
+	}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create pod %s: %w", pod.Name, err)
+	}
+	if err := c.waitFor(ctx, kwok, timeout, "pod "+pod.Name+" given an IP", func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.PodIP != "", nil
+	}); err != nil {
+		return err
+	}
+	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	return c.waitFor(ctx, kwok, timeout, "pod "+pod.Name+" gone", func(ctx context.Context) (bool, error) {
+		_, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }
 
 func (c *Cluster) waitFor(ctx context.Context, p *process, timeout time.Duration, what string, cond wait.ConditionWithContextFunc) error {

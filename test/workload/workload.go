@@ -110,6 +110,11 @@ func (w *Workload) addPod(p *corev1.Pod) {
 		return
 	}
 	if ps, err := w.serveLocked(p.Name, p.Status.PodIP); err != nil {
+		for name, other := range w.servers {
+			if other.ip == p.Status.PodIP {
+				err = fmt.Errorf("%w (pod %s has that IP too)", err, name)
+			}
+		}
 		if w.err == nil {
 			w.err = err
 		}
