@@ -53,7 +53,7 @@ func TestKnativeMode(t *testing.T) {
 
 	// A Revision as Knative makes it; its ServerlessService, created by
 	// the actuator, made Ready as Knative's controller would.
-	knativetest.Revision(ctx, t, c, ns, "rev-a", "rev-a", nil, 30*time.Second)
+	knativetest.Revision(ctx, t, c, ns, "rev-a", "rev-a", nil)
 	poll := func(what string, cond func() bool) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true,

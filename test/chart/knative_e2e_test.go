@@ -76,7 +76,7 @@ func TestKnativeServicesUnderTheirAccounts(t *testing.T) {
 	knativetest.Revision(ctx, t, c, wns, "hello", "hello-deployment", map[string]string{
 		"autoscaling.knative.dev/target":                "10",
 		"autoscaling.knative.dev/target-burst-capacity": "-1",
-	}, 60*time.Second)
+	})
 	admin, err := knclient.New(c.Config())
 	if err != nil {
 		t.Fatal(err)

@@ -242,7 +242,7 @@ func TestKnativeReplicasSurviveKills(t *testing.T) {
 			"autoscaling.knative.dev/target":                "10",
 			"autoscaling.knative.dev/target-burst-capacity": "-1",
 			"autoscaling.knative.dev/window":                "6s",
-		}, 60*time.Second)
+		})
 	}
 
 	decs := watchDecisions(ctx, t, deciders, wns)

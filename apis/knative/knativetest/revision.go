@@ -17,6 +17,11 @@ import (
 	"github.com/tidalscale/tidal/test/cluster"
 )
 
+// stepTimeout bounds each step of Revision. It is a liveness bound, not a
+// speed claim: in a make test beside two peer suites a PodAutoscaler was
+// not Ready within 30 s.
+const stepTimeout = 2 * time.Minute
+
 // Revision makes in ns what Knative's revision reconciler makes for a
 // Revision called name: its Deployment (deployment, one replica) and its
 // PodAutoscaler (HTTP/1, with annotations), both labelled with the
@@ -24,8 +29,9 @@ import (
 // ServerlessService tidal's actuator must create: it names the public and
 // private Services (name and name-private) and marks it Ready. It returns
 // when the PodAutoscaler is Ready with that private Service as its
-// metricsServiceName, and fails t when a step takes longer than within.
-func Revision(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name, deployment string, annotations map[string]string, within time.Duration) {
+// metricsServiceName, and fails t, naming what it saw last, when a step
+// takes longer than stepTimeout.
+func Revision(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name, deployment string, annotations map[string]string) {
 	t.Helper()
 	kn, err := knclient.New(c.Config())
 	if err != nil {
@@ -45,15 +51,17 @@ func Revision(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name, d
 	if _, err := kn.PodAutoscalers(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var last any
 	poll := func(what string, cond func() bool) {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, within, true,
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, stepTimeout, true,
 			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
+			t.Fatalf("waiting for %s: %v (last seen: %+v)", what, err, last)
 		}
 	}
 	poll("the actuator to create the ServerlessService", func() bool {
 		_, err := kn.ServerlessServices(ns).Get(ctx, name, metav1.GetOptions{})
+		last = err
 		return err == nil
 	})
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -71,6 +79,9 @@ func Revision(ctx context.Context, t testing.TB, c *cluster.Cluster, ns, name, d
 	}
 	poll("the PodAutoscaler to be Ready", func() bool {
 		got, err := kn.PodAutoscalers(ns).Get(ctx, name, metav1.GetOptions{})
+		if last = err; err == nil {
+			last = got.Status
+		}
 		return err == nil && got.Status.IsTrue(knautoscaling.ConditionReady) && got.Status.MetricsServiceName == name+"-private"
 	})
 }
