@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"github.com/tidalscale/tidal/test/testkit"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // A component that dies during start-up fails the wait at once, with its
@@ -95,6 +96,11 @@ func TestReapStale(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(stale, "owner.pid"), strconv.Itoa(dead.Process.Pid))
 	writeFile(t, filepath.Join(live, "owner.pid"), strconv.Itoa(os.Getpid()))
+	// Start returns once the child is in execve, whose command line reads
+	// empty for a moment; an orphan reapStale finds started long before.
+	testkit.Eventually(t, 5*time.Second, "the orphan's command line naming its directory", func() bool {
+		return cmdlineMentions(orphan.cmd.Process.Pid, stale)
+	})
 
 	reapStale(root)
 
