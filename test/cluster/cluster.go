@@ -89,6 +89,11 @@ type Options struct {
 	// address as it appears is then serving before a client told the pod
 	// is Ready calls it.
 	PodReadyDelay time.Duration
+	// PodStageWorkers, when above 0, is how many pod status writes kwok
+	// makes at once (its podPlayStageParallelism, 4 by default). Each
+	// waits for the API server, so on a busy one four cap how fast pods
+	// get their address and turn Ready.
+	PodStageWorkers int
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver,
@@ -363,14 +368,25 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	kwok, err := c.start(dir, "kwok", bins.Kwok,
-		"--kubeconfig="+c.Kubeconfig,
+	kwokArgs := []string{
+		"--kubeconfig=" + c.Kubeconfig,
 		"--manage-all-nodes=true",
-		"--cidr="+c.PodCIDR,
+		"--cidr=" + c.PodCIDR,
 		"--node-ip=127.0.0.1",
-		"--server-address=127.0.0.1:"+strconv.Itoa(kwokPort),
+		"--server-address=127.0.0.1:" + strconv.Itoa(kwokPort),
 		"-c", stages,
-	)
+	}
+	if opts.PodStageWorkers > 0 {
+		conf := filepath.Join(dir, "kwok-config.yaml")
+		// kwok (v0.8.0) does not default the options of a configuration
+		// it reads: each is given its default but the pod workers.
+		doc := fmt.Sprintf(kwokConfiguration, opts.PodStageWorkers)
+		if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+			return nil, fmt.Errorf("kwok configuration: %w", err)
+		}
+		kwokArgs = append(kwokArgs, "-c", conf)
+	}
+	kwok, err := c.start(dir, "kwok", bins.Kwok, kwokArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -521,6 +537,22 @@ func waitHTTP(ctx context.Context, client *http.Client, p *process, url, token s
 	}
 	return nil
 }
+
+// kwokConfiguration is kwok's configuration at its defaults (v0.8.0's
+// zz_generated.defaults.go) with %d pod stage workers.
+const kwokConfiguration = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: %d
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+  enableDebuggingHandlers: true
+  enableContentionProfiling: false
+  enableProfilingHandler: true
+`
 
 // makePodIPPool runs one pod until kwok gives it an IP, then deletes it.
 func (c *Cluster) makePodIPPool(ctx context.Context, kwok *process, timeout time.Duration) error {

@@ -45,13 +45,15 @@ const podReadyDelay = 3 * time.Second
 
 // ClusterOptions are what a run's cluster needs: the audit policy for the
 // writes and their timings in the report (ns holds the targets), pods
-// Ready podReadyDelay after they have an address, and only
+// Ready podReadyDelay after they have an address (by 16 kwok workers: that
+// is two status writes a pod, and kwok's four made half as many pods
+// Ready as the levels asked at 3,000 targets), and only
 // the controllers the targets use. The others that watch pods (garbage
 // collection, disruption budgets, endpoints, jobs, node lifecycle and
 // more) would each handle every pod event of tens of thousands of pods on
 // the machine the services are measured on.
 func ClusterOptions(ns string, log io.Writer) cluster.Options {
-	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), PodReadyDelay: podReadyDelay, Controllers: []string{
+	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), PodReadyDelay: podReadyDelay, PodStageWorkers: 16, Controllers: []string{
 		"deployment-controller", "replicaset-controller",
 		// Pods are admitted only once their namespace's default
 		// ServiceAccount exists.

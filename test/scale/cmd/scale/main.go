@@ -53,6 +53,13 @@ func main() {
 
 func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out io.Writer) error {
 	start := time.Now()
+	// Made before the cluster starts, as the flag's help promises a
+	// directory to keep the logs in.
+	if logDir != "" {
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return err
+		}
+	}
 	c, err := cluster.Start(ctx, scale.ClusterOptions(namespace, out))
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
