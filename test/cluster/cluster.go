@@ -377,12 +377,9 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"-c", stages,
 	}
 	if opts.PodStageWorkers > 0 {
-		conf := filepath.Join(dir, "kwok-config.yaml")
-		// kwok (v0.8.0) does not default the options of a configuration
-		// it reads: each is given its default but the pod workers.
-		doc := fmt.Sprintf(kwokConfiguration, opts.PodStageWorkers)
-		if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
-			return nil, fmt.Errorf("kwok configuration: %w", err)
+		conf, err := writeKwokConfiguration(dir, opts.PodStageWorkers)
+		if err != nil {
+			return nil, err
 		}
 		kwokArgs = append(kwokArgs, "-c", conf)
 	}
@@ -537,22 +534,6 @@ func waitHTTP(ctx context.Context, client *http.Client, p *process, url, token s
 	}
 	return nil
 }
-
-// kwokConfiguration is kwok's configuration at its defaults (v0.8.0's
-// zz_generated.defaults.go) with %d pod stage workers.
-const kwokConfiguration = `apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  podPlayStageParallelism: %d
-  nodePlayStageParallelism: 4
-  nodeLeaseParallelism: 4
-  podsOnNodeSyncParallelism: 1
-  enablePodsOnNodeSyncListPager: true
-  enablePodsOnNodeSyncStreamWatch: false
-  enableDebuggingHandlers: true
-  enableContentionProfiling: false
-  enableProfilingHandler: true
-`
 
 // makePodIPPool runs one pod until kwok gives it an IP, then deletes it.
 func (c *Cluster) makePodIPPool(ctx context.Context, kwok *process, timeout time.Duration) error {

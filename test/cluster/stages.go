@@ -139,3 +139,30 @@ func writeDelayedReadyStages(dir, base string, delay time.Duration) (string, err
 	}
 	return path, nil
 }
+
+// kwokConfiguration is kwok's configuration at its defaults (v0.8.0's
+// zz_generated.defaults.go) but %d pod stage workers: kwok does not default
+// the options of a configuration it reads, so each is written out.
+const kwokConfiguration = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: %d
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+  enableDebuggingHandlers: true
+  enableContentionProfiling: false
+  enableProfilingHandler: true
+`
+
+// writeKwokConfiguration writes to dir kwok's configuration with
+// podWorkers pod stage workers and returns its path.
+func writeKwokConfiguration(dir string, podWorkers int) (string, error) {
+	path := filepath.Join(dir, "kwok-config.yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(kwokConfiguration, podWorkers)), 0o644); err != nil {
+		return "", fmt.Errorf("kwok configuration: %w", err)
+	}
+	return path, nil
+}
