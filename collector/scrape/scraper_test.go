@@ -3,8 +3,10 @@ package scrape
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,10 +160,102 @@ func TestScrapeExtrapolates(t *testing.T) {
 		t.Errorf("ready pods %d, source %v; want 10, SCRAPE", got.GetReadyPods(), got.GetSource())
 	}
 	if at := got.GetTime().AsTime(); at.Before(before) || at.After(time.Now()) {
-		t.Errorf("sample time %v not the scrape's finish time (after %v)", at, before)
+		t.Errorf("sample time %v not the scrape's round (after %v)", at, before)
 	}
 	if n := gathered.Sum(t, reg, "tidal_collector_pods_scraped_total", ""); n != 7 {
 		t.Errorf("pods scraped = %v, want 7 (the sample size of 10)", n)
+	}
+}
+
+func TestScrapeRecordsAtItsRound(t *testing.T) {
+	// A scrape that ends in the next second is recorded at its round's
+	// time, not when it ended: the next round's sample must not share its
+	// second's bucket, which the decider would sum.
+	var clockMu sync.Mutex
+	clock := time.Unix(1000, 900e6)
+	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	stat := statHandler(queuestat.Stat{AverageConcurrentRequests: 3})
+	addr := servePod(t, func(w http.ResponseWriter, r *http.Request) {
+		clockMu.Lock()
+		clock = clock.Add(300 * time.Millisecond) // the pod answers late
+		clockMu.Unlock()
+		stat(w, r)
+	})
+	src := &fakePods{ready: map[string]bool{"a": true}, pods: []Pod{{Name: "a", Addr: addr, Start: time.Unix(0, 0)}}}
+	rec := &recorder{}
+	cfg := defaultConfig(t)
+	cfg.Interval = time.Hour // driven by ScrapeNow
+	s := newScraper(cfg, rec, NewMetrics(prometheus.NewRegistry()), zap.NewNop(), now)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	s.Set(testTarget(src, Format{}))
+
+	var got []time.Time
+	for range 2 {
+		s.ScrapeNow(ctx)
+		samples, failures := rec.take()
+		if len(samples) != 1 {
+			t.Fatalf("got %d samples, failures %+v; want 1", len(samples), failures)
+		}
+		got = append(got, samples[0].GetTime().AsTime())
+		clockMu.Lock()
+		clock = clock.Add(700 * time.Millisecond) // the next round, a second after the last
+		clockMu.Unlock()
+	}
+	if want := []time.Time{time.Unix(1000, 900e6), time.Unix(1001, 900e6)}; !got[0].Equal(want[0]) || !got[1].Equal(want[1]) {
+		t.Errorf("sample times %v, want their rounds' %v", got, want)
+	}
+}
+
+// orderRecorder keeps the names of the targets recorded, in order.
+type orderRecorder struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *orderRecorder) Record(ref *commonv1.TargetRef, _ *commonv1.MetricSample) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.names = append(r.names, ref.GetName())
+}
+
+func (r *orderRecorder) Failed(*commonv1.TargetRef, Failure) {}
+
+func (r *orderRecorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.names
+	r.names = nil
+	return n
+}
+
+func TestScrapeOrderIsStable(t *testing.T) {
+	// Every round scrapes the targets in the order they came (one worker
+	// makes the order visible), a removed one leaving the others' order.
+	cfg := defaultConfig(t)
+	cfg.Workers = 1
+	rec := &orderRecorder{}
+	s, _ := startScraper(t, cfg, rec)
+	addr := servePod(t, statHandler(queuestat.Stat{AverageConcurrentRequests: 1}))
+	src := &fakePods{ready: map[string]bool{"a": true}, pods: []Pod{{Name: "a", Addr: addr, Start: time.Unix(0, 0)}}}
+	var names []string
+	for i := range 8 {
+		name := fmt.Sprintf("t%d", i)
+		names = append(names, name)
+		s.Set(Target{Ref: &commonv1.TargetRef{Namespace: "ns", Name: name}, Path: queuestat.Path, StableWindow: time.Minute, Pods: src})
+	}
+	for round := range 2 {
+		s.ScrapeNow(context.Background())
+		if got := rec.take(); !slices.Equal(got, names) {
+			t.Fatalf("round %d scraped %v, want %v", round, got, names)
+		}
+	}
+	s.Remove(&commonv1.TargetRef{Namespace: "ns", Name: "t3"})
+	s.ScrapeNow(context.Background())
+	if got, want := rec.take(), slices.Delete(slices.Clone(names), 3, 4); !slices.Equal(got, want) {
+		t.Errorf("after removing t3 scraped %v, want %v", got, want)
 	}
 }
 
