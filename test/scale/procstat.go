@@ -154,18 +154,7 @@ func labelValue(set, label string) string {
 
 // goroutines reads go_goroutines from a service's /metrics.
 func goroutines(ctx context.Context, httpAddr string) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
+	b, err := serviceMetrics(ctx, httpAddr)
 	if err != nil {
 		return 0, err
 	}
@@ -174,6 +163,22 @@ func goroutines(ctx context.Context, httpAddr string) (int, error) {
 		return 0, fmt.Errorf("%s/metrics: no go_goroutines", httpAddr)
 	}
 	return int(v), nil
+}
+
+// serviceMetrics reads a service's /metrics.
+func serviceMetrics(ctx context.Context, httpAddr string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return io.ReadAll(resp.Body)
 }
 
 // apiRequests reads the API server's apiserver_request_total, summed by

@@ -210,14 +210,21 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if err := procs.begin(ctx, client); err != nil {
 		return nil, err
 	}
-	var switching []string
+	var polled []string
+	steadyPolled := 0
 	for _, t := range targets {
-		if t.switching {
-			switching = append(switching, t.name)
+		switch {
+		case t.switching:
+			polled = append(polled, t.name)
+		case steadyPolled < maxSteadyPolled:
+			// Some targets whose load never changes, whose samples tell
+			// why such a target moves.
+			polled = append(polled, t.name)
+			steadyPolled++
 		}
 	}
 	poller := newSamplePoller()
-	stopPoller := poller.run(ctx, collectors, env.Namespace, switching)
+	stopPoller := poller.run(ctx, collectors, env.Namespace, polled)
 	defer stopPoller()
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithDeadline(ctx, steadyEnd)
@@ -263,6 +270,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	// period of the steady phase has passed at its level.
 	converged := steadyStart.Add(cfg.SwitchPeriod)
 	unchanged, quiet := rep.unchanged(rec, converged, steadyEnd)
+	rep.Unchanged.Sampling = sampling(rec, poller.samples, unchanged, converged, steadyEnd)
 	if rep.Writes.Error == "" {
 		rep.Writes = in.writeRates(rec.applied(steadyStart, steadyEnd))
 		rep.Unchanged.ActuatorWrites, rep.Unchanged.ActuatorKinds = in.writesOn(unchanged, converged, steadyEnd)

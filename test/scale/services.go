@@ -87,7 +87,7 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 	var deciders []string
 	for i := range replicas {
 		a, err := start("actuator", fmt.Sprintf("actuator-%d", i), append([]string{"--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig,
-			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers, "--status-interval", statusInterval.String()}, shared...)...)
+			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers}, shared...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -107,10 +107,6 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 	return s, nil
 }
 
-// statusInterval is the actuators' --status-interval: coalesced status
-// writes, whose writes per change TestScaleGuard bounds.
-const statusInterval = 3 * time.Second
-
 // leaseBuckets is how many bucket Leases replicas share the targets through:
 // enough that two to four replicas each get a fair part.
 const leaseBuckets = 16
@@ -122,6 +118,15 @@ func (s *services) logPath(p serviceProc) string { return filepath.Join(s.logDir
 // no decision is in flight when the actuators go, then the broker.
 func (s *services) Stop() error {
 	var errs []error
+	if !s.ownLogs {
+		// Kept logs get each service's last metrics beside them (the
+		// histograms of Scale calls and of the write budget's waits).
+		for _, p := range s.Procs {
+			if err := saveMetrics(p.HTTPAddr, filepath.Join(s.logDir, p.Name+".metrics")); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", p.Name, err))
+			}
+		}
+	}
 	for _, svc := range []string{"collector", "decider", "actuator"} {
 		for _, p := range s.Procs {
 			if p.Service == svc {
@@ -137,4 +142,13 @@ func (s *services) Stop() error {
 		_ = os.RemoveAll(s.logDir)
 	}
 	return errors.Join(errs...)
+}
+
+// saveMetrics writes what a service's /metrics serves to path.
+func saveMetrics(httpAddr, path string) error {
+	b, err := serviceMetrics(context.Background(), httpAddr)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/decider/engine"
 )
 
 // Dist is a latency over every case measured: P50, P99 and Max are
@@ -116,6 +119,82 @@ type Unchanged struct {
 	// none). The others' moves follow decisions that changed (the
 	// decider's, near a level's boundary), each applied.
 	QuietWrites int
+	// Sampling is what the collector's samples of some of them show.
+	Sampling Sampling
+}
+
+// Sampling is the scrape samples of the polled targets whose load never
+// changed, second by second: a second without one, or with two (which the
+// decider's bucket sums), moves a window's average by a whole sample, as
+// Knative's does.
+type Sampling struct {
+	// Targets were polled and converged; Seconds are theirs from then to
+	// the end, Missing and Doubled those without a scrape sample or with
+	// more than one.
+	Targets, Seconds, Missing, Doubled int
+	// Moves are their spec.replicas changes, NearGap those with a missing
+	// or doubled second in the stable window and tick before.
+	Moves, NearGap int
+}
+
+// maxSteadyPolled bounds the targets whose load never changes that a run
+// reads the samples of.
+const maxSteadyPolled = 300
+
+// gapReach is how far before a move a missing or doubled second counts for
+// it: the stable window of make scale's runs and a tick.
+const gapReach = 8 * time.Second
+
+// sampling counts the seconds of the polled unchanged targets from
+// converged to end by their scrape samples, and their moves near a gap.
+func sampling(rec *recorder, samples map[string][]engine.Sample, unchanged map[string]bool, converged, end time.Time) Sampling {
+	var sp Sampling
+	from, to := converged.Unix(), end.Unix()
+	if to <= from {
+		return sp
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for name, ss := range samples {
+		if !unchanged[name] {
+			continue
+		}
+		sp.Targets++
+		per := make([]int, to-from)
+		for _, s := range ss {
+			if sec := s.At.Unix(); !s.Activator && !s.ReadyOnly && sec >= from && sec < to {
+				per[sec-from]++
+			}
+		}
+		var gaps []int64
+		for i, n := range per {
+			sp.Seconds++
+			if n == 1 {
+				continue
+			}
+			if n == 0 {
+				sp.Missing++
+			} else {
+				sp.Doubled++
+			}
+			gaps = append(gaps, from+int64(i))
+		}
+		k := rec.kpa[name]
+		if k == nil {
+			continue
+		}
+		for _, m := range k.moves {
+			if m.at.Before(converged) || m.at.After(end) {
+				continue
+			}
+			sp.Moves++
+			lo := m.at.Add(-gapReach).Unix()
+			if slices.ContainsFunc(gaps, func(g int64) bool { return g >= lo && g <= m.at.Unix() }) {
+				sp.NearGap++
+			}
+		}
+	}
+	return sp
 }
 
 // Writes are the API server's writes over the steady phase, from its
@@ -130,7 +209,12 @@ type Writes struct {
 	// which cost the same with or without changes.
 	ByAgent, ByKind []Rate
 	PerChange       map[string]float64
-	Error           string
+	// StatusAfterScale are the actuator's PodAutoscaler status writes
+	// made after a scale write of their target since their last one (they
+	// report a change), StatusAlone the others (ready pods, conditions,
+	// decisions that changed no replicas).
+	StatusAfterScale, StatusAlone int
+	Error                         string
 }
 
 // ActuatorAgent is the actuator's user agent as the audit log gives it
@@ -194,8 +278,7 @@ func (in *splitInput) split() Split {
 	stages := []*stage{
 		{name: "strategy's tick → the live decider's tick (later when samples came late)"},
 		{name: "live tick → decision seen by a WatchDecisions client"},
-		{name: "live tick → actuator's first write issued (tick lateness, Scale RPC)"},
-		{name: "status write issued → scale write issued, where status is written first (no Leases)"},
+		{name: "live tick → actuator's scale write issued (decider's send queue, Scale call, API client)"},
 		{name: "scale write issued → done (API server)"},
 		{name: "scale write done → Deployment informer"},
 	}
@@ -230,27 +313,14 @@ func (in *splitInput) split() Split {
 		}
 		add(0, okL, l.tick.Sub(s.tick))
 		add(1, okL, l.seen.Sub(l.tick))
-		ws := byName[c.target]
-		var st, sc apiWrite
+		var sc apiWrite
 		okSc := false
 		if okL {
-			sc, okSc = firstWrite(ws, actuatorAgent, "deployments/scale", c.target, l.tick)
+			sc, okSc = firstWrite(byName[c.target], actuatorAgent, "deployments/scale", c.target, l.tick)
 		}
-		okSt := false
-		if okSc {
-			st, okSt = firstWrite(ws, actuatorAgent, "podautoscalers/status", c.target, l.tick)
-			okSt = okSt && !st.received.After(sc.received)
-		}
-		// With bucket Leases the owner writes no status before its scale
-		// write (it is coalesced, later); without, it does.
-		first := sc
-		if okSt {
-			first = st
-			add(3, true, sc.received.Sub(st.received))
-		}
-		add(2, okSc, first.received.Sub(l.tick))
-		add(4, okSc, sc.done.Sub(sc.received))
-		add(5, okSc && !c.firstMove.IsZero(), c.firstMove.Sub(sc.done))
+		add(2, okSc, sc.received.Sub(l.tick))
+		add(3, okSc, sc.done.Sub(sc.received))
+		add(4, okSc && !c.firstMove.IsZero(), c.firstMove.Sub(sc.done))
 	}
 	sp.Strategy = newDist(byStrategy, sp.StrategyNever, 0)
 	sp.System = newDist(sys, sysLost, 0)
@@ -291,9 +361,23 @@ func (in *splitInput) writeRates(applied int) Writes {
 	w := Writes{Applied: applied, PerChange: map[string]float64{}}
 	secs := in.end.Sub(in.start).Seconds()
 	agents, kinds := map[string]int{}, map[string]int{}
+	scaled := map[string]bool{} // a scale write since the target's last status write
 	for _, a := range in.writes {
 		if a.received.Before(in.start) || a.received.After(in.end) {
 			continue
+		}
+		if a.agent == actuatorAgent {
+			switch a.what {
+			case "deployments/scale":
+				scaled[a.name] = true
+			case "podautoscalers/status":
+				if scaled[a.name] {
+					w.StatusAfterScale++
+				} else {
+					w.StatusAlone++
+				}
+				scaled[a.name] = false
+			}
 		}
 		kinds[a.agent+" "+a.what+" "+a.verb]++
 		if a.what == "leases" {
@@ -355,6 +439,10 @@ func (u *Unchanged) write(w io.Writer) {
 		fmt.Fprintf(w, "; first: %s", strings.Join(u.Examples, "; "))
 	}
 	fmt.Fprintln(w)
+	if sp := u.Sampling; sp.Seconds > 0 {
+		fmt.Fprintf(w, "  their scrape samples (%d polled targets, %d target-seconds): %.2f %% of seconds without one, %.2f %% with two or more; %d of their %d moves had such a second in the %s before\n",
+			sp.Targets, sp.Seconds, 100*float64(sp.Missing)/float64(sp.Seconds), 100*float64(sp.Doubled)/float64(sp.Seconds), sp.NearGap, sp.Moves, gapReach)
+	}
 }
 
 func (ws *Writes) write(w io.Writer) {
@@ -372,4 +460,6 @@ func (ws *Writes) write(w io.Writer) {
 		parts = append(parts, fmt.Sprintf("%s %.1f", k.Key, k.PerSec))
 	}
 	fmt.Fprintf(w, "busiest writes/s: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "actuator's status writes: %d after a scale write of their target, %d with none since their last (ready pods, conditions, decisions that moved no replicas)\n",
+		ws.StatusAfterScale, ws.StatusAlone)
 }

@@ -71,25 +71,65 @@ func TestSplit(t *testing.T) {
 	if sp.System.N != 2 || sp.System.Lost != 1 || sp.System.P50 != 4500*time.Millisecond {
 		t.Errorf("system = %+v, want 2 changes, 1 lost, p50 4.5 s (12 s → 16.5 s)", sp.System)
 	}
-	want := []time.Duration{2 * time.Second, 600 * time.Millisecond, 700 * time.Millisecond, 300 * time.Millisecond, time.Second, 500 * time.Millisecond}
+	want := []time.Duration{2 * time.Second, 600 * time.Millisecond, time.Second, time.Second, 500 * time.Millisecond}
 	for i, st := range sp.Stages {
 		if st.N != 1 || st.P50 != want[i] {
 			t.Errorf("stage %q = %+v, want one at %v", st.Name, st.Dist, want[i])
 		}
 	}
+}
 
-	// Under bucket Leases status is written after the scale write: the
-	// first write is the scale write, and no status stage is counted.
-	in.writes = []apiWrite{
-		{agent: actuatorAgent, what: "deployments/scale", name: "a", received: at(15), done: at(16)},
-		{agent: actuatorAgent, what: "podautoscalers/status", name: "a", received: at(18), done: at(18.1)},
+func TestWriteRates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	w := func(agent, what, name string, s float64) apiWrite {
+		return apiWrite{agent: agent, what: what, name: name, received: at(s), done: at(s + 0.1)}
 	}
-	sp = in.split()
-	if st := sp.Stages[2]; st.N != 1 || st.P50 != time.Second {
-		t.Errorf("stage %q = %+v, want one at 1s", st.Name, st.Dist)
+	in := splitInput{start: at(0), end: at(10), writes: []apiWrite{
+		w(actuatorAgent, "podautoscalers/status", "a", -1), // before the steady phase
+		w(actuatorAgent, "deployments/scale", "a", 1),
+		w(actuatorAgent, "deployments/scale", "a", 2),
+		w(actuatorAgent, "podautoscalers/status", "a", 3), // reports both changes
+		w(actuatorAgent, "podautoscalers/status", "a", 4), // alone
+		w(actuatorAgent, "podautoscalers/status", "b", 5), // alone
+		w(actuatorAgent, "leases", "bucket-1", 5),
+		w("kube-controller-manager", "deployments/status", "a", 6),
+	}}
+	ws := in.writeRates(2)
+	if ws.StatusAfterScale != 1 || ws.StatusAlone != 2 {
+		t.Errorf("status writes after a scale write %d, alone %d; want 1, 2", ws.StatusAfterScale, ws.StatusAlone)
 	}
-	if st := sp.Stages[3]; st.N != 0 || st.Missing != 0 {
-		t.Errorf("stage %q = %+v, want none, none missing", st.Name, st.Dist)
+	if got := ws.PerChange[actuatorAgent]; got != 2.5 {
+		t.Errorf("actuator writes per change = %v, want 2.5 (5 writes but the Lease's, 2 changes)", got)
+	}
+}
+
+func TestSampling(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	every := func(secs ...float64) []engine.Sample {
+		var ss []engine.Sample
+		for _, s := range secs {
+			ss = append(ss, engine.Sample{At: at(s)})
+		}
+		return ss
+	}
+	rec := newRecorder()
+	rec.kpa["a"] = &kpaLog{moves: []move{{at: at(9.5), from: 4, to: 3}, {at: at(30), from: 3, to: 4}}}
+	rec.kpa["b"] = &kpaLog{}
+	samples := map[string][]engine.Sample{
+		// a misses second 5 and doubles second 7; a pushed stat and a
+		// ready-pods change are not scrape samples.
+		"a": append(every(0.1, 1.1, 2.1, 3.1, 4.1, 6.1, 7.1, 7.9, 8.1, 9.1),
+			engine.Sample{At: at(8.5), Activator: true}, engine.Sample{At: at(9.5), ReadyOnly: true}),
+		"b": every(0.2, 1.2, 2.2, 3.2, 4.2, 5.2, 6.2, 7.2, 8.2, 9.2),
+		// c changed load: not counted.
+		"c": every(1),
+	}
+	got := sampling(rec, samples, map[string]bool{"a": true, "b": true}, at(0), at(10))
+	want := Sampling{Targets: 2, Seconds: 20, Missing: 1, Doubled: 1, Moves: 1, NearGap: 1}
+	if got != want {
+		t.Errorf("sampling = %+v, want %+v", got, want)
 	}
 }
 
