@@ -171,6 +171,12 @@ func (k *kind) WithStatus(pa, from *knautoscaling.PodAutoscaler) *knautoscaling.
 	return c
 }
 
+func (k *kind) WithDecision(pa *knautoscaling.PodAutoscaler, d *podautoscaler.Decision) *knautoscaling.PodAutoscaler {
+	c := pa.DeepCopy()
+	recordDecision(&c.Status, d)
+	return c
+}
+
 func (k *kind) Urgent(pa, next *knautoscaling.PodAutoscaler) bool {
 	return pa.Status.ServiceName != next.Status.ServiceName || pa.Status.MetricsServiceName != next.Status.MetricsServiceName ||
 		podautoscaler.ConditionsTurned(pa.Status.Conditions, next.Status.Conditions, func(c duck.Condition) (string, string) {

@@ -23,9 +23,17 @@ type report[P any] struct {
 	// follow what was applied, not what was written.
 	pending P
 	due     time.Time
+	// quiet is set while pending holds only decisions that change nothing
+	// a reader acts on (routine), with no write due.
+	quiet bool
 	// dir is the direction of the last change a Scaled Event reported:
 	// 1 up, -1 down, 0 none yet.
 	dir int
+	// since is when this replica began to reconcile the PodAutoscaler;
+	// decided is set once a decider's decision reached it since
+	// (takeoverWait).
+	since   time.Time
+	decided bool
 }
 
 // reportOf returns name's report, made on first use; nil without
@@ -39,7 +47,7 @@ func (r *Reconciler[P, C]) reportOf(name cache.ObjectName) *report[P] {
 	defer r.reportsMu.Unlock()
 	rep, ok := r.reports[name]
 	if !ok {
-		rep = &report[P]{}
+		rep = &report[P]{since: r.clock.Now()}
 		r.reports[name] = rep
 	}
 	return rep
@@ -104,6 +112,49 @@ func (r *Reconciler[P, C]) holds(rep *report[P], pa P) bool {
 	var none P
 	return r.Shared() && rep.base != none && rep.epoch == r.epoch.Load() &&
 		pa.GetResourceVersion() == rep.base.GetResourceVersion()
+}
+
+// routine reports whether next's status differs from pa's only in the
+// record of a decision that changes nothing a reader acts on: the same
+// desired scale, prediction and sign of excess burst capacity as the one
+// recorded, with a newer sequence, reason or keep-alive memory. A decider
+// sends such a decision when one it made in between was superseded before
+// it was sent (its send queue under load), or after a restart.
+func (r *Reconciler[P, C]) routine(pa, next P) bool {
+	a, b := r.kind.Decision(pa), r.kind.Decision(next)
+	if a == nil || b == nil || a.DesiredScale != b.DesiredScale || a.PredictedIdle != b.PredictedIdle ||
+		burstShort(a) != burstShort(b) {
+		return false
+	}
+	return equality.Semantic.DeepEqual(r.kind.WithDecision(next, a), pa)
+}
+
+// burstShort reports whether d says its target cannot absorb a burst (a
+// negative excess burst capacity), what Knative's rules read of it.
+func burstShort(d *Decision) bool { return d.ExcessBurstCapacity != nil && *d.ExcessBurstCapacity < 0 }
+
+// takeoverHold bounds how long a replica that took a PodAutoscaler over
+// waits for a decider's decision before the rules may move its target
+// from a status another replica may have left behind (takeoverWait):
+// deciders send every target's last decision again within their
+// --scale-refresh (30 s, and a tenth more), so keep that below it.
+const takeoverHold = 45 * time.Second
+
+// takeoverWait returns how long a pass that brings no decision of its own
+// must leave pa's target as it is, 0 when it need not. Under
+// Spec.StatusInterval the replica that owned pa before may have applied a
+// decision it had not yet written when it stopped without a handover
+// (FlushPending): the target has it, the status an older one, and the
+// rules, which follow status, would undo it. So until a decider's
+// decision reaches this replica (its resend of the one it saw applied
+// included) or takeoverHold has passed since this replica began to
+// reconcile pa, the target keeps what it has. A PodAutoscaler with no
+// decision recorded has none to undo. The caller holds pa's lock.
+func (r *Reconciler[P, C]) takeoverWait(rep *report[P], pa P, now time.Time) time.Duration {
+	if rep == nil || rep.decided || r.spec.StatusInterval <= 0 || !r.Shared() || r.kind.Decision(pa) == nil {
+		return 0
+	}
+	return max(0, rep.since.Add(takeoverHold).Sub(now))
 }
 
 // turned reports whether a change of the target by delta must be reported
@@ -184,7 +235,7 @@ func (r *Reconciler[P, C]) flush(ctx context.Context, name cache.ObjectName) err
 		return nil
 	}
 	pending := rep.pending
-	rep.pending = none
+	rep.pending, rep.quiet = none, false
 	updated, err := r.kind.UpdateStatus(ctx, pending)
 	if err != nil {
 		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)

@@ -2,6 +2,7 @@ package podautoscaler
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -19,6 +21,27 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/test/cluster"
 )
+
+// ownsAll is the ownership of a replica that holds every PodAutoscaler
+// under the Leases.
+var ownsAll = controller.OwnerFunc(func(string) (string, bool) { return "actuator-a:9003", true })
+
+// coalescing starts a harness whose replica holds every PodAutoscaler and
+// coalesces status writes over interval, with "web" reconciled and its
+// conditions settled (a change of a condition is written at once); wrap,
+// when set, wraps its transport.
+func coalescing(t *testing.T, interval time.Duration, wrap func(http.RoundTripper) http.RoundTripper) *harness {
+	t.Helper()
+	c := cluster.Shared(t)
+	h := startHarness(t, c, c.Namespace(t), harnessOpts{
+		owner:  ownsAll,
+		mutate: func(c *Config) { c.StatusInterval = interval },
+		wrap:   wrap,
+	})
+	h.reconciledWeb()
+	h.settledWeb()
+	return h
+}
 
 // TestCoalescedReports: with Leases (an ownership) and a status interval,
 // a decision that changes the target costs its scale write alone, one that
@@ -32,16 +55,8 @@ func TestCoalescedReports(t *testing.T) {
 	const interval = time.Second
 	reqs := &requests{n: map[string]int{}}
 	all := &requests{n: map[string]int{}, all: true}
-	owner := controller.OwnerFunc(func(string) (string, bool) { return "actuator-a:9003", true })
-	c := cluster.Shared(t)
-	h := startHarness(t, c, c.Namespace(t), harnessOpts{
-		owner:  owner,
-		mutate: func(c *Config) { c.StatusInterval = interval },
-		wrap:   func(rt http.RoundTripper) http.RoundTripper { return all.wrap(reqs.wrap(rt)) },
-	})
-	h.reconciledWeb()
-	// Conditions settle first: a change of a condition is written at once.
-	h.settledWeb()
+	owner := ownsAll
+	h := coalescing(t, interval, func(rt http.RoundTripper) http.RoundTripper { return all.wrap(reqs.wrap(rt)) })
 	target := scale.Target{Namespace: h.ns, Name: "web"}
 	ctx := context.WithValue(context.Background(), callTag{}, true)
 	call := func(seq uint64, desired int32) scale.Result {
@@ -149,6 +164,150 @@ func TestCoalescedReports(t *testing.T) {
 	}
 }
 
+// TestRoutineDecisionsKept: under Leases and a status interval, a decision
+// that changes nothing a reader acts on (the count recorded, a newer
+// sequence) is kept, not written, even once the interval has passed; it
+// still makes older decisions stale, and the next change's write, or the
+// handover's, records it.
+func TestRoutineDecisionsKept(t *testing.T) {
+	const interval = time.Second
+	all := &requests{n: map[string]int{}, all: true}
+	h := coalescing(t, interval, all.wrap)
+	target := scale.Target{Namespace: h.ns, Name: "web"}
+	call := func(seq uint64, desired int32) scale.Result {
+		t.Helper()
+		res, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{Target: target, Desired: desired, Sequence: seq, Reason: fmt.Sprintf("stable: test %d", seq)}})
+		if err != nil {
+			t.Fatalf("Scale(%d, %d): %v", seq, desired, err)
+		}
+		return res
+	}
+	recorded := func(seq int64) func() bool {
+		return func() bool { d := h.get("web").Status.LastDecision; return d != nil && d.Sequence == seq }
+	}
+	call(1000, 1) // the count it has
+	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.eventually("decision 1000 written", recorded(1000))
+	all.take()
+
+	for seq := uint64(2000); seq <= 4000; seq += 1000 {
+		if res := call(seq, 1); res.Changed || res.Stale {
+			t.Fatalf("Scale(%d, 1) = %+v, want unchanged", seq, res)
+		}
+		h.clock.SetTime(h.clock.Now().Add(2 * interval))
+		h.ctrl.AddAfter(cache.ObjectName{Namespace: h.ns, Name: "web"}, 0)
+	}
+	// A worker pass has run since the last interval passed.
+	h.readyPods("web", 1)
+	if _, err := h.ctrl.Sync(context.Background(), cache.ObjectName{Namespace: h.ns, Name: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := all.take(); len(got) != 0 {
+		t.Errorf("requests of three decisions that change nothing = %v, want none", got)
+	}
+	if res := call(3500, 4); !res.Stale || res.LastSequence != 4000 {
+		t.Errorf("a decision older than the kept one = %+v, want stale, last 4000", res)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 1000 {
+		t.Errorf("status.lastDecision = %+v, want 1000 still", d)
+	}
+
+	// The next change is written with everything kept.
+	if res := call(5000, 3); !res.Changed || res.Applied != 3 {
+		t.Fatalf("Scale to 3 = %+v, want changed", res)
+	}
+	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.eventually("decision 5000 written", recorded(5000))
+
+	// A handover writes a kept decision.
+	call(6000, 3)
+	if err := h.ctrl.FlushPending(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 6000 {
+		t.Errorf("status.lastDecision = %+v after FlushPending, want 6000", d)
+	}
+}
+
+// TestTakeoverWaitsForDecider: a replica that took a PodAutoscaler over
+// from one that stopped without writing what it applied leaves the target
+// as it is, not as the older status says, until a decider's decision
+// reaches it or takeoverHold has passed.
+func TestTakeoverWaitsForDecider(t *testing.T) {
+	const interval = time.Second
+	a := coalescing(t, interval, nil)
+	c, ns := a.c, a.ns
+	opts := harnessOpts{owner: ownsAll, mutate: func(c *Config) { c.StatusInterval = interval }}
+	target := scale.Target{Namespace: ns, Name: "web"}
+	call := func(h *harness, seq uint64, desired int32) {
+		t.Helper()
+		res, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{Target: target, Desired: desired, Sequence: seq, Reason: "stable: test"}})
+		if err != nil || res.Stale {
+			t.Fatalf("Scale(%d, %d) = %+v, %v", seq, desired, res, err)
+		}
+	}
+	call(a, 1000, 3)
+	a.clock.SetTime(a.clock.Now().Add(2 * interval))
+	a.eventually("decision 1000 written", func() bool {
+		d := a.get("web").Status.LastDecision
+		return d != nil && d.Sequence == 1000
+	})
+	call(a, 2000, 5)
+	a.stop() // applied 5, recorded 3: a crash before the status write
+
+	b := startHarness(t, c, ns, opts)
+	name := cache.ObjectName{Namespace: ns, Name: "web"}
+	b.eventually("the new owner's cache has 5 replicas", func() bool {
+		n, ok := b.ctrl.scaler.(cachedReplicas).CachedReplicas(target)
+		return ok && n == 5
+	})
+	out, err := b.ctrl.Sync(context.Background(), name)
+	if err != nil || out.Patched || out.Requeue <= 0 || out.Requeue > takeoverHold {
+		t.Fatalf("the new owner's first pass = %+v, %v; want no scale write, a pass again within %s", out, err, takeoverHold)
+	}
+	if got := b.replicas("web"); got != 5 {
+		t.Fatalf("replicas = %d after the new owner's first pass, want the 5 applied kept", got)
+	}
+	// The decider sends the decision it saw applied again: the wait ends.
+	call(b, 2000, 5)
+	b.clock.SetTime(b.clock.Now().Add(2 * interval))
+	b.eventually("decision 2000 written", func() bool {
+		d := b.get("web").Status.LastDecision
+		return d != nil && d.Sequence == 2000
+	})
+	if out, err := b.ctrl.Sync(context.Background(), name); err != nil || out.Patched || b.replicas("web") != 5 {
+		t.Errorf("a pass after the decision = %+v, %v, replicas %d; want nothing to write, 5", out, err, b.replicas("web"))
+	}
+
+	// Without a decision, the rules follow status once takeoverHold has
+	// passed.
+	b.stop()
+	c2 := startHarness(t, c, ns, opts)
+	call(c2, 3000, 5)
+	c2.clock.SetTime(c2.clock.Now().Add(2 * interval))
+	c2.eventually("decision 3000 written", func() bool {
+		d := c2.get("web").Status.LastDecision
+		return d != nil && d.Sequence == 3000
+	})
+	c2.stop()
+	if _, err := c.Client.AppsV1().Deployments(ns).UpdateScale(context.Background(), "web", &autoscalingv1.Scale{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 7}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := startHarness(t, c, ns, opts)
+	d.eventually("the new owner's cache has 7 replicas", func() bool {
+		n, ok := d.ctrl.scaler.(cachedReplicas).CachedReplicas(target)
+		return ok && n == 7
+	})
+	if out, err := d.ctrl.Sync(context.Background(), name); err != nil || out.Patched {
+		t.Fatalf("first pass = %+v, %v; want no scale write yet", out, err)
+	}
+	d.clock.SetTime(d.clock.Now().Add(takeoverHold))
+	if out, err := d.ctrl.Sync(context.Background(), name); err != nil || !out.Patched || d.replicas("web") != 5 {
+		t.Errorf("a pass takeoverHold later = %+v, %v, replicas %d; want the recorded 5 applied", out, err, d.replicas("web"))
+	}
+}
+
 // TestHeldTargetFirst: with Leases and no status interval, a replica that
 // holds a PodAutoscaler (its own last status write, in this ownership
 // epoch) scales the target before the status write that records the
@@ -158,7 +317,7 @@ func TestCoalescedReports(t *testing.T) {
 // newer decision.
 func TestHeldTargetFirst(t *testing.T) {
 	reqs := &requests{n: map[string]int{}}
-	owner := controller.OwnerFunc(func(string) (string, bool) { return "actuator-a:9003", true })
+	owner := ownsAll
 	c := cluster.Shared(t)
 	h := startHarness(t, c, c.Namespace(t), harnessOpts{
 		owner: owner,
@@ -216,7 +375,7 @@ func (h *harness) settledWeb() {
 // the target scaled already; the call still reports the change it made,
 // from the replicas before it (it reported "unchanged, already there").
 func TestConflictAfterPatch(t *testing.T) {
-	owner := controller.OwnerFunc(func(string) (string, bool) { return "actuator-a:9003", true })
+	owner := ownsAll
 	var conflicts atomic.Int32
 	conflicts.Store(1)
 	c := cluster.Shared(t)

@@ -46,6 +46,9 @@ type harness struct {
 	clock *clocktesting.FakePassiveClock
 	tidal tidalclient.Interface
 	ctrl  *Controller
+	// stop stops the Controller and its informers, as a crash would; the
+	// test's cleanup calls it too.
+	stop func()
 }
 
 func newHarness(t *testing.T, mutate func(*Config)) *harness {
@@ -109,17 +112,18 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, opts harnessOpts)
 	tidalInf.StartWithContext(ctx)
 	kubeInf.Start(ctx.Done())
 	go func() { _ = ctrl.Run(ctx); close(done) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		<-done
 		tidalInf.Shutdown()
 		kubeInf.Shutdown()
 		broadcaster.Shutdown()
 	})
+	t.Cleanup(stop)
 	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
 		t.Fatal("caches did not sync")
 	}
-	return &harness{t: t, c: c, ns: ns, clock: clk, tidal: tidal, ctrl: ctrl}
+	return &harness{t: t, c: c, ns: ns, clock: clk, tidal: tidal, ctrl: ctrl, stop: stop}
 }
 
 func (h *harness) deployment(name string, replicas int32) {

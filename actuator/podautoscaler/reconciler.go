@@ -71,8 +71,10 @@ type Kind[P Object[P], C any] interface {
 	Get(name cache.ObjectName) (P, error)
 	Fetch(ctx context.Context, name cache.ObjectName) (P, error)
 	UpdateStatus(ctx context.Context, pa P) (P, error)
-	// WithStatus returns a copy of pa with from's status.
+	// WithStatus returns a copy of pa with from's status; WithDecision a
+	// copy of pa with d recorded as its decision.
 	WithStatus(pa, from P) P
+	WithDecision(pa P, d *Decision) P
 	// Urgent reports whether next's status tells readers something they
 	// act on that pa's does not: a condition's status changed, or the
 	// Services Knative routes through. It is written at once, never
@@ -136,6 +138,9 @@ type Pass[P Object[P], C any] struct {
 	Probe kparules.Prober
 	// Paused and Dry hold back the scale write, as tidal's annotations ask.
 	Paused, Dry bool
+	// Waiting holds back a scale write the rules made from a status this
+	// replica took over and another may have left behind (takeoverWait).
+	Waiting bool
 
 	// Set by the reconciler.
 	Result kparules.Result
@@ -711,6 +716,16 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 	if dryRun {
 		return out, nil
 	}
+	name := cache.MetaObjectToName(pa)
+	rep := r.reportOf(name)
+	if p.Patch != nil && p.Record == nil {
+		if wait := r.takeoverWait(rep, pa, p.Now); wait > 0 {
+			p.Patch, p.Waiting = nil, true
+			if out.Requeue <= 0 || wait < out.Requeue {
+				out.Requeue = wait
+			}
+		}
+	}
 
 	// Status.
 	desired := r.kind.SetStatus(p)
@@ -726,7 +741,6 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 	// Before a patch the write is made even when status is unchanged: it
 	// is what proves pa current, unless this replica holds pa; then the
 	// target goes first and status follows.
-	rep := r.reportOf(cache.MetaObjectToName(pa))
 	targetFirst := p.Patch != nil && rep != nil && r.holds(rep, p.PA)
 	if !targetFirst {
 		if err := r.writeStatus(ctx, p, p.Patch != nil); err != nil {
@@ -742,6 +756,9 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 			r.recorder.Eventf(r.ref(p.PA), corev1.EventTypeNormal, EventDryRun, "dry run, not applied: %s", msg)
 		case p.Paused:
 			r.recorder.Eventf(r.ref(p.PA), corev1.EventTypeNormal, EventPaused, "paused at %d, not applied: %s", p.Scale.Replicas, msg)
+		case p.Waiting:
+			r.log.Info("scale write waits for the decider after a takeover", zap.String(r.logKey(), name.String()),
+				zap.Int32("at", p.Scale.Replicas), zap.Int32("rules", *res.Patch))
 		default:
 			began := r.clock.Now()
 			if err := r.scaler.SetReplicas(ctx, p.Target, *p.Patch); err != nil {
@@ -797,23 +814,34 @@ func (r *Reconciler[P, C]) refuse(ctx context.Context, p *Pass[P, C], out Outcom
 // until Spec.StatusInterval after the first change not written yet, and
 // every pass meanwhile reads and adds to the status kept for it: one write
 // reports all they did, the decisions they recorded included, and no
-// force is needed, as no other replica writes it.
+// force is needed, as no other replica writes it. A decision that changes
+// nothing a reader acts on (routine) makes no write due at all.
 func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force bool) error {
 	name := cache.MetaObjectToName(p.PA)
 	rep := r.reportOf(name)
 	var none P
 	pending := rep != nil && rep.pending != none && rep.pending == p.PA
 	// Observe and SetStatus change only Next's status.
-	if !force && !pending && equality.Semantic.DeepEqual(p.PA, p.Next) {
+	changed := !equality.Semantic.DeepEqual(p.PA, p.Next)
+	if !force && !pending && !changed {
 		return nil
 	}
 	if rep != nil && r.holds(rep, p.PA) && !r.kind.Urgent(p.PA, p.Next) {
 		now := r.clock.Now()
-		if !pending {
-			rep.due = now.Add(r.spec.StatusInterval)
+		if !pending || rep.quiet {
+			// No write is due yet. A decision that changes nothing a
+			// reader acts on is kept, not written: the next change's
+			// write (or the handover's, FlushPending) carries it.
+			if !force && (!changed || r.routine(p.PA, p.Next)) {
+				if changed {
+					rep.pending, rep.quiet, p.PA = p.Next, true, p.Next
+				}
+				return nil
+			}
+			rep.due, rep.quiet = now.Add(r.spec.StatusInterval), false
 		}
 		if now.Before(rep.due) {
-			if !equality.Semantic.DeepEqual(p.PA, p.Next) {
+			if changed {
 				rep.pending, p.PA = p.Next, p.Next
 			}
 			r.AddAfter(name, rep.due.Sub(now))
@@ -838,13 +866,13 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 	if err != nil {
 		if rep != nil && apierrors.IsConflict(err) {
 			// Someone else wrote it: the next pass starts from theirs.
-			rep.pending = none
+			rep.pending, rep.quiet = none, false
 		}
 		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
 	}
 	r.written.Put(name, updated.GetResourceVersion(), updated)
 	if rep != nil {
-		rep.base, rep.epoch, rep.pending = updated, r.epoch.Load(), none
+		rep.base, rep.epoch, rep.pending, rep.quiet = updated, r.epoch.Load(), none, false
 	}
 	p.PA = updated
 	return nil

@@ -154,6 +154,11 @@ func (r *Reconciler[P, C]) scale(ctx context.Context, req Request, name cache.Ob
 	if err != nil || res.Stale {
 		return res, err
 	}
+	if rep := r.reportOf(name); rep != nil && !req.DryRun {
+		// The decider's view is as new as the status now: the rules may
+		// follow it (takeoverWait).
+		rep.decided = true
+	}
 	// A dry run (the request's or the PodAutoscaler's) reports what the
 	// target would have; a paused target keeps what it has.
 	if out.Held != nil && (req.DryRun || !out.Paused) {

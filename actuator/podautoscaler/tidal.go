@@ -190,6 +190,12 @@ func (k *tidalKind) WithStatus(pa, from *autoscalingv1alpha1.PodAutoscaler) *aut
 	return c
 }
 
+func (k *tidalKind) WithDecision(pa *autoscalingv1alpha1.PodAutoscaler, d *Decision) *autoscalingv1alpha1.PodAutoscaler {
+	c := pa.DeepCopy()
+	c.Status.LastDecision = d.DeepCopy()
+	return c
+}
+
 func (k *tidalKind) Urgent(pa, next *autoscalingv1alpha1.PodAutoscaler) bool {
 	return ConditionsTurned(pa.Status.Conditions, next.Status.Conditions, func(c metav1.Condition) (string, string) {
 		return c.Type, string(c.Status)

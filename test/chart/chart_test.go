@@ -47,7 +47,7 @@ type scenario struct {
 	// "" means Knative mode is off.
 	knativeNS string
 	// statusInterval is the actuator's --status-interval; "" means the
-	// default, 0s.
+	// default, 3s.
 	statusInterval string
 	// liveReads are the actuator's --live-read-rate, -burst,
 	// -namespace-rate and -namespace-burst; nil means the defaults.
@@ -93,7 +93,7 @@ var scenarios = []scenario{
 		name:           "all options",
 		release:        release{name: "prod", namespace: "autoscaling", valuesFiles: []string{"test/chart/testdata/all-options.yaml"}},
 		fullname:       "tidal-all",
-		statusInterval: "3s",
+		statusInterval: "5s",
 		liveReads:      []string{"8", "16", "2", "4"},
 		replicas:       map[string]int64{"collector": 3, "decider": 4, "actuator": 3},
 		serviceAccounts: map[string]string{
@@ -420,7 +420,7 @@ func checkComponent(t *testing.T, m manifest, sc scenario, c string) {
 		if got, want := env["TIDAL_SCALER"].Value, "kubernetes"; got != want {
 			t.Errorf("TIDAL_SCALER = %q, want %q", got, want)
 		}
-		want := cmp.Or(sc.statusInterval, "0s")
+		want := cmp.Or(sc.statusInterval, "3s")
 		if got := env["TIDAL_STATUS_INTERVAL"].Value; got != want {
 			t.Errorf("TIDAL_STATUS_INTERVAL = %q, want %q", got, want)
 		}
