@@ -13,6 +13,7 @@ type Metrics struct {
 	pods       prometheus.Counter
 	targets    prometheus.Gauge
 	skipped    prometheus.Counter
+	lostRounds prometheus.Counter
 	dials      prometheus.Counter
 	idleConns  prometheus.Gauge
 }
@@ -46,6 +47,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		skipped: f.NewCounter(prometheus.CounterOpts{
 			Name: "tidal_collector_scrapes_skipped_total",
 			Help: "Ticks skipped for a target because its previous scrape was still waiting on a pod.",
+		}),
+		lostRounds: f.NewCounter(prometheus.CounterOpts{
+			Name: "tidal_collector_scrape_rounds_lost_total",
+			Help: "Rounds not run because the scraper fell more than three intervals behind: every target misses that second's sample, and a window with the gap inside reads low. A rate above 0 means too few --scrape.workers or too little CPU.",
 		}),
 		dials: f.NewCounter(prometheus.CounterOpts{
 			Name: "tidal_collector_scrape_dials_total",
