@@ -165,6 +165,23 @@ func goroutines(ctx context.Context, httpAddr string) (int, error) {
 	return int(v), nil
 }
 
+// collectorLosses sums the collectors' scrape rounds lost and target
+// scrapes skipped over the run; -1 each when one could not be read.
+func collectorLosses(ctx context.Context, svcs *services) (rounds, skipped int) {
+	for _, p := range svcs.Procs {
+		if p.Service != "collector" {
+			continue
+		}
+		b, err := serviceMetrics(ctx, p.HTTPAddr)
+		if err != nil {
+			return -1, -1
+		}
+		rounds += int(metricValues(b, "tidal_collector_scrape_rounds_lost_total", "")[""])
+		skipped += int(metricValues(b, "tidal_collector_scrapes_skipped_total", "")[""])
+	}
+	return rounds, skipped
+}
+
 // serviceMetrics reads a service's /metrics.
 func serviceMetrics(ctx context.Context, httpAddr string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -271,6 +271,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	converged := steadyStart.Add(cfg.SwitchPeriod)
 	unchanged, quiet := rep.unchanged(rec, converged, steadyEnd)
 	rep.Unchanged.Sampling = sampling(rec, poller.samples, unchanged, converged, steadyEnd)
+	rep.Unchanged.Sampling.RoundsLost, rep.Unchanged.Sampling.Skipped = collectorLosses(ctx, svcs)
 	if rep.Writes.Error == "" {
 		rep.Writes = in.writeRates(rec.applied(steadyStart, steadyEnd))
 		rep.Unchanged.ActuatorWrites, rep.Unchanged.ActuatorKinds = in.writesOn(unchanged, converged, steadyEnd)

@@ -135,6 +135,9 @@ type Sampling struct {
 	// Moves are their spec.replicas changes, NearGap those with a missing
 	// or doubled second in the stable window and tick before.
 	Moves, NearGap int
+	// RoundsLost and Skipped are the collectors' scrape rounds lost and
+	// target scrapes skipped over the whole run (their metrics).
+	RoundsLost, Skipped int
 }
 
 // maxSteadyPolled bounds the targets whose load never changes that a run
@@ -442,6 +445,7 @@ func (u *Unchanged) write(w io.Writer) {
 	if sp := u.Sampling; sp.Seconds > 0 {
 		fmt.Fprintf(w, "  their scrape samples (%d polled targets, %d target-seconds): %.2f %% of seconds without one, %.2f %% with two or more; %d of their %d moves had such a second in the %s before\n",
 			sp.Targets, sp.Seconds, 100*float64(sp.Missing)/float64(sp.Seconds), 100*float64(sp.Doubled)/float64(sp.Seconds), sp.NearGap, sp.Moves, gapReach)
+		fmt.Fprintf(w, "  the collectors over the run: %d scrape rounds lost (more than a round behind), %d target scrapes skipped (the last still running)\n", sp.RoundsLost, sp.Skipped)
 	}
 }
 
