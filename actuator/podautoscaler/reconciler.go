@@ -652,6 +652,7 @@ func (r *Reconciler[P, C]) reconcileLatest(ctx context.Context, name cache.Objec
 // with, and scales the target first: a wake from zero waits for one API
 // write, not two, as with Knative's autoscaler.
 func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decision, dryRun bool) (Outcome, error) {
+	name := cache.MetaObjectToName(pa)
 	p := &Pass[P, C]{PA: pa, Next: pa.DeepCopy(), Now: r.clock.Now(), Decision: r.kind.Decision(pa), Target: r.kind.Target(pa)}
 	if decision != nil {
 		p.Decision = decision
@@ -682,7 +683,7 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 		return out, err
 	}
 	if !dryRun {
-		r.selectors.Set(cache.MetaObjectToName(pa), pa.GetNamespace(), p.Selector)
+		r.selectors.Set(name, pa.GetNamespace(), p.Selector)
 	}
 
 	// Rules.
@@ -716,7 +717,6 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 	if dryRun {
 		return out, nil
 	}
-	name := cache.MetaObjectToName(pa)
 	rep := r.reportOf(name)
 	if p.Patch != nil && p.Record == nil {
 		if wait := r.takeoverWait(rep, pa, p.Now); wait > 0 {
@@ -766,7 +766,7 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 			}
 			took := r.clock.Since(began)
 			out.After, out.Patched = *p.Patch, true
-			if r.turned(cache.MetaObjectToName(pa), *p.Patch-p.Scale.Replicas) {
+			if r.turned(name, *p.Patch-p.Scale.Replicas) {
 				r.recorder.Event(r.ref(p.PA), corev1.EventTypeNormal, EventScaled, msg)
 			}
 			var seq int64
@@ -774,7 +774,7 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 			if d := p.Decision; d != nil {
 				seq, reason = d.Sequence, d.Reason
 			}
-			r.log.Info("scaled", zap.String(r.logKey(), cache.MetaObjectToName(pa).String()), zap.Int32("from", p.Scale.Replicas),
+			r.log.Info("scaled", zap.String(r.logKey(), name.String()), zap.Int32("from", p.Scale.Replicas),
 				zap.Int32("to", *p.Patch), zap.Int64("sequence", seq), zap.String("reason", reason), zap.Duration("write", took))
 		}
 	}

@@ -445,7 +445,11 @@ func (u *Unchanged) write(w io.Writer) {
 	if sp := u.Sampling; sp.Seconds > 0 {
 		fmt.Fprintf(w, "  their scrape samples (%d polled targets, %d target-seconds): %.2f %% of seconds without one, %.2f %% with two or more; %d of their %d moves had such a second in the %s before\n",
 			sp.Targets, sp.Seconds, 100*float64(sp.Missing)/float64(sp.Seconds), 100*float64(sp.Doubled)/float64(sp.Seconds), sp.NearGap, sp.Moves, gapReach)
-		fmt.Fprintf(w, "  the collectors over the run: %d scrape rounds lost (more than three intervals late), %d target scrapes skipped (the last still running)\n", sp.RoundsLost, sp.Skipped)
+		if sp.RoundsLost < 0 {
+			fmt.Fprintln(w, "  the collectors over the run: their metrics could not be read")
+		} else {
+			fmt.Fprintf(w, "  the collectors over the run: %d scrape rounds lost (more than three intervals late), %d target scrapes skipped (the last still running)\n", sp.RoundsLost, sp.Skipped)
+		}
 	}
 }
 
