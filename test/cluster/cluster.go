@@ -273,9 +273,12 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		c.AuditLog = filepath.Join(dir, "audit.log")
 		// Blocking, not batch: the batch backend drops events once its
 		// buffer fills, which a starved API server reached at 10,000
-		// targets (the log held 22 of tidal's 59 writes a second).
+		// targets (the log held 22 of tidal's 59 writes a second). One
+		// file, never rotated (the default rotates at 100 MB, which a
+		// 10,000-target run reached before its steady phase): AuditLog
+		// holds the whole run.
 		audit = []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.AuditLog, "--audit-log-format=json",
-			"--audit-log-mode=blocking"}
+			"--audit-log-mode=blocking", "--audit-log-maxsize=1048576"}
 	}
 	apiserver, err := c.start(dir, "kube-apiserver", bins.Kube, append([]string{"kube-apiserver",
 		"--etcd-servers=" + etcdURL,

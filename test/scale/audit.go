@@ -2,6 +2,7 @@ package scale
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +18,9 @@ import (
 // auditPolicy records every write in the targets' namespace but the pods'
 // and ReplicaSets' (the control plane's own churn, which no tidal service
 // makes): who wrote (user agent), what, when the API server received it and
-// when it answered. One line per request, at the end of it.
+// when it answered. One line per request, at the end of it. PodAutoscaler
+// status writes and Events carry their body, for what each one changed
+// and why it was made (apiWrite.detail).
 func auditPolicy(ns string) string {
 	return `apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -29,6 +32,14 @@ rules:
     resources: ["pods", "pods/*"]
   - group: "apps"
     resources: ["replicasets", "replicasets/*"]
+- level: Request
+  namespaces: ["` + ns + `"]
+  verbs: ["create", "update", "patch"]
+  resources:
+  - group: "autoscaling.tidal.dev"
+    resources: ["podautoscalers/status"]
+  - group: ""
+    resources: ["events"]
 - level: Metadata
   namespaces: ["` + ns + `"]
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
@@ -72,6 +83,10 @@ type apiWrite struct {
 	name           string
 	code           int
 	received, done time.Time
+	// detail says what a PodAutoscaler status write changed from the
+	// last one the log holds for it (statusChange) and an Event's
+	// reason; empty for other writes.
+	detail string
 }
 
 // readAudit reads an audit log's writes.
@@ -82,6 +97,7 @@ func readAudit(path string) ([]apiWrite, error) {
 	}
 	defer func() { _ = f.Close() }()
 	var out []apiWrite
+	statuses := map[string]map[string]json.RawMessage{} // each PodAutoscaler's last status write
 	r := bufio.NewReaderSize(f, 64<<10)
 	for {
 		line, err := r.ReadBytes('\n')
@@ -106,8 +122,13 @@ func readAudit(path string) ([]apiWrite, error) {
 			ResponseStatus *struct {
 				Code int `json:"code"`
 			} `json:"responseStatus"`
-			Received time.Time `json:"requestReceivedTimestamp"`
-			Done     time.Time `json:"stageTimestamp"`
+			Received      time.Time `json:"requestReceivedTimestamp"`
+			Done          time.Time `json:"stageTimestamp"`
+			RequestObject *struct {
+				Status map[string]json.RawMessage `json:"status"`
+				Reason string                     `json:"reason"`
+				Last   time.Time                  `json:"lastTimestamp"`
+			} `json:"requestObject"`
 		}
 		if err := json.Unmarshal(line, &e); err != nil {
 			return nil, fmt.Errorf("audit log %s: %w", path, err)
@@ -123,8 +144,95 @@ func readAudit(path string) ([]apiWrite, error) {
 		if e.ResponseStatus != nil {
 			w.code = e.ResponseStatus.Code
 		}
+		if o := e.RequestObject; o != nil {
+			switch {
+			case w.what == "events":
+				w.detail = o.Reason
+				if !o.Last.IsZero() && w.received.Sub(o.Last) >= eventLate {
+					// The recorder sends Events one at a time: under
+					// load they reach the API server long after what
+					// they report.
+					w.detail += fmt.Sprintf(", sent %v or more after it happened", eventLate)
+				}
+			case w.what == "podautoscalers/status" && w.code < 300:
+				w.detail = statusChange(statuses[w.name], o.Status)
+				statuses[w.name] = o.Status
+			}
+		}
 		out = append(out, w)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].received.Before(out[j].received) })
 	return out, nil
+}
+
+// eventLate is how long after what it reports an Event's write is told
+// apart (apiWrite.detail).
+const eventLate = 10 * time.Second
+
+// statusChange names the fields of a PodAutoscaler's status that differ
+// from was to now: top-level fields by name, lastDecision's and each
+// condition's by theirs ("lastDecision.sequence", "conditions.Active");
+// "first" when there is no was, "nothing" when they are the same.
+func statusChange(was, now map[string]json.RawMessage) string {
+	if was == nil {
+		return "first"
+	}
+	var changed []string
+	for _, k := range keysOf(was, now) {
+		a, b := was[k], now[k]
+		switch k {
+		case "lastDecision":
+			var da, db map[string]json.RawMessage
+			_ = json.Unmarshal(a, &da)
+			_ = json.Unmarshal(b, &db)
+			for _, f := range keysOf(da, db) {
+				if !bytes.Equal(da[f], db[f]) {
+					changed = append(changed, k+"."+f)
+				}
+			}
+		case "conditions":
+			ca, cb := conditionsByType(a), conditionsByType(b)
+			for _, t := range keysOf(ca, cb) {
+				if ca[t] != cb[t] {
+					changed = append(changed, k+"."+t)
+				}
+			}
+		default:
+			if !bytes.Equal(a, b) {
+				changed = append(changed, k)
+			}
+		}
+	}
+	if len(changed) == 0 {
+		return "nothing"
+	}
+	return strings.Join(changed, " ")
+}
+
+// conditionsByType maps each condition in raw to its status, reason and
+// message: what a reader sees change (a new transition time comes with a
+// new status).
+func conditionsByType(raw json.RawMessage) map[string]string {
+	var cs []struct{ Type, Status, Reason, Message string }
+	_ = json.Unmarshal(raw, &cs)
+	m := make(map[string]string, len(cs))
+	for _, c := range cs {
+		m[c.Type] = c.Status + "/" + c.Reason + "/" + c.Message
+	}
+	return m
+}
+
+// keysOf returns the keys of a and b, sorted, each once.
+func keysOf[V any](a, b map[string]V) []string {
+	ks := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		ks = append(ks, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	return ks
 }

@@ -34,6 +34,20 @@ type services struct {
 	ownLogs bool
 }
 
+// writeKeys writes a Knative ConfigMap's keys into dir, a file per key, as
+// the services' --config-* flags read them.
+func writeKeys(dir string, keys map[string]string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	for k, v := range keys {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type serviceProc struct {
 	Service string // collector, decider or actuator
 	*system.Proc
@@ -57,10 +71,17 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 	if s.cfgDir, err = os.MkdirTemp("", "tidal-scale-config-"); err != nil {
 		return nil, fmt.Errorf("config directory: %w", err)
 	}
-	for k, v := range autoscaler {
-		if err := os.WriteFile(filepath.Join(s.cfgDir, k), []byte(v), 0o644); err != nil {
-			return nil, fmt.Errorf("config-autoscaler %s: %w", k, err)
-		}
+	autoscalerDir, deploymentDir := filepath.Join(s.cfgDir, "autoscaler"), filepath.Join(s.cfgDir, "deployment")
+	if err := writeKeys(autoscalerDir, autoscaler); err != nil {
+		return nil, fmt.Errorf("config-autoscaler: %w", err)
+	}
+	// A pod the machine has not made Ready within Knative's progress
+	// deadline (10 minutes) has its target scaled to zero as failed, and
+	// the run's load, read from pods, cannot wake it: at 10,000 targets
+	// the creation backlog outlasted it for 678 of them. The run measures
+	// its steady phase, so the deadline outlasts the run's settling.
+	if err := writeKeys(deploymentDir, map[string]string{"progress-deadline": "2h"}); err != nil {
+		return nil, fmt.Errorf("config-deployment: %w", err)
 	}
 	if s.Kafka, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
@@ -87,11 +108,11 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 	var deciders []string
 	for i := range replicas {
 		a, err := start("actuator", fmt.Sprintf("actuator-%d", i), append([]string{"--scaler", "kubernetes", "--kubeconfig", c.Kubeconfig,
-			"--config-autoscaler", s.cfgDir, "--kafka-brokers", brokers}, shared...)...)
+			"--config-autoscaler", autoscalerDir, "--config-deployment", deploymentDir, "--kafka-brokers", brokers}, shared...)...)
 		if err != nil {
 			return nil, err
 		}
-		d, err := start("decider", fmt.Sprintf("decider-%d", i), "--actuator-addr", a.GRPCAddr, "--config-autoscaler", s.cfgDir)
+		d, err := start("decider", fmt.Sprintf("decider-%d", i), "--actuator-addr", a.GRPCAddr, "--config-autoscaler", autoscalerDir, "--config-deployment", deploymentDir)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -215,8 +216,10 @@ type Writes struct {
 	// StatusAfterScale are the actuator's PodAutoscaler status writes
 	// made after a scale write of their target since their last one (they
 	// report a change), StatusAlone the others (ready pods, conditions,
-	// decisions that changed no replicas).
+	// decisions that changed no replicas); StatusAloneBy counts those by
+	// what they changed (apiWrite.detail), largest first.
 	StatusAfterScale, StatusAlone int
+	StatusAloneBy                 []Rate
 	Error                         string
 }
 
@@ -348,15 +351,42 @@ func (in *splitInput) writesOn(names map[string]bool, start, end time.Time) (int
 		}
 		if names[name] {
 			n++
-			kinds[a.what+" "+a.verb]++
+			kinds[a.what+" "+a.verb+detailOf(a)]++
 		}
 	}
-	var by []Rate
-	for k, c := range kinds {
+	return n, byCount(kinds)
+}
+
+// detailOf is a's detail as a suffix of its kind, " [detail]", or "".
+func detailOf(a apiWrite) string {
+	if a.detail == "" {
+		return ""
+	}
+	return " [" + a.detail + "]"
+}
+
+// byCount returns counts as Rates, the largest first, at most maxKinds of
+// them with the rest summed into "other".
+func byCount(counts map[string]int) []Rate {
+	const maxKinds = 8
+	by := make([]Rate, 0, len(counts))
+	for k, c := range counts {
 		by = append(by, Rate{k, float64(c)})
 	}
-	sort.Slice(by, func(i, j int) bool { return by[i].PerSec > by[j].PerSec })
-	return n, by
+	sort.Slice(by, func(i, j int) bool {
+		if by[i].PerSec != by[j].PerSec {
+			return by[i].PerSec > by[j].PerSec
+		}
+		return by[i].Key < by[j].Key
+	})
+	if len(by) > maxKinds {
+		other := Rate{Key: "other"}
+		for _, r := range by[maxKinds:] {
+			other.PerSec += r.PerSec
+		}
+		by = append(by[:maxKinds], other)
+	}
+	return by
 }
 
 // writeRates counts the writes of the steady phase by client.
@@ -365,6 +395,7 @@ func (in *splitInput) writeRates(applied int) Writes {
 	secs := in.end.Sub(in.start).Seconds()
 	agents, kinds := map[string]int{}, map[string]int{}
 	scaled := map[string]bool{} // a scale write since the target's last status write
+	alone := map[string]int{}
 	for _, a := range in.writes {
 		if a.received.Before(in.start) || a.received.After(in.end) {
 			continue
@@ -378,6 +409,7 @@ func (in *splitInput) writeRates(applied int) Writes {
 					w.StatusAfterScale++
 				} else {
 					w.StatusAlone++
+					alone[a.detail]++
 				}
 				scaled[a.name] = false
 			}
@@ -390,6 +422,7 @@ func (in *splitInput) writeRates(applied int) Writes {
 		}
 		agents[a.agent]++
 	}
+	w.StatusAloneBy = byCount(alone)
 	for k, n := range agents {
 		w.ByAgent = append(w.ByAgent, Rate{k, float64(n) / secs})
 		if applied > 0 {
@@ -468,6 +501,14 @@ func (ws *Writes) write(w io.Writer) {
 		parts = append(parts, fmt.Sprintf("%s %.1f", k.Key, k.PerSec))
 	}
 	fmt.Fprintf(w, "busiest writes/s: %s\n", strings.Join(parts, ", "))
-	fmt.Fprintf(w, "actuator's status writes: %d after a scale write of their target, %d with none since their last (ready pods, conditions, decisions that moved no replicas)\n",
+	fmt.Fprintf(w, "actuator's status writes: %d after a scale write of their target, %d with none since their last (ready pods, conditions, decisions that moved no replicas)",
 		ws.StatusAfterScale, ws.StatusAlone)
+	parts = parts[:0]
+	for _, k := range ws.StatusAloneBy {
+		parts = append(parts, fmt.Sprintf("%s %.0f", cmp.Or(k.Key, "?"), k.PerSec))
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "; those by what they changed: %s", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
 }

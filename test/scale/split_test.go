@@ -1,8 +1,11 @@
 package scale
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,19 +88,27 @@ func TestWriteRates(t *testing.T) {
 	w := func(agent, what, name string, s float64) apiWrite {
 		return apiWrite{agent: agent, what: what, name: name, received: at(s), done: at(s + 0.1)}
 	}
+	alone := func(name string, s float64) apiWrite {
+		a := w(actuatorAgent, "podautoscalers/status", name, s)
+		a.detail = "actualScale" // ready pods changed
+		return a
+	}
 	in := splitInput{start: at(0), end: at(10), writes: []apiWrite{
 		w(actuatorAgent, "podautoscalers/status", "a", -1), // before the steady phase
 		w(actuatorAgent, "deployments/scale", "a", 1),
 		w(actuatorAgent, "deployments/scale", "a", 2),
 		w(actuatorAgent, "podautoscalers/status", "a", 3), // reports both changes
-		w(actuatorAgent, "podautoscalers/status", "a", 4), // alone
-		w(actuatorAgent, "podautoscalers/status", "b", 5), // alone
+		alone("a", 4),
+		alone("b", 5),
 		w(actuatorAgent, "leases", "bucket-1", 5),
 		w("kube-controller-manager", "deployments/status", "a", 6),
 	}}
 	ws := in.writeRates(2)
 	if ws.StatusAfterScale != 1 || ws.StatusAlone != 2 {
 		t.Errorf("status writes after a scale write %d, alone %d; want 1, 2", ws.StatusAfterScale, ws.StatusAlone)
+	}
+	if want := []Rate{{"actualScale", 2}}; !slices.Equal(ws.StatusAloneBy, want) {
+		t.Errorf("status writes alone by what they changed = %v, want %v", ws.StatusAloneBy, want)
 	}
 	if got := ws.PerChange[actuatorAgent]; got != 2.5 {
 		t.Errorf("actuator writes per change = %v, want 2.5 (5 writes but the Lease's, 2 changes)", got)
@@ -136,7 +147,10 @@ func TestSampling(t *testing.T) {
 func TestReadAudit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.log")
 	log := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"1","stage":"ResponseComplete","requestURI":"/apis/apps/v1/namespaces/scale/deployments/kpa-00001/scale","verb":"patch","user":{"username":"admin"},"userAgent":"tidal-actuator/v0.0.0 (linux/amd64) kubernetes/$Format","objectRef":{"resource":"deployments","namespace":"scale","name":"kpa-00001","apiGroup":"apps","apiVersion":"v1","subresource":"scale"},"responseStatus":{"metadata":{},"code":200},"requestReceivedTimestamp":"2026-12-03T08:00:01.250000Z","stageTimestamp":"2026-12-03T08:00:01.262500Z"}
-{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"2","stage":"ResponseComplete","verb":"create","userAgent":"tidal-actuator/v0.0.0","objectRef":{"resource":"events","namespace":"scale","name":"kpa-00001.1"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-12-03T08:00:01.000000Z","stageTimestamp":"2026-12-03T08:00:01.010000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Request","auditID":"2","stage":"ResponseComplete","verb":"create","userAgent":"tidal-actuator/v0.0.0","objectRef":{"resource":"events","namespace":"scale","name":"kpa-00001.1"},"responseStatus":{"code":201},"requestObject":{"kind":"Event","reason":"Scaled","lastTimestamp":"2026-12-03T08:00:01Z"},"requestReceivedTimestamp":"2026-12-03T08:00:01.000000Z","stageTimestamp":"2026-12-03T08:00:01.010000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Request","auditID":"6","stage":"ResponseComplete","verb":"create","userAgent":"tidal-actuator/v0.0.0","objectRef":{"resource":"events","namespace":"scale","name":"kpa-00001.2"},"responseStatus":{"code":201},"requestObject":{"kind":"Event","reason":"Scaled","lastTimestamp":"2026-12-03T08:00:01Z"},"requestReceivedTimestamp":"2026-12-03T08:00:20.000000Z","stageTimestamp":"2026-12-03T08:00:20.010000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Request","auditID":"4","stage":"ResponseComplete","verb":"update","userAgent":"tidal-actuator/v0.0.0","objectRef":{"resource":"podautoscalers","namespace":"scale","name":"kpa-00001","subresource":"status"},"responseStatus":{"code":200},"requestObject":{"status":{"actualScale":1,"lastDecision":{"sequence":1,"desiredScale":2}}},"requestReceivedTimestamp":"2026-12-03T08:00:02.000000Z","stageTimestamp":"2026-12-03T08:00:02.010000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Request","auditID":"5","stage":"ResponseComplete","verb":"update","userAgent":"tidal-actuator/v0.0.0","objectRef":{"resource":"podautoscalers","namespace":"scale","name":"kpa-00001","subresource":"status"},"responseStatus":{"code":200},"requestObject":{"status":{"actualScale":2,"lastDecision":{"sequence":2,"desiredScale":2}}},"requestReceivedTimestamp":"2026-12-03T08:00:03.000000Z","stageTimestamp":"2026-12-03T08:00:03.010000Z"}
 {"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"3","stage":"Respon`
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
@@ -146,8 +160,8 @@ func TestReadAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The last line, half written, is not read.
-	if len(ws) != 2 {
-		t.Fatalf("writes = %d, want 2", len(ws))
+	if len(ws) != 5 {
+		t.Fatalf("writes = %d, want 5", len(ws))
 	}
 	// Sorted by the time the API server received them.
 	w := ws[1]
@@ -155,8 +169,49 @@ func TestReadAudit(t *testing.T) {
 		w.done.Sub(w.received) != 12500*time.Microsecond {
 		t.Errorf("write = %+v", w)
 	}
-	if ws[0].what != "events" || ws[0].code != 201 {
-		t.Errorf("first write = %+v, want the Event", ws[0])
+	if ws[0].what != "events" || ws[0].code != 201 || ws[0].detail != "Scaled" {
+		t.Errorf("first write = %+v, want the Scaled Event", ws[0])
+	}
+	if ws[2].detail != "first" || ws[3].detail != "actualScale lastDecision.sequence" {
+		t.Errorf("status writes' details = %q, %q; want first, then what the second changed", ws[2].detail, ws[3].detail)
+	}
+	if want := "Scaled, sent 10s or more after it happened"; ws[4].detail != want {
+		t.Errorf("a late Event's detail = %q, want %q", ws[4].detail, want)
+	}
+}
+
+func TestStatusChange(t *testing.T) {
+	obj := func(s string) map[string]json.RawMessage {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	cond := func(typ, status, at string) string {
+		return `{"type":"` + typ + `","status":"` + status + `","reason":"R","message":"","lastTransitionTime":"` + at + `"}`
+	}
+	base := `{"actualScale":3,"desiredScale":3,"conditions":[` + cond("Ready", "True", "t0") + `,` + cond("Active", "True", "t0") + `],"lastDecision":{"sequence":10,"desiredScale":3,"reason":"a"}}`
+	for _, tc := range []struct {
+		name, was, now, want string
+	}{
+		{"no earlier write", "", base, "first"},
+		{"same", base, base, "nothing"},
+		{"ready pods", base, strings.Replace(base, `"actualScale":3`, `"actualScale":2`, 1), "actualScale"},
+		{"a field appears", `{"desiredScale":3}`, `{"desiredScale":3,"metricName":"m"}`, "metricName"},
+		{"a decision's record", base, strings.Replace(base, `"sequence":10,"desiredScale":3,"reason":"a"`, `"sequence":11,"desiredScale":3,"reason":"b"`, 1), "lastDecision.reason lastDecision.sequence"},
+		{"a condition turns", base, strings.Replace(base, cond("Active", "True", "t0"), cond("Active", "False", "t1"), 1), "conditions.Active"},
+		{"a condition only re-stamped", base, strings.Replace(base, cond("Active", "True", "t0"), cond("Active", "True", "t1"), 1), "nothing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var was map[string]json.RawMessage
+			if tc.was != "" {
+				was = obj(tc.was)
+			}
+			if got := statusChange(was, obj(tc.now)); got != tc.want {
+				t.Errorf("statusChange = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
