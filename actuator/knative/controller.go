@@ -22,6 +22,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +68,9 @@ type Config struct {
 	// Claims spends the API budget by priority (podautoscaler.Spec); nil
 	// for none.
 	Claims *writebudget.Claims
+	// StatusWrites counts status writes (podautoscaler.Spec); nil for
+	// none.
+	StatusWrites *prometheus.CounterVec
 	// ClusterDomain is the suffix of Service host names the activator probe
 	// dials ("cluster.local").
 	ClusterDomain string
@@ -137,6 +141,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		TargetRetry:    cfg.TargetRetry,
 		ProbeRetry:     probeRetry,
 		StatusInterval: cfg.StatusInterval,
+		StatusWrites:   cfg.StatusWrites,
 		Claims:         cfg.Claims,
 	}, log, clk, kubeInformers.Core().V1().Pods().Informer(), scaler, recorder)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/tools/cache"
 )
@@ -23,6 +24,8 @@ type report[P any] struct {
 	// follow what was applied, not what was written.
 	pending P
 	due     time.Time
+	// first is when the first change pending holds was made.
+	first time.Time
 	// quiet is set while pending holds only decisions that change nothing
 	// a reader acts on (routine), with no write due.
 	quiet bool
@@ -108,10 +111,61 @@ func (r *Reconciler[P, C]) withPending(name cache.ObjectName, pa P) P {
 //
 // Without Leases, replicas that share a PodAutoscaler meet only in its
 // status, so every decision is recorded there before it is applied.
-func (r *Reconciler[P, C]) holds(rep *report[P], pa P) bool {
+func (r *Reconciler[P, C]) holds(rep *report[P], pa P) bool { return r.unheld(rep, pa) == "" }
+
+// unheld says why this replica does not hold pa (holds): WriteEvery
+// without a status interval and Leases, WriteFirst before its first status
+// write since it last gained or lost PodAutoscalers, WriteOthers when pa is
+// not its last write; "" when it holds pa.
+func (r *Reconciler[P, C]) unheld(rep *report[P], pa P) string {
 	var none P
-	return r.Shared() && rep.base != none && rep.epoch == r.epoch.Load() &&
-		pa.GetResourceVersion() == rep.base.GetResourceVersion()
+	switch {
+	case rep == nil || !r.Shared():
+		return WriteEvery
+	case rep.base == none || rep.epoch != r.epoch.Load():
+		return WriteFirst
+	case pa.GetResourceVersion() != rep.base.GetResourceVersion():
+		return WriteOthers
+	}
+	return ""
+}
+
+// Why a status write was made (Spec.StatusWrites' label why).
+const (
+	// WriteDue: the changes this replica kept paused for the status
+	// interval, or the longest wait passed.
+	WriteDue = "due"
+	// WriteUrgent: a condition turned, written at once.
+	WriteUrgent = "urgent"
+	// WriteForced: the status write that proves the copy current before
+	// a scale write, by a replica that does not hold the PodAutoscaler.
+	WriteForced = "forced"
+	// WriteEvery: no status interval or no Leases, every change written.
+	WriteEvery = "every"
+	// WriteFirst: the replica's first write since it gained or lost
+	// PodAutoscalers.
+	WriteFirst = "first"
+	// WriteOthers: the newest copy is not this replica's last write.
+	WriteOthers = "others"
+	// WriteFlush: what the replica kept, written before a handover.
+	WriteFlush = "flush"
+)
+
+// NewStatusWrites registers the counter of status writes by kind and why
+// (Spec.StatusWrites).
+func NewStatusWrites(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tidal_actuator_status_writes_total",
+		Help: "PodAutoscaler status writes by kind and why they were made: due (the changes kept paused for --status-interval, or the longest wait passed), urgent (a condition turned), forced (before a scale write of a PodAutoscaler this replica does not hold), every (no coalescing), first (the first since this replica gained or lost PodAutoscalers), others (the newest copy is not this replica's write), flush (before a handover).",
+	}, []string{"kind", "why"})
+	reg.MustRegister(c)
+	return c
+}
+
+func (r *Reconciler[P, C]) countWrite(why string) {
+	if r.spec.StatusWrites != nil {
+		r.spec.StatusWrites.WithLabelValues(r.spec.Name, why).Inc()
+	}
 }
 
 // routine reports whether next's status differs from pa's only in the
@@ -241,6 +295,7 @@ func (r *Reconciler[P, C]) flush(ctx context.Context, name cache.ObjectName) err
 		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
 	}
 	r.written.Put(name, updated.GetResourceVersion(), updated)
+	r.countWrite(WriteFlush)
 	rep.base = updated
 	return nil
 }

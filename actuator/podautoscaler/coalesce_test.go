@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
@@ -29,14 +31,19 @@ var ownsAll = controller.OwnerFunc(func(string) (string, bool) { return "actuato
 // coalescing starts a harness whose replica holds every PodAutoscaler and
 // coalesces status writes over interval, with "web" reconciled and its
 // conditions settled (a change of a condition is written at once); wrap,
-// when set, wraps its transport.
-func coalescing(t *testing.T, interval time.Duration, wrap func(http.RoundTripper) http.RoundTripper) *harness {
+// when set, wraps its transport; also, when set, changes its Config more.
+func coalescing(t *testing.T, interval time.Duration, wrap func(http.RoundTripper) http.RoundTripper, also ...func(*Config)) *harness {
 	t.Helper()
 	c := cluster.Shared(t)
 	h := startHarness(t, c, c.Namespace(t), harnessOpts{
-		owner:  ownsAll,
-		mutate: func(c *Config) { c.StatusInterval = interval },
-		wrap:   wrap,
+		owner: ownsAll,
+		mutate: func(c *Config) {
+			c.StatusInterval = interval
+			for _, f := range also {
+				f(c)
+			}
+		},
+		wrap: wrap,
 	})
 	h.reconciledWeb()
 	h.settledWeb()
@@ -104,7 +111,7 @@ func TestCoalescedReports(t *testing.T) {
 	}
 
 	// The interval passes: one write reports the newest state.
-	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.clock.SetTime(h.clock.Now().Add(statusDebounce * interval))
 	h.eventually("status written", func() bool {
 		pa := h.get("web")
 		d := pa.Status.LastDecision
@@ -116,7 +123,7 @@ func TestCoalescedReports(t *testing.T) {
 
 	// After a change of ownership the next change is recorded first.
 	h.readyPods("web", 2)
-	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.clock.SetTime(h.clock.Now().Add(statusDebounce * interval))
 	h.eventually("actualScale 2 written", func() bool {
 		pa := h.get("web")
 		return pa.Status.ActualScale != nil && *pa.Status.ActualScale == 2
@@ -164,6 +171,116 @@ func TestCoalescedReports(t *testing.T) {
 	}
 }
 
+// TestStatusWaitsForPause: changes that come less than an interval apart
+// (a target stepped a tick at a time) are reported by one status write
+// once they pause, but no later than statusDebounce intervals after the
+// first; a change on its own is written an interval after it. The
+// shared cluster makes the target's pods, whose readiness is a change too.
+func TestStatusWaitsForPause(t *testing.T) {
+	const interval = time.Second
+	all := &requests{n: map[string]int{}, all: true}
+	writes := NewStatusWrites(prometheus.NewRegistry())
+	h := coalescing(t, interval, all.wrap, func(c *Config) { c.StatusWrites = writes })
+	name := cache.ObjectName{Namespace: h.ns, Name: "web"}
+	start := h.clock.Now()
+	at := func(d time.Duration) { h.clock.SetTime(start.Add(d)) }
+	call := func(seq uint64, desired int32) {
+		t.Helper()
+		res, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "web"},
+			Desired: desired, Sequence: seq, Reason: "stable: test"}})
+		if err != nil || !res.Changed {
+			t.Fatalf("Scale(%d, %d) = %+v, %v; want changed", seq, desired, res, err)
+		}
+	}
+	pass := func() {
+		t.Helper()
+		if _, err := h.ctrl.Sync(context.Background(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statusWrites := func() int { return all.take()["PUT podautoscalers/status"] }
+	count := func(why string) float64 {
+		var m dto.Metric
+		if err := writes.WithLabelValues("podautoscaler", why).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	settled := map[string]float64{} // the counts once the harness settled
+	for _, why := range []string{WriteDue, WriteUrgent, WriteForced, WriteEvery, WriteFirst, WriteOthers, WriteFlush} {
+		settled[why] = count(why)
+	}
+	recorded := func() int64 {
+		if d := h.get("web").Status.LastDecision; d != nil {
+			return d.Sequence
+		}
+		return 0
+	}
+	all.take()
+
+	// Five steps 0.6 intervals apart: each keeps the write waiting, up to
+	// three intervals after the first.
+	for i := range 5 {
+		at(time.Duration(i) * 6 * interval / 10)
+		call(uint64(1000*(i+1)), int32(2+i))
+		pass()
+	}
+	if n := statusWrites(); n != 0 {
+		t.Errorf("status writes while changes come 0.6 intervals apart = %d, want 0", n)
+	}
+	at(statusDebounce*interval - time.Millisecond)
+	pass()
+	if n := statusWrites(); n != 0 {
+		t.Errorf("status writes just before %d intervals = %d, want 0", statusDebounce, n)
+	}
+	at(statusDebounce * interval)
+	pass()
+	// Pods still coming up may be reported by a write of their own.
+	if n, seq := statusWrites(), recorded(); n < 1 || seq != 5000 {
+		t.Errorf("status writes at %d intervals = %d recording %d, want one recording the last of the five (5000)", statusDebounce, n, seq)
+	}
+
+	// The pods of the last step come up (worker passes report them), and
+	// their write goes.
+	h.eventually("6 ready pods reported", func() bool {
+		pa, err := h.ctrl.current(name)
+		return err == nil && pa.Status.ActualScale != nil && *pa.Status.ActualScale == 6
+	})
+	at(2 * statusDebounce * interval)
+	pass()
+	statusWrites()
+
+	// A change on its own that moves no pod (the excess burst capacity
+	// turns negative): written an interval after it.
+	later := 10 * interval
+	at(later)
+	short := int32(-5)
+	if _, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "web"},
+		Desired: 6, Sequence: 6000, Reason: "stable: test"}, ExcessBurstCapacity: &short}); err != nil {
+		t.Fatal(err)
+	}
+	at(later + interval - time.Millisecond)
+	pass()
+	if n := statusWrites(); n != 0 {
+		t.Errorf("status writes before an interval passed = %d, want 0", n)
+	}
+	at(later + interval)
+	pass()
+	if n, seq := statusWrites(), recorded(); n != 1 || seq != 6000 {
+		t.Errorf("status writes an interval after a lone change = %d recording %d, want 1 recording 6000", n, seq)
+	}
+	// Every write since the harness settled came due, or at once for a
+	// condition that turned (the shared cluster's pods may flap).
+	for _, why := range []string{WriteForced, WriteEvery, WriteFirst, WriteOthers, WriteFlush} {
+		if n := count(why) - settled[why]; n != 0 {
+			t.Errorf("status writes counted %s = %v, want 0", why, n)
+		}
+	}
+	if n := count(WriteDue) - settled[WriteDue]; n < 2 {
+		t.Errorf("status writes counted due = %v, want at least the two the test waited for", n)
+	}
+}
+
 // TestRoutineDecisionsKept: under Leases and a status interval, a decision
 // that changes nothing a reader acts on (the count recorded, a newer
 // sequence) is kept, not written, even once the interval has passed; it
@@ -186,7 +303,7 @@ func TestRoutineDecisionsKept(t *testing.T) {
 		return func() bool { d := h.get("web").Status.LastDecision; return d != nil && d.Sequence == seq }
 	}
 	call(1000, 1) // the count it has
-	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.clock.SetTime(h.clock.Now().Add(statusDebounce * interval))
 	h.eventually("decision 1000 written", recorded(1000))
 	all.take()
 
@@ -194,7 +311,7 @@ func TestRoutineDecisionsKept(t *testing.T) {
 		if res := call(seq, 1); res.Changed || res.Stale {
 			t.Fatalf("Scale(%d, 1) = %+v, want unchanged", seq, res)
 		}
-		h.clock.SetTime(h.clock.Now().Add(2 * interval))
+		h.clock.SetTime(h.clock.Now().Add(statusDebounce * interval))
 		h.ctrl.AddAfter(cache.ObjectName{Namespace: h.ns, Name: "web"}, 0)
 	}
 	// A worker pass has run since the last interval passed.
@@ -216,7 +333,7 @@ func TestRoutineDecisionsKept(t *testing.T) {
 	if res := call(5000, 3); !res.Changed || res.Applied != 3 {
 		t.Fatalf("Scale to 3 = %+v, want changed", res)
 	}
-	h.clock.SetTime(h.clock.Now().Add(2 * interval))
+	h.clock.SetTime(h.clock.Now().Add(statusDebounce * interval))
 	h.eventually("decision 5000 written", recorded(5000))
 
 	// A handover writes a kept decision.
@@ -247,7 +364,7 @@ func TestTakeoverWaitsForDecider(t *testing.T) {
 		}
 	}
 	call(a, 1000, 3)
-	a.clock.SetTime(a.clock.Now().Add(2 * interval))
+	a.clock.SetTime(a.clock.Now().Add(statusDebounce * interval))
 	a.eventually("decision 1000 written", func() bool {
 		d := a.get("web").Status.LastDecision
 		return d != nil && d.Sequence == 1000
@@ -270,7 +387,7 @@ func TestTakeoverWaitsForDecider(t *testing.T) {
 	}
 	// The decider sends the decision it saw applied again: the wait ends.
 	call(b, 2000, 5)
-	b.clock.SetTime(b.clock.Now().Add(2 * interval))
+	b.clock.SetTime(b.clock.Now().Add(statusDebounce * interval))
 	b.eventually("decision 2000 written", func() bool {
 		d := b.get("web").Status.LastDecision
 		return d != nil && d.Sequence == 2000
@@ -284,7 +401,7 @@ func TestTakeoverWaitsForDecider(t *testing.T) {
 	b.stop()
 	c2 := startHarness(t, c, ns, opts)
 	call(c2, 3000, 5)
-	c2.clock.SetTime(c2.clock.Now().Add(2 * interval))
+	c2.clock.SetTime(c2.clock.Now().Add(statusDebounce * interval))
 	c2.eventually("decision 3000 written", func() bool {
 		d := c2.get("web").Status.LastDecision
 		return d != nil && d.Sequence == 3000

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -222,11 +223,15 @@ type Spec[P Object[P], C any] struct {
 	// StatusInterval, when above 0, coalesces the writes that report
 	// changes: a Scaled Event only when the direction of scaling changes,
 	// and, while replicas share PodAutoscalers through Leases (SetOwnership)
-	// and this replica made the last status write it knows of, status at
-	// most once per interval per PodAutoscaler, with everything applied
-	// meanwhile (see writeStatus). 0 records every decision and reports
+	// and this replica made the last status write it knows of, status
+	// once its changes pause for an interval (at most three intervals
+	// after the first), with everything applied meanwhile (see
+	// writeStatus). 0 records every decision and reports
 	// every change at once.
 	StatusInterval time.Duration
+	// StatusWrites, when set, counts status writes by kind and why they
+	// were made (NewStatusWrites).
+	StatusWrites *prometheus.CounterVec
 	// Claims, when set, spends the client's API budget by priority
 	// (writebudget): a decider's decision waits in the class its change
 	// makes (a wake from zero first) and a worker's reconcile as a
@@ -811,7 +816,8 @@ func (r *Reconciler[P, C]) refuse(ctx context.Context, p *Pass[P, C], out Outcom
 // conflicts leaves p.PA as it was.
 //
 // While this replica holds the PodAutoscaler (see holds), the write waits
-// until Spec.StatusInterval after the first change not written yet, and
+// until its changes pause for Spec.StatusInterval, and no longer than
+// statusDebounce intervals after the first change not written yet, and
 // every pass meanwhile reads and adds to the status kept for it: one write
 // reports all they did, the decisions they recorded included, and no
 // force is needed, as no other replica writes it. A decision that changes
@@ -826,9 +832,15 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 	if !force && !pending && !changed {
 		return nil
 	}
-	if rep != nil && r.holds(rep, p.PA) && !r.kind.Urgent(p.PA, p.Next) {
+	why := r.unheld(rep, p.PA)
+	switch {
+	case why == "" && r.kind.Urgent(p.PA, p.Next):
+		why = WriteUrgent
+	case why == "":
+		why = WriteDue
 		now := r.clock.Now()
-		if !pending || rep.quiet {
+		switch {
+		case !pending || rep.quiet:
 			// No write is due yet. A decision that changes nothing a
 			// reader acts on is kept, not written: the next change's
 			// write (or the handover's, FlushPending) carries it.
@@ -838,7 +850,18 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 				}
 				return nil
 			}
-			rep.due, rep.quiet = now.Add(r.spec.StatusInterval), false
+			rep.first, rep.quiet = now, false
+			rep.due = now.Add(r.spec.StatusInterval)
+		case changed && !r.routine(p.PA, p.Next):
+			// A change while one waits: a load change moves the
+			// target in steps a tick apart and its pods become Ready
+			// after each, so the write waits for a pause of an
+			// interval, and reports them all, but no longer than
+			// statusDebounce intervals after the first.
+			rep.due = now.Add(r.spec.StatusInterval)
+			if last := rep.first.Add(statusDebounce * r.spec.StatusInterval); last.Before(rep.due) {
+				rep.due = last
+			}
 		}
 		if now.Before(rep.due) {
 			if changed {
@@ -847,6 +870,8 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 			r.AddAfter(name, rep.due.Sub(now))
 			return nil
 		}
+	case force:
+		why = WriteForced
 	}
 	if p.PA.GetResourceVersion() == "" {
 		// An unconditional write could undo a newer decision.
@@ -871,12 +896,17 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
 	}
 	r.written.Put(name, updated.GetResourceVersion(), updated)
+	r.countWrite(why)
 	if rep != nil {
 		rep.base, rep.epoch, rep.pending, rep.quiet = updated, r.epoch.Load(), none, false
 	}
 	p.PA = updated
 	return nil
 }
+
+// statusDebounce bounds, in status intervals, how long after the first
+// change a coalesced status write may wait for the changes to pause.
+const statusDebounce = 3
 
 // equalScale reports whether two status desired scales (nil when unknown)
 // are equal.

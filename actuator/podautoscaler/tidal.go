@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,6 +87,8 @@ type Config struct {
 	StatusInterval time.Duration
 	// Claims spends the API budget by priority (Spec); nil for none.
 	Claims *writebudget.Claims
+	// StatusWrites counts status writes (Spec); nil for none.
+	StatusWrites *prometheus.CounterVec
 	// queueClock drives the workqueue's delays (tests step a fake one);
 	// nil means the real clock.
 	queueClock clock.WithTicker
@@ -132,6 +135,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal ti
 		TargetRetry:    cfg.TargetRetry,
 		queueClock:     cfg.queueClock,
 		StatusInterval: cfg.StatusInterval,
+		StatusWrites:   cfg.StatusWrites,
 		Claims:         cfg.Claims,
 	}
 	if fs, ok := scaler.(scale.Scaler); ok {

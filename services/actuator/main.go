@@ -104,7 +104,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.autoscalerDir, "config-autoscaler", "", "Directory holding Knative's config-autoscaler keys, one file per key (a mounted ConfigMap, the deciders' too); empty means Knative's defaults.")
 	fs.StringVar(&k.deploymentDir, "config-deployment", "", "Directory holding Knative's config-deployment keys (progress-deadline: activation times out 30s after it); empty means the defaults.")
 	fs.DurationVar(&k.targetRetry, "target-retry", 10*time.Second, "How long to wait before looking again for a PodAutoscaler's missing scale target.")
-	fs.DurationVar(&k.statusInterval, "status-interval", 3*time.Second, "Longest a PodAutoscaler's status may lag what this actuator applied, with --buckets: status writes are coalesced into one per interval per PodAutoscaler (scale writes are not delayed) and a Scaled Event reports a change of direction, not every step. A replica that takes a PodAutoscaler over from one that stopped without writing what it applied leaves the target as it is until a decider's decision reaches it (deciders send each target's last decision again within --scale-refresh; keep that under 45s) or 45s have passed. 0 writes status with every scale write (after it, while this replica holds the PodAutoscaler under --buckets; before it otherwise), with an Event for each change.")
+	fs.DurationVar(&k.statusInterval, "status-interval", 3*time.Second, "How long a PodAutoscaler's changes must pause before this actuator writes its status, with --buckets: one status write reports everything applied meanwhile, at most three intervals after the first change (scale writes are not delayed) and a Scaled Event reports a change of direction, not every step. A replica that takes a PodAutoscaler over from one that stopped without writing what it applied leaves the target as it is until a decider's decision reaches it (deciders send each target's last decision again within --scale-refresh; keep that under 45s) or 45s have passed. 0 writes status with every scale write (after it, while this replica holds the PodAutoscaler under --buckets; before it otherwise), with an Event for each change.")
 	fs.StringVar(&k.brokers, "kafka-brokers", "", "Kafka bootstrap servers (host:port, comma-separated) that deployed functions use.")
 	fs.StringVar(&k.sidecarImage, "function-sidecar-image", "projectriff/function-sidecar:0.0.7", "Image of the sidecar container of deployed functions.")
 	k.bucket.RegisterFlagsWithPrefix("", fs, "actuator")
@@ -341,6 +341,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 			return s.Autoscaler, s.Deployment
 		}
 	}
+	statusWrites := podautoscaler.NewStatusWrites(reg)
 	pas, err := podautoscaler.New(podautoscaler.Config{
 		Autoscaler:     ascfg,
 		Deployment:     depcfg,
@@ -348,6 +349,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		Workers:        cfg.kube.workers,
 		TargetRetry:    cfg.kube.targetRetry,
 		StatusInterval: cfg.kube.statusInterval,
+		StatusWrites:   statusWrites,
 		Claims:         claims,
 	}, log, tidal, tidalInf, kubeInf, scaler, recorder)
 	if err != nil {
@@ -360,7 +362,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
 	if cfg.kube.knative {
-		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, claims, log); err != nil {
+		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, claims, statusWrites, log); err != nil {
 			return err
 		}
 		// An edit reaches every PodAutoscaler's next reconcile.
@@ -499,7 +501,7 @@ func newAccess(cfg *config, tidalInf tidalinformers.SharedInformerFactory, kubeI
 // newKnative returns the reconciler of Knative's PodAutoscalers (--knative).
 func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpaconfig.DeploymentConfig,
 	live func() (kpaconfig.Config, kpaconfig.DeploymentConfig), kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder,
-	claims *writebudget.Claims, log *zap.Logger,
+	claims *writebudget.Claims, statusWrites *prometheus.CounterVec, log *zap.Logger,
 ) (*knative.Controller, error) {
 	kn, err := knclient.New(rc)
 	if err != nil {
@@ -520,6 +522,7 @@ func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpa
 		Resync:         cfg.kube.resync,
 		TargetRetry:    cfg.kube.targetRetry,
 		StatusInterval: cfg.kube.statusInterval,
+		StatusWrites:   statusWrites,
 		Claims:         claims,
 		ClusterDomain:  cfg.kube.clusterDomain,
 	}, log, kn, kubeInf, scaler, recorder)

@@ -133,8 +133,8 @@ func TestKnativeServicesUnderTheirAccounts(t *testing.T) {
 		}
 		return last >= want
 	})
-	// Under bucket Leases the status that reports a scale follows it within
-	// --status-interval (3 s), coalesced.
+	// Under bucket Leases the status that reports a scale follows it once
+	// the changes pause for --status-interval (3 s), at most 9 s after it.
 	var got *knautoscaling.PodAutoscaler
 	poll("the PodAutoscaler's status to report the scale", 30*time.Second, func() bool {
 		var err error
