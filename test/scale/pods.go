@@ -48,8 +48,13 @@ const kpaLabel = "tidal-scale-kpa"
 // which scales the pods it could scrape by the Ready count, read 5/4 of a
 // target's load),
 // and one HTTP server behind all listeners that answers with the pod's
-// share of its target's concurrency. It is cheap where test/workload is
-// thorough: no queueing model and no per-target informer or ticker, so ten
+// share of its target's concurrency. With one listener (newPodFarm), every
+// pod is answered on a wildcard listener at the queue-proxy port instead,
+// by the address the connection was made to: a pod then costs the process
+// one descriptor, its collector connection, where the open-file limit does
+// not fit two, but the run must have that port on every address to itself
+// (make scale, alone on the machine; not tests beside others). It is cheap
+// where test/workload is thorough: no queueing model and no per-target informer or ticker, so ten
 // thousand targets cost one watch.
 //
 // A pod's share is the target's concurrency divided by the target's pods
@@ -64,6 +69,9 @@ const kpaLabel = "tidal-scale-kpa"
 // a 6 s stable window and scale targets away from their level for good.
 type podFarm struct {
 	srv *http.Server
+	// wildcard serves every pod when oneListener is set (newPodFarm).
+	wildcard    net.Listener
+	oneListener bool
 
 	// mu guards pods, byIP, byTarget, firstScrape and each pod's
 	// lastScrape.
@@ -94,8 +102,9 @@ type farmPod struct {
 	gap        time.Duration
 }
 
-func newPodFarm() *podFarm {
-	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, byTarget: map[string][]*farmPod{}, firstScrape: map[string]time.Time{}}
+func newPodFarm(oneListener bool) *podFarm {
+	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, byTarget: map[string][]*farmPod{}, firstScrape: map[string]time.Time{},
+		oneListener: oneListener}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+queuestat.Path, f.serveStat)
 	f.srv = &http.Server{
@@ -150,6 +159,13 @@ func (f *podFarm) Run(ctx context.Context, client kubernetes.Interface, ns strin
 			}
 		},
 	})
+	if f.oneListener {
+		// Addresses without a pod answer 503, as a pod not Ready yet.
+		if f.wildcard, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(queuestat.Port))); err != nil {
+			return nil, fmt.Errorf("pod farm: %w", err)
+		}
+		go func() { _ = f.srv.Serve(f.wildcard) }()
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	factory.Start(runCtx.Done())
 	stop = func() {
@@ -159,7 +175,9 @@ func (f *podFarm) Run(ctx context.Context, client kubernetes.Interface, ns strin
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, p := range f.pods {
-			_ = p.l.Close()
+			if p.l != nil {
+				_ = p.l.Close()
+			}
 		}
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -185,18 +203,21 @@ func (f *podFarm) add(p *corev1.Pod) {
 		// reached this informer: the address is this pod's now.
 		f.removeLocked(other)
 	}
-	addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(queuestat.Port))
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		f.listenErrs.Add(1)
-		f.firstErr.CompareAndSwap(nil, fmt.Errorf("pod %s: listen %s: %w", p.Name, addr, err))
-		return
+	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), ready: ready}
+	if !f.oneListener {
+		addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(queuestat.Port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			f.listenErrs.Add(1)
+			f.firstErr.CompareAndSwap(nil, fmt.Errorf("pod %s: listen %s: %w", p.Name, addr, err))
+			return
+		}
+		fp.l = l
+		go func() { _ = f.srv.Serve(l) }()
 	}
-	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), l: l, ready: ready}
 	f.pods[p.Name] = fp
 	f.byIP[fp.ip] = fp
 	f.byTarget[fp.target] = append(f.byTarget[fp.target], fp)
-	go func() { _ = f.srv.Serve(l) }()
 }
 
 func (f *podFarm) remove(name string) {
@@ -224,7 +245,9 @@ func (f *podFarm) removeLocked(p *farmPod) {
 	} else {
 		f.byTarget[p.target] = ps
 	}
-	_ = p.l.Close()
+	if p.l != nil {
+		_ = p.l.Close()
+	}
 }
 
 // Err is the first listen error and how many there were.

@@ -101,8 +101,11 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	}
 	targets := plan(cfg)
 	// Every simulated pod takes a listener and a connection from each
-	// collector; the collectors inherit the limit.
-	raiseFileLimit(uint64(cfg.KPATargets*cfg.MaxPods*(2+cfg.Replicas) + 4096))
+	// collector; the collectors inherit the limit. Where the limit cannot
+	// be raised that far (no CAP_SYS_RESOURCE: 20,000 here, about 9,900
+	// pods), the pod farm answers every pod on one listener instead.
+	need := uint64(cfg.KPATargets*cfg.MaxPods*(2+cfg.Replicas) + 4096)
+	oneListener := raiseFileLimit(need) < need
 
 	rc := env.Cluster.Config()
 	rc.QPS, rc.Burst = 1000, 2000
@@ -155,7 +158,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	stopReaders := rdr.run(ctx, deciders, env.Namespace, kpa.TickInterval)
 	defer stopReaders()
 
-	farm := newPodFarm()
+	farm := newPodFarm(oneListener)
 	stopFarm, err := farm.Run(ctx, client, env.Namespace)
 	if err != nil {
 		return nil, err
@@ -298,17 +301,21 @@ func countSwitching(ts []kpaTarget) int {
 }
 
 // raiseFileLimit raises this process's open-file limit (hard too, where
-// allowed) to at least n, so the processes it starts inherit it.
-func raiseFileLimit(n uint64) {
+// allowed) to at least n, so the processes it starts inherit it, and
+// returns the limit it has.
+func raiseFileLimit(n uint64) uint64 {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur >= n {
-		return
+		return l.Cur
 	}
 	want := syscall.Rlimit{Cur: n, Max: max(l.Max, n)}
 	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) != nil {
 		want = syscall.Rlimit{Cur: l.Max, Max: l.Max}
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want)
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) != nil {
+			return l.Cur
+		}
 	}
+	return want.Cur
 }
 
 // createTargets creates the lag targets' topics in one request, then every
