@@ -183,8 +183,14 @@ func statusChange(was, now map[string]json.RawMessage) string {
 		switch k {
 		case "lastDecision":
 			var da, db map[string]json.RawMessage
-			_ = json.Unmarshal(a, &da)
-			_ = json.Unmarshal(b, &db)
+			if json.Unmarshal(a, &da) != nil || json.Unmarshal(b, &db) != nil {
+				// Not an object (null, or unset on one side): the
+				// field as a whole.
+				if !bytes.Equal(a, b) {
+					changed = append(changed, k)
+				}
+				continue
+			}
 			for _, f := range keysOf(da, db) {
 				if !bytes.Equal(da[f], db[f]) {
 					changed = append(changed, k+"."+f)

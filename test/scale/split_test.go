@@ -199,6 +199,7 @@ func TestStatusChange(t *testing.T) {
 		{"same", base, base, "nothing"},
 		{"ready pods", base, strings.Replace(base, `"actualScale":3`, `"actualScale":2`, 1), "actualScale"},
 		{"a field appears", `{"desiredScale":3}`, `{"desiredScale":3,"metricName":"m"}`, "metricName"},
+		{"a first decision", `{"desiredScale":3}`, `{"desiredScale":3,"lastDecision":{"sequence":1}}`, "lastDecision"},
 		{"a decision's record", base, strings.Replace(base, `"sequence":10,"desiredScale":3,"reason":"a"`, `"sequence":11,"desiredScale":3,"reason":"b"`, 1), "lastDecision.reason lastDecision.sequence"},
 		{"a condition turns", base, strings.Replace(base, cond("Active", "True", "t0"), cond("Active", "False", "t1"), 1), "conditions.Active"},
 		{"a condition only re-stamped", base, strings.Replace(base, cond("Active", "True", "t0"), cond("Active", "True", "t1"), 1), "nothing"},
