@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -466,20 +467,30 @@ func waitHPA(t *testing.T, c *cluster.Cluster, ns, name string, replicas int32, 
 }
 
 // rescaleEvent is the message of the HPA controller's SuccessfulRescale
-// event for name to size, or "".
+// event for name to size, or "" if none came within 15 s: the controller's
+// event broadcaster sends it after the scale write, so a caller that saw
+// the replicas may ask before it is stored.
 func rescaleEvent(t *testing.T, c *cluster.Cluster, ns, name string, size int32) string {
 	t.Helper()
-	evs, err := c.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.Set{"involvedObject.kind": "HorizontalPodAutoscaler", "involvedObject.name": name}.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range evs.Items {
-		if ev.Reason == "SuccessfulRescale" && strings.Contains(ev.Message, fmt.Sprintf("New size: %d;", size)) {
-			return ev.Source.Component + ": " + ev.Message
+	var found string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.kind": "HorizontalPodAutoscaler", "involvedObject.name": name}.String()})
+		if err != nil {
+			return false, err
 		}
+		for _, ev := range evs.Items {
+			if ev.Reason == "SuccessfulRescale" && strings.Contains(ev.Message, fmt.Sprintf("New size: %d;", size)) {
+				found = ev.Source.Component + ": " + ev.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil && !wait.Interrupted(err) {
+		t.Fatalf("events of HPA %s: %v", name, err)
 	}
-	return ""
+	return found
 }
 
 // externalMetric reads metric for ScaledObject so from the external
