@@ -63,7 +63,9 @@ func TestCoalescedReports(t *testing.T) {
 	reqs := &requests{n: map[string]int{}}
 	all := &requests{n: map[string]int{}, all: true}
 	owner := ownsAll
-	h := coalescing(t, interval, func(rt http.RoundTripper) http.RoundTripper { return all.wrap(reqs.wrap(rt)) })
+	writes := NewStatusWrites(prometheus.NewRegistry())
+	h := coalescing(t, interval, func(rt http.RoundTripper) http.RoundTripper { return all.wrap(reqs.wrap(rt)) },
+		func(c *Config) { c.StatusWrites = writes })
 	target := scale.Target{Namespace: h.ns, Name: "web"}
 	ctx := context.WithValue(context.Background(), callTag{}, true)
 	call := func(seq uint64, desired int32) scale.Result {
@@ -76,6 +78,7 @@ func TestCoalescedReports(t *testing.T) {
 	}
 	reqs.take()
 	all.take()
+	settled := statusWritesBy(t, writes)
 
 	if res := call(1000, 3); !res.Changed || res.Applied != 3 {
 		t.Fatalf("Scale to 3 = %+v, want changed to 3", res)
@@ -118,7 +121,7 @@ func TestCoalescedReports(t *testing.T) {
 		return d != nil && d.Sequence == 4000 && pa.Status.DesiredScale != nil && *pa.Status.DesiredScale == 2
 	})
 	if n := all.take()["PUT podautoscalers/status"]; n != 1 {
-		t.Errorf("status writes once the interval passed = %d, want 1", n)
+		t.Errorf("status writes once the interval passed = %d, want 1; by why since the harness settled: %v", n, diffWrites(statusWritesBy(t, writes), settled))
 	}
 
 	// After a change of ownership the next change is recorded first.
@@ -199,17 +202,7 @@ func TestStatusWaitsForPause(t *testing.T) {
 		}
 	}
 	statusWrites := func() int { return all.take()["PUT podautoscalers/status"] }
-	count := func(why string) float64 {
-		var m dto.Metric
-		if err := writes.WithLabelValues("podautoscaler", why).Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
-	settled := map[string]float64{} // the counts once the harness settled
-	for _, why := range []string{WriteDue, WriteUrgent, WriteForced, WriteEvery, WriteFirst, WriteOthers, WriteFlush} {
-		settled[why] = count(why)
-	}
+	settled := statusWritesBy(t, writes) // the counts once the harness settled
 	recorded := func() int64 {
 		if d := h.get("web").Status.LastDecision; d != nil {
 			return d.Sequence
@@ -271,12 +264,13 @@ func TestStatusWaitsForPause(t *testing.T) {
 	}
 	// Every write since the harness settled came due, or at once for a
 	// condition that turned (the shared cluster's pods may flap).
+	since := diffWrites(statusWritesBy(t, writes), settled)
 	for _, why := range []string{WriteForced, WriteEvery, WriteFirst, WriteOthers, WriteFlush} {
-		if n := count(why) - settled[why]; n != 0 {
+		if n := since[why]; n != 0 {
 			t.Errorf("status writes counted %s = %v, want 0", why, n)
 		}
 	}
-	if n := count(WriteDue) - settled[WriteDue]; n < 2 {
+	if n := since[WriteDue]; n < 2 {
 		t.Errorf("status writes counted due = %v, want at least the two the test waited for", n)
 	}
 }
@@ -524,4 +518,30 @@ func TestConflictAfterPatch(t *testing.T) {
 	if got := h.replicas("web"); got != before+3 {
 		t.Errorf("replicas %d, want %d", got, before+3)
 	}
+}
+
+// statusWritesBy reads the status writes counted by why, of the
+// podautoscaler kind.
+func statusWritesBy(t *testing.T, writes *prometheus.CounterVec) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, why := range []string{WriteDue, WriteUrgent, WriteForced, WriteEvery, WriteFirst, WriteOthers, WriteFlush} {
+		var m dto.Metric
+		if err := writes.WithLabelValues("podautoscaler", why).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		out[why] = m.GetCounter().GetValue()
+	}
+	return out
+}
+
+// diffWrites is what now counts beyond before, by why, where it differs.
+func diffWrites(now, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for why, n := range now {
+		if d := n - before[why]; d != 0 {
+			out[why] = d
+		}
+	}
+	return out
 }

@@ -92,8 +92,10 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, opts harnessOpts)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	tidalInf := tidalinformers.NewSharedInformerFactory(tidal, 0)
-	kubeInf := informers.NewSharedInformerFactory(c.Client, 0)
+	// Its informers see its namespace alone: the shared cluster holds
+	// other tests' PodAutoscalers, whose writes would count as its own.
+	tidalInf := tidalinformers.NewSharedInformerFactoryWithOptions(tidal, 0, tidalinformers.WithNamespace(ns))
+	kubeInf := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(ns))
 	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
 	if err != nil {
 		t.Fatal(err)
