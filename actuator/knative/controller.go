@@ -22,7 +22,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,9 +67,9 @@ type Config struct {
 	// Claims spends the API budget by priority (podautoscaler.Spec); nil
 	// for none.
 	Claims *writebudget.Claims
-	// StatusWrites counts status writes (podautoscaler.Spec); nil for
-	// none.
-	StatusWrites *prometheus.CounterVec
+	// Status counts status writes and their waits (podautoscaler.Spec);
+	// nil for none.
+	Status *podautoscaler.StatusMetrics
 	// ClusterDomain is the suffix of Service host names the activator probe
 	// dials ("cluster.local").
 	ClusterDomain string
@@ -141,7 +140,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		TargetRetry:    cfg.TargetRetry,
 		ProbeRetry:     probeRetry,
 		StatusInterval: cfg.StatusInterval,
-		StatusWrites:   cfg.StatusWrites,
+		Status:         cfg.Status,
 		Claims:         cfg.Claims,
 	}, log, clk, kubeInformers.Core().V1().Pods().Informer(), scaler, recorder)
 	if err != nil {

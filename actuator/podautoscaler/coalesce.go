@@ -3,10 +3,13 @@ package podautoscaler
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -130,7 +133,7 @@ func (r *Reconciler[P, C]) unheld(rep *report[P], pa P) string {
 	return ""
 }
 
-// Why a status write was made (Spec.StatusWrites' label why).
+// Why a status write was made (the label why of Spec.Status's writes).
 const (
 	// WriteDue: the changes this replica kept paused for the status
 	// interval, or the longest wait passed.
@@ -151,21 +154,103 @@ const (
 	WriteFlush = "flush"
 )
 
-// NewStatusWrites registers the counter of status writes by kind and why
-// (Spec.StatusWrites).
-func NewStatusWrites(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tidal_actuator_status_writes_total",
-		Help: "PodAutoscaler status writes by kind and why they were made: due (the changes kept paused for --status-interval, or the longest wait passed), urgent (a condition turned), forced (before a scale write of a PodAutoscaler this replica does not hold), every (no coalescing), first (the first since this replica gained or lost PodAutoscalers), others (the newest copy is not this replica's write), flush (before a handover).",
-	}, []string{"kind", "why"})
-	reg.MustRegister(c)
-	return c
+// StatusMetrics counts the status writes by why they were made, and the
+// status fields whose change started each wait of a coalesced one: what an
+// operator reads to tell what makes the writes.
+type StatusMetrics struct {
+	writes, waits *prometheus.CounterVec
+}
+
+// NewStatusMetrics registers the status metrics (Spec.Status).
+func NewStatusMetrics(reg prometheus.Registerer) *StatusMetrics {
+	m := &StatusMetrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_actuator_status_writes_total",
+			Help: "PodAutoscaler status writes by kind and why they were made: due (the changes kept paused for --status-interval, or the longest wait passed), urgent (a condition turned), forced (before a scale write of a PodAutoscaler this replica does not hold), every (no coalescing), first (the first since this replica gained or lost PodAutoscalers), others (the newest copy is not this replica's write), flush (before a handover).",
+		}, []string{"kind", "why"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_actuator_status_waits_total",
+			Help: "Coalesced PodAutoscaler status writes made due (each waits --status-interval for the changes to pause), by kind and each status field whose change started the wait; a field of lastDecision is named as lastDecision.<field>.",
+		}, []string{"kind", "field"}),
+	}
+	reg.MustRegister(m.writes, m.waits)
+	return m
+}
+
+// Writes is the count of status writes of kind for why.
+func (m *StatusMetrics) Writes(kind, why string) prometheus.Counter {
+	return m.writes.WithLabelValues(kind, why)
+}
+
+// Waits is the count of waits started by a change of field, of kind.
+func (m *StatusMetrics) Waits(kind, field string) prometheus.Counter {
+	return m.waits.WithLabelValues(kind, field)
 }
 
 func (r *Reconciler[P, C]) countWrite(why string) {
-	if r.spec.StatusWrites != nil {
-		r.spec.StatusWrites.WithLabelValues(r.spec.Name, why).Inc()
+	if r.spec.Status != nil {
+		r.spec.Status.Writes(r.spec.Name, why).Inc()
 	}
+}
+
+// countWait counts, by field, the status change from pa to next that
+// starts a coalesced write's wait.
+func (r *Reconciler[P, C]) countWait(pa, next P) {
+	if r.spec.Status == nil {
+		return
+	}
+	for _, f := range statusFields(pa, next) {
+		r.spec.Status.Waits(r.spec.Name, f).Inc()
+	}
+}
+
+// statusFields names the status fields in which a and b differ: a field
+// whose value is an object by its own fields that differ (lastDecision.
+// desiredScale), any other as a whole. The names come from the kind's
+// schema, so they are bounded.
+func statusFields(a, b runtime.Object) []string {
+	sa, sb := statusOf(a), statusOf(b)
+	var out []string
+	for _, k := range unionKeys(sa, sb) {
+		va, vb := sa[k], sb[k]
+		if equality.Semantic.DeepEqual(va, vb) {
+			continue
+		}
+		ma, oka := va.(map[string]any)
+		mb, okb := vb.(map[string]any)
+		if !oka || !okb {
+			out = append(out, k)
+			continue
+		}
+		for _, sub := range unionKeys(ma, mb) {
+			if !equality.Semantic.DeepEqual(ma[sub], mb[sub]) {
+				out = append(out, k+"."+sub)
+			}
+		}
+	}
+	return out
+}
+
+// statusOf is o's status as unstructured data, nil when it has none.
+func statusOf(o runtime.Object) map[string]any {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		return nil
+	}
+	st, _ := u["status"].(map[string]any)
+	return st
+}
+
+// unionKeys is the keys of a and b, sorted.
+func unionKeys(a, b map[string]any) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // routine reports whether next's status differs from pa's only in the

@@ -63,9 +63,9 @@ func TestCoalescedReports(t *testing.T) {
 	reqs := &requests{n: map[string]int{}}
 	all := &requests{n: map[string]int{}, all: true}
 	owner := ownsAll
-	writes := NewStatusWrites(prometheus.NewRegistry())
+	writes := NewStatusMetrics(prometheus.NewRegistry())
 	h := coalescing(t, interval, func(rt http.RoundTripper) http.RoundTripper { return all.wrap(reqs.wrap(rt)) },
-		func(c *Config) { c.StatusWrites = writes })
+		func(c *Config) { c.Status = writes })
 	target := scale.Target{Namespace: h.ns, Name: "web"}
 	ctx := context.WithValue(context.Background(), callTag{}, true)
 	call := func(seq uint64, desired int32) scale.Result {
@@ -182,8 +182,8 @@ func TestCoalescedReports(t *testing.T) {
 func TestStatusWaitsForPause(t *testing.T) {
 	const interval = time.Second
 	all := &requests{n: map[string]int{}, all: true}
-	writes := NewStatusWrites(prometheus.NewRegistry())
-	h := coalescing(t, interval, all.wrap, func(c *Config) { c.StatusWrites = writes })
+	writes := NewStatusMetrics(prometheus.NewRegistry())
+	h := coalescing(t, interval, all.wrap, func(c *Config) { c.Status = writes })
 	name := cache.ObjectName{Namespace: h.ns, Name: "web"}
 	start := h.clock.Now()
 	at := func(d time.Duration) { h.clock.SetTime(start.Add(d)) }
@@ -220,6 +220,11 @@ func TestStatusWaitsForPause(t *testing.T) {
 	}
 	if n := statusWrites(); n != 0 {
 		t.Errorf("status writes while changes come 0.6 intervals apart = %d, want 0", n)
+	}
+	// The first step started the wait: the target's first decision.
+	var started dto.Metric
+	if err := writes.Waits("podautoscaler", "lastDecision").Write(&started); err != nil || started.GetCounter().GetValue() != 1 {
+		t.Errorf("waits started by lastDecision = %v (%v), want 1", started.GetCounter().GetValue(), err)
 	}
 	at(statusDebounce*interval - time.Millisecond)
 	pass()
@@ -522,12 +527,12 @@ func TestConflictAfterPatch(t *testing.T) {
 
 // statusWritesBy reads the status writes counted by why, of the
 // podautoscaler kind.
-func statusWritesBy(t *testing.T, writes *prometheus.CounterVec) map[string]float64 {
+func statusWritesBy(t *testing.T, writes *StatusMetrics) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for _, why := range []string{WriteDue, WriteUrgent, WriteForced, WriteEvery, WriteFirst, WriteOthers, WriteFlush} {
 		var m dto.Metric
-		if err := writes.WithLabelValues("podautoscaler", why).Write(&m); err != nil {
+		if err := writes.Writes("podautoscaler", why).Write(&m); err != nil {
 			t.Fatal(err)
 		}
 		out[why] = m.GetCounter().GetValue()
@@ -544,4 +549,37 @@ func diffWrites(now, before map[string]float64) map[string]float64 {
 		}
 	}
 	return out
+}
+
+func TestStatusFields(t *testing.T) {
+	three, two, short := int32(3), int32(2), int32(-4)
+	base := func() *autoscalingv1alpha1.PodAutoscaler {
+		return &autoscalingv1alpha1.PodAutoscaler{Status: autoscalingv1alpha1.PodAutoscalerStatus{
+			DesiredScale: &three, ActualScale: &three,
+			LastDecision: &Decision{Sequence: 1000, DesiredScale: 3, Reason: "stable: a"},
+		}}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*autoscalingv1alpha1.PodAutoscaler)
+		want   []string
+	}{
+		{"nothing", func(*autoscalingv1alpha1.PodAutoscaler) {}, nil},
+		{"ready pods", func(pa *autoscalingv1alpha1.PodAutoscaler) { pa.Status.ActualScale = &two }, []string{"actualScale"}},
+		{"decision fields", func(pa *autoscalingv1alpha1.PodAutoscaler) {
+			pa.Status.LastDecision.Sequence, pa.Status.LastDecision.ExcessBurstCapacity = 2000, &short
+		}, []string{"lastDecision.excessBurstCapacity", "lastDecision.sequence"}},
+		{"first decision", func(pa *autoscalingv1alpha1.PodAutoscaler) { pa.Status.LastDecision = nil }, []string{"lastDecision"}},
+		{"conditions", func(pa *autoscalingv1alpha1.PodAutoscaler) {
+			pa.Status.Conditions = []metav1.Condition{{Type: "Active", Status: metav1.ConditionTrue}}
+		}, []string{"conditions"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next := base()
+			tc.change(next)
+			if got := statusFields(base(), next); !slices.Equal(got, tc.want) {
+				t.Errorf("statusFields = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

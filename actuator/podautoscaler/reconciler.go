@@ -25,7 +25,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -229,9 +228,10 @@ type Spec[P Object[P], C any] struct {
 	// writeStatus). 0 records every decision and reports
 	// every change at once.
 	StatusInterval time.Duration
-	// StatusWrites, when set, counts status writes by kind and why they
-	// were made (NewStatusWrites).
-	StatusWrites *prometheus.CounterVec
+	// Status, when set, counts status writes by kind and why they were
+	// made, and what started the waits of coalesced ones
+	// (NewStatusMetrics).
+	Status *StatusMetrics
 	// Claims, when set, spends the client's API budget by priority
 	// (writebudget): a decider's decision waits in the class its change
 	// makes (a wake from zero first) and a worker's reconcile as a
@@ -852,6 +852,7 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 			}
 			rep.first, rep.quiet = now, false
 			rep.due = now.Add(r.spec.StatusInterval)
+			r.countWait(p.PA, p.Next)
 		case changed && !r.routine(p.PA, p.Next):
 			// A change while one waits: a load change moves the
 			// target in steps a tick apart and its pods become Ready

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,8 +86,8 @@ type Config struct {
 	StatusInterval time.Duration
 	// Claims spends the API budget by priority (Spec); nil for none.
 	Claims *writebudget.Claims
-	// StatusWrites counts status writes (Spec); nil for none.
-	StatusWrites *prometheus.CounterVec
+	// Status counts status writes and their waits (Spec); nil for none.
+	Status *StatusMetrics
 	// queueClock drives the workqueue's delays (tests step a fake one);
 	// nil means the real clock.
 	queueClock clock.WithTicker
@@ -135,7 +134,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal ti
 		TargetRetry:    cfg.TargetRetry,
 		queueClock:     cfg.queueClock,
 		StatusInterval: cfg.StatusInterval,
-		StatusWrites:   cfg.StatusWrites,
+		Status:         cfg.Status,
 		Claims:         cfg.Claims,
 	}
 	if fs, ok := scaler.(scale.Scaler); ok {

@@ -341,7 +341,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 			return s.Autoscaler, s.Deployment
 		}
 	}
-	statusWrites := podautoscaler.NewStatusWrites(reg)
+	statusMetrics := podautoscaler.NewStatusMetrics(reg)
 	pas, err := podautoscaler.New(podautoscaler.Config{
 		Autoscaler:     ascfg,
 		Deployment:     depcfg,
@@ -349,7 +349,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		Workers:        cfg.kube.workers,
 		TargetRetry:    cfg.kube.targetRetry,
 		StatusInterval: cfg.kube.statusInterval,
-		StatusWrites:   statusWrites,
+		Status:         statusMetrics,
 		Claims:         claims,
 	}, log, tidal, tidalInf, kubeInf, scaler, recorder)
 	if err != nil {
@@ -362,7 +362,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
 	if cfg.kube.knative {
-		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, claims, statusWrites, log); err != nil {
+		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, claims, statusMetrics, log); err != nil {
 			return err
 		}
 		// An edit reaches every PodAutoscaler's next reconcile.
@@ -501,7 +501,7 @@ func newAccess(cfg *config, tidalInf tidalinformers.SharedInformerFactory, kubeI
 // newKnative returns the reconciler of Knative's PodAutoscalers (--knative).
 func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpaconfig.DeploymentConfig,
 	live func() (kpaconfig.Config, kpaconfig.DeploymentConfig), kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder,
-	claims *writebudget.Claims, statusWrites *prometheus.CounterVec, log *zap.Logger,
+	claims *writebudget.Claims, statusMetrics *podautoscaler.StatusMetrics, log *zap.Logger,
 ) (*knative.Controller, error) {
 	kn, err := knclient.New(rc)
 	if err != nil {
@@ -522,7 +522,7 @@ func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpa
 		Resync:         cfg.kube.resync,
 		TargetRetry:    cfg.kube.targetRetry,
 		StatusInterval: cfg.kube.statusInterval,
-		StatusWrites:   statusWrites,
+		Status:         statusMetrics,
 		Claims:         claims,
 		ClusterDomain:  cfg.kube.clusterDomain,
 	}, log, kn, kubeInf, scaler, recorder)
