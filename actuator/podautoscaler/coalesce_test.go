@@ -248,15 +248,15 @@ func TestStatusWaitsForPause(t *testing.T) {
 	pass()
 	statusWrites()
 
-	// A change on its own that moves no pod (the excess burst capacity
-	// turns negative): written an interval after it.
+	// A change on its own, a pod less: written once the pod went and an
+	// interval passed after it (the clock stands still meanwhile).
 	later := 10 * interval
 	at(later)
-	short := int32(-5)
-	if _, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{Target: scale.Target{Namespace: h.ns, Name: "web"},
-		Desired: 6, Sequence: 6000, Reason: "stable: test"}, ExcessBurstCapacity: &short}); err != nil {
-		t.Fatal(err)
-	}
+	call(6000, 5)
+	h.eventually("5 ready pods reported", func() bool {
+		pa, err := h.ctrl.current(name)
+		return err == nil && pa.Status.ActualScale != nil && *pa.Status.ActualScale == 5
+	})
 	at(later + interval - time.Millisecond)
 	pass()
 	if n := statusWrites(); n != 0 {
@@ -282,7 +282,8 @@ func TestStatusWaitsForPause(t *testing.T) {
 
 // TestRoutineDecisionsKept: under Leases and a status interval, a decision
 // that changes nothing a reader acts on (the count recorded, a newer
-// sequence) is kept, not written, even once the interval has passed; it
+// sequence, an excess burst capacity of either sign) is kept, not
+// written, even once the interval has passed; it
 // still makes older decisions stale, and the next change's write, or the
 // handover's, records it.
 func TestRoutineDecisionsKept(t *testing.T) {
@@ -307,8 +308,12 @@ func TestRoutineDecisionsKept(t *testing.T) {
 	all.take()
 
 	for seq := uint64(2000); seq <= 4000; seq += 1000 {
-		if res := call(seq, 1); res.Changed || res.Stale {
-			t.Fatalf("Scale(%d, 1) = %+v, want unchanged", seq, res)
+		// The sign of the excess burst capacity flips with each.
+		ebc := int32(seq/1000%2*10) - 5
+		res, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{Target: target, Desired: 1, Sequence: seq,
+			Reason: fmt.Sprintf("stable: test %d", seq)}, ExcessBurstCapacity: &ebc})
+		if err != nil || res.Changed || res.Stale {
+			t.Fatalf("Scale(%d, 1, burst %d) = %+v, %v; want unchanged", seq, ebc, res, err)
 		}
 		h.clock.SetTime(h.clock.Now().Add(statusDebounce * interval))
 		h.ctrl.AddAfter(cache.ObjectName{Namespace: h.ns, Name: "web"}, 0)
@@ -579,6 +584,34 @@ func TestStatusFields(t *testing.T) {
 			tc.change(next)
 			if got := statusFields(base(), next); !slices.Equal(got, tc.want) {
 				t.Errorf("statusFields = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDueAfter(t *testing.T) {
+	const interval = time.Second
+	first := time.Unix(1000, 0)
+	r := &Reconciler[*autoscalingv1alpha1.PodAutoscaler, struct{}]{spec: Spec[*autoscalingv1alpha1.PodAutoscaler, struct{}]{StatusInterval: interval}}
+	for _, tc := range []struct {
+		name            string
+		at              time.Duration // after first
+		desired, actual int32
+		want            time.Duration // after first
+	}{
+		{"pods there: a pause of an interval", 0, 3, 3, interval},
+		{"pods there, a later change: an interval after it", 1500 * time.Millisecond, 3, 3, 2500 * time.Millisecond},
+		{"pods there, late in the wait: the longest wait", 2500 * time.Millisecond, 3, 3, statusDebounce * interval},
+		{"pods coming: they are the next change", 0, 5, 3, statusDebounce * interval},
+		{"pods going", 500 * time.Millisecond, 1, 3, statusDebounce * interval},
+		{"no desired scale yet", 0, -1, 2, interval},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &report[*autoscalingv1alpha1.PodAutoscaler]{first: first}
+			p := &Pass[*autoscalingv1alpha1.PodAutoscaler, struct{}]{}
+			p.Result.DesiredScale, p.Result.ActualScale = tc.desired, tc.actual
+			if got := r.dueAfter(rep, p, first.Add(tc.at)); !got.Equal(first.Add(tc.want)) {
+				t.Errorf("due %s after the first change, want %s", got.Sub(first), tc.want)
 			}
 		})
 	}

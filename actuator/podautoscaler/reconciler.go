@@ -223,9 +223,9 @@ type Spec[P Object[P], C any] struct {
 	// changes: a Scaled Event only when the direction of scaling changes,
 	// and, while replicas share PodAutoscalers through Leases (SetOwnership)
 	// and this replica made the last status write it knows of, status
-	// once its changes pause for an interval (at most three intervals
-	// after the first), with everything applied meanwhile (see
-	// writeStatus). 0 records every decision and reports
+	// once its changes pause for an interval and its pods caught up (at
+	// most three intervals after the first), with everything applied
+	// meanwhile (see writeStatus). 0 records every decision and reports
 	// every change at once.
 	StatusInterval time.Duration
 	// Status, when set, counts status writes by kind and why they were
@@ -816,8 +816,9 @@ func (r *Reconciler[P, C]) refuse(ctx context.Context, p *Pass[P, C], out Outcom
 // conflicts leaves p.PA as it was.
 //
 // While this replica holds the PodAutoscaler (see holds), the write waits
-// until its changes pause for Spec.StatusInterval, and no longer than
-// statusDebounce intervals after the first change not written yet, and
+// until its changes pause for Spec.StatusInterval and its ready pods reach
+// the desired scale (dueAfter), and no longer than statusDebounce
+// intervals after the first change not written yet, and
 // every pass meanwhile reads and adds to the status kept for it: one write
 // reports all they did, the decisions they recorded included, and no
 // force is needed, as no other replica writes it. A decision that changes
@@ -851,18 +852,10 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 				return nil
 			}
 			rep.first, rep.quiet = now, false
-			rep.due = now.Add(r.spec.StatusInterval)
+			rep.due = r.dueAfter(rep, p, now)
 			r.countWait(p.PA, p.Next)
 		case changed && !r.routine(p.PA, p.Next):
-			// A change while one waits: a load change moves the
-			// target in steps a tick apart and its pods become Ready
-			// after each, so the write waits for a pause of an
-			// interval, and reports them all, but no longer than
-			// statusDebounce intervals after the first.
-			rep.due = now.Add(r.spec.StatusInterval)
-			if last := rep.first.Add(statusDebounce * r.spec.StatusInterval); last.Before(rep.due) {
-				rep.due = last
-			}
+			rep.due = r.dueAfter(rep, p, now)
 		}
 		if now.Before(rep.due) {
 			if changed {
@@ -908,6 +901,28 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 // statusDebounce bounds, in status intervals, how long after the first
 // change a coalesced status write may wait for the changes to pause.
 const statusDebounce = 3
+
+// dueAfter is when the status write that waits since rep.first is due,
+// after p's change at now. A load change moves the target in steps a tick
+// apart and its pods become Ready (or go) after each, so the write waits
+// for the changes to pause for an interval and reports them all; while the
+// ready pods differ from the desired scale, their coming is the next
+// change, so it waits for them. Never later than statusDebounce intervals
+// after the first change.
+func (r *Reconciler[P, C]) dueAfter(rep *report[P], p *Pass[P, C], now time.Time) time.Time {
+	last := rep.first.Add(statusDebounce * r.spec.StatusInterval)
+	if res := p.Result; res.DesiredScale >= 0 && res.ActualScale != res.DesiredScale {
+		return last
+	}
+	return minTime(now.Add(r.spec.StatusInterval), last)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
 
 // equalScale reports whether two status desired scales (nil when unknown)
 // are equal.
