@@ -255,20 +255,22 @@ func unionKeys(a, b map[string]any) []string {
 
 // routine reports whether next's status differs from pa's only in the
 // record of a decision that changes nothing a reader acts on: the same
-// desired scale and prediction as the one recorded, with a newer sequence,
-// reason, excess burst capacity or keep-alive memory. A decider sends such
-// a decision when one it made in between was superseded before it was
-// sent (its send queue under load), after a restart, or when the sign of
-// the excess burst capacity flipped: that moves the ServerlessService's
-// mode, which this pass sets from the decision itself, and nobody reads
-// it from the PodAutoscaler (Knative's autoscaler keeps it in memory too).
+// desired scale, prediction and sign of excess burst capacity as the one
+// recorded, with a newer sequence, reason or keep-alive memory. A decider
+// sends such a decision when one it made in between was superseded before
+// it was sent (its send queue under load), or after a restart.
 func (r *Reconciler[P, C]) routine(pa, next P) bool {
 	a, b := r.kind.Decision(pa), r.kind.Decision(next)
-	if a == nil || b == nil || a.DesiredScale != b.DesiredScale || a.PredictedIdle != b.PredictedIdle {
+	if a == nil || b == nil || a.DesiredScale != b.DesiredScale || a.PredictedIdle != b.PredictedIdle ||
+		burstShort(a) != burstShort(b) {
 		return false
 	}
 	return equality.Semantic.DeepEqual(r.kind.WithDecision(next, a), pa)
 }
+
+// burstShort reports whether d says its target cannot absorb a burst (a
+// negative excess burst capacity), what Knative's rules read of it.
+func burstShort(d *Decision) bool { return d.ExcessBurstCapacity != nil && *d.ExcessBurstCapacity < 0 }
 
 // takeoverHold bounds how long a replica that took a PodAutoscaler over
 // waits for a decider's decision before the rules may move its target
