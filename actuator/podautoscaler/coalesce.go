@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -163,18 +164,17 @@ type StatusMetrics struct {
 
 // NewStatusMetrics registers the status metrics (Spec.Status).
 func NewStatusMetrics(reg prometheus.Registerer) *StatusMetrics {
-	m := &StatusMetrics{
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(reg)
+	return &StatusMetrics{
+		writes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_actuator_status_writes_total",
 			Help: "PodAutoscaler status writes by kind and why they were made: due (the changes kept paused for --status-interval, or the longest wait passed), urgent (a condition turned), forced (before a scale write of a PodAutoscaler this replica does not hold), every (no coalescing), first (the first since this replica gained or lost PodAutoscalers), others (the newest copy is not this replica's write), flush (before a handover).",
 		}, []string{"kind", "why"}),
-		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+		waits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_actuator_status_waits_total",
 			Help: "Coalesced PodAutoscaler status writes made due (each waits --status-interval for the changes to pause), by kind and each status field whose change started the wait; a field of lastDecision is named as lastDecision.<field>.",
 		}, []string{"kind", "field"}),
 	}
-	reg.MustRegister(m.writes, m.waits)
-	return m
 }
 
 // Writes is the count of status writes of kind for why.
