@@ -84,6 +84,13 @@ type Limiter struct {
 
 var _ flowcontrol.RateLimiter = (*Limiter)(nil)
 
+// The values of tidal_actuator_write_budget_expired_total's request label:
+// a request that would start a pass, or one of a pass that has written.
+const (
+	requestFirst = "first"
+	requestLater = "later"
+)
+
 // NewLimiter returns a Limiter of qps requests a second with bursts of
 // burst, for at most limit requests waiting at once; it registers its
 // metrics on reg (nil for none). Its dispatcher runs until Stop.
@@ -110,12 +117,13 @@ func NewLimiter(qps float64, burst, limit int, clk clock.Clock, reg prometheus.R
 		}, []string{"class"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_actuator_write_budget_expired_total",
-			Help: "API requests whose context ended while they waited for the budget (their caller's deadline passed or it went away), by class: a pass that goes on after its first write waits without the deferral's limit.",
-		}, []string{"class"}),
+			Help: "API requests whose context ended while they waited for the budget (their caller's deadline passed or it went away), by class and request: first for a request that would start a pass (a call with a deadline is deferred before that), later for one of a pass that has written already, which waits without the deferral's limit (its call's deadline went mostly to the API server's answers).",
+		}, []string{"class", "request"}),
 	}
 	for c := range fairqueue.NumClasses {
 		l.deferred.WithLabelValues(c.String()) // at 0 before the first
-		l.expired.WithLabelValues(c.String())
+		l.expired.WithLabelValues(c.String(), requestFirst)
+		l.expired.WithLabelValues(c.String(), requestLater)
 	}
 	if reg != nil {
 		waiting := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -232,7 +240,11 @@ func (l *Limiter) Wait(ctx context.Context) (err error) {
 				de.Waited, de.Waiting = l.clock.Since(w.Since), waiting
 				l.deferred.WithLabelValues(w.Class.String()).Inc()
 			case ctx.Err() != nil:
-				l.expired.WithLabelValues(w.Class.String()).Inc()
+				request := requestFirst
+				if w.Continuing {
+					request = requestLater
+				}
+				l.expired.WithLabelValues(w.Class.String(), request).Inc()
 			}
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/tidalscale/tidal/test/testkit"
@@ -255,5 +256,42 @@ func TestLimiterWaitLimit(t *testing.T) {
 	clk.Step(time.Second)
 	if err := l.Wait(ctx); err != nil {
 		t.Errorf("a request past its limit with a token free: %v", err)
+	}
+}
+
+// TestLimiterExpired checks that a request whose context ends while it
+// waits is counted by whether its pass had written already: a started
+// pass's later request waits without the deferral's limit, so only there
+// may a caller's deadline pass in the queue.
+func TestLimiterExpired(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := NewLimiter(1, 1, 10, clk, nil)
+	defer l.Stop()
+	cs := l.Claims(10)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	started := claim(t, cs, "a/started", "a", Down, 1)
+	if err := l.Wait(WithClaim(context.Background(), started)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	later := waitFor(t, &wg, ctx, l, started)
+	first := waitFor(t, &wg, ctx, l, claim(t, cs, "a/new", "a", Down, 1))
+	testkit.Eventually(t, 5*time.Second, "both waiting", func() bool { return l.Waiting(Down) == 2 })
+	cancel()
+	for _, done := range []<-chan error{later, first} {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a wait whose context ended: %v, want context.Canceled", err)
+		}
+	}
+	for _, request := range []string{requestFirst, requestLater} {
+		var m dto.Metric
+		if err := l.expired.WithLabelValues("down", request).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if n := m.GetCounter().GetValue(); n != 1 {
+			t.Errorf("expired{class=down, request=%s} = %g, want 1", request, n)
+		}
 	}
 }
