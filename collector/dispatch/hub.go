@@ -116,6 +116,10 @@ type outbox struct {
 	// batch; their live entries are dropped when they are marked.
 	replay  map[tkey]bool
 	pending map[tkey]*pendingTarget
+	// keys is take's scratch for pending's sorted keys, kept between
+	// turns as pending's buckets are: a turn every few milliseconds for
+	// thousands of targets made both anew each time.
+	keys    []tkey
 	removed []*commonv1.TargetRef
 	depth   int // samples in pending
 	urgent  bool
@@ -710,7 +714,7 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		ob.replay = map[tkey]bool{}
 	}
 	if len(ob.pending) > 0 || len(ob.removed) > 0 {
-		keys := make([]tkey, 0, len(ob.pending))
+		keys := ob.keys[:0]
 		for k := range ob.pending {
 			keys = append(keys, k)
 		}
@@ -734,7 +738,8 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		if len(cur.Metrics)+len(cur.Specs)+len(cur.Removed) > 0 {
 			bs.live = append(bs.live, cur)
 		}
-		ob.pending = map[tkey]*pendingTarget{}
+		clear(ob.pending)
+		ob.keys = keys[:0]
 		ob.removed = nil
 	}
 	if ob.sendConfig {

@@ -139,7 +139,9 @@ type Fetcher struct {
 }
 
 type target struct {
-	spec    Target
+	// spec is replaced whole by Set, never changed: fetches in flight
+	// read it without the lock.
+	spec    *Target
 	cluster string
 	next    time.Time
 }
@@ -172,7 +174,7 @@ func (f *Fetcher) Set(t Target) {
 	}
 	if old, ok := f.targets[key]; ok {
 		if old.cluster == ck {
-			old.spec = t
+			old.spec = &t
 			return
 		}
 		f.releaseLocked(old.cluster)
@@ -192,7 +194,7 @@ func (f *Fetcher) Set(t Target) {
 		f.clusters[ck] = c
 	}
 	c.users++
-	f.targets[key] = &target{spec: t, cluster: ck}
+	f.targets[key] = &target{spec: &t, cluster: ck}
 	f.metrics.targets.Set(float64(len(f.targets)))
 }
 
@@ -267,7 +269,7 @@ func (f *Fetcher) FetchNow(ctx context.Context) {
 
 func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
 	now := f.now()
-	due := map[string][]Target{}
+	due := map[string][]*Target{}
 	f.mu.Lock()
 	for _, t := range f.targets {
 		c := f.clusters[t.cluster]
@@ -277,7 +279,7 @@ func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
 		t.next = now.Add(t.spec.Interval)
 		due[t.cluster] = append(due[t.cluster], t.spec)
 	}
-	work := make(map[*cluster][]Target, len(due))
+	work := make(map[*cluster][]*Target, len(due))
 	for ck, ts := range due {
 		c := f.clusters[ck]
 		c.busy = true
@@ -303,7 +305,7 @@ func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.
 	f.mu.Lock()
 	var (
 		c    *cluster
-		spec Target
+		spec *Target
 	)
 	t, ok := f.targets[ref.Key()]
 	if ok {
@@ -313,7 +315,7 @@ func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.
 	if c == nil {
 		return nil, fmt.Errorf("%w %s", ErrUnknownTarget, ref.Key())
 	}
-	r := f.measure(ctx, c, []Target{spec})[0]
+	r := f.measure(ctx, c, []*Target{spec})[0]
 	if r.err != nil {
 		f.fail(spec, r.reason, r.err.Error())
 		return nil, fmt.Errorf("%s: %w", r.reason, r.err)
@@ -324,7 +326,7 @@ func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.
 
 // fetchCluster reads the committed offsets of every due group and the end
 // offsets of every due topic of one cluster, then records each target.
-func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster, ts []Target) {
+func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster, ts []*Target) {
 	for i, r := range f.measure(ctx, c, ts) {
 		if r.err != nil {
 			f.fail(ts[i], r.reason, r.err.Error())
@@ -343,7 +345,7 @@ type measured struct {
 }
 
 // measure reads what fetchCluster records, in the order of ts.
-func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []Target) []measured {
+func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measured {
 	out := make([]measured, len(ts))
 	if c.err != nil {
 		for i := range ts {
@@ -519,7 +521,7 @@ func isBrokerErr(err error) bool {
 	return true // a transport or timeout error
 }
 
-func (f *Fetcher) fail(t Target, reason, msg string) {
+func (f *Fetcher) fail(t *Target, reason, msg string) {
 	f.metrics.errors.WithLabelValues(reason).Inc()
 	f.rec.SetError(t.Ref, reason+": "+msg)
 	if f.limit.Allow(t.Ref.Key(), f.now()) {
