@@ -354,7 +354,8 @@ func NewReconciler[P Object[P], C any](spec Spec[P, C], log *zap.Logger, clk clo
 				return
 			}
 			// The echo of our own write holds what we just reconciled.
-			if spec.Handles(o) == spec.Handles(n) && r.written.Own(cache.MetaObjectToName(n), n.GetResourceVersion()) {
+			own := r.written.Delivered(cache.MetaObjectToName(n), n.GetResourceVersion())
+			if own && spec.Handles(o) == spec.Handles(n) {
 				return
 			}
 			r.Enqueue(cur)
