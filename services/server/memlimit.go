@@ -35,9 +35,15 @@ func SetMemoryLimit() (limit int64, source string, err error) {
 	if err != nil || limit == 0 {
 		return 0, source, err
 	}
-	limit = int64(float64(limit) * memoryLimitShare)
+	limit = SoftMemoryLimit(limit)
 	debug.SetMemoryLimit(limit)
 	return limit, source, nil
+}
+
+// SoftMemoryLimit is the Go runtime's memory limit SetMemoryLimit sets in
+// a container whose memory limit is container bytes.
+func SoftMemoryLimit(container int64) int64 {
+	return int64(float64(container) * memoryLimitShare)
 }
 
 // cgroupMemoryLimit reads the first of files (paths from the root of fsys)

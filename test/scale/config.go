@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Config is one scale run.
@@ -33,7 +35,15 @@ type Config struct {
 	CreateWorkers int
 	// Seed picks each target's load levels.
 	Seed uint64
+	// MemoryLimit is each service's container memory limit in bytes: the
+	// service runs with the Go memory limit it sets itself in such a
+	// container (server.SoftMemoryLimit). 0 means none.
+	MemoryLimit int64
 }
+
+// chartMemoryLimit is the chart's default resources.limits.memory of each
+// service (charts/tidal/values.yaml).
+const chartMemoryLimit = "512Mi"
 
 // RegisterFlags registers the flags of a Config with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -58,6 +68,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StableWindow, "stable-window", 6*time.Second, "KPA stable window in config-autoscaler (the panic window is half of it); short, so a load change shows within a tick or two.")
 	fs.IntVar(&c.CreateWorkers, "create-workers", 16, "Targets created in parallel.")
 	fs.Uint64Var(&c.Seed, "seed", 1, "Seed of each target's load levels.")
+	chart := resource.MustParse(chartMemoryLimit)
+	c.MemoryLimit = chart.Value()
+	fs.Func("memory-limit", "Each service's container memory limit (default "+chartMemoryLimit+", the chart's): the services run with the Go memory limit they set themselves in such a container (90 % of it); 0 means none, as a process outside any limit runs.", func(v string) error {
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			return fmt.Errorf("%q: want a quantity such as 512Mi, or 0", v[:min(len(v), 32)])
+		}
+		c.MemoryLimit = q.Value()
+		return nil
+	})
 }
 
 // DefaultConfig is the Config of the flags' defaults.

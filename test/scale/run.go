@@ -121,7 +121,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 		kpaconfig.KeyStableWindow:          cfg.StableWindow.String(),
 		kpaconfig.KeyPanicWindowPercentage: "50",
 	}
-	svcs, err := startServices(ctx, env.BinDir, env.Cluster, env.Namespace, cfg.Replicas, autoscaler, env.LogDir, env.Log)
+	svcs, err := startServices(ctx, env.BinDir, env.Cluster, env.Namespace, cfg.Replicas, cfg.MemoryLimit, autoscaler, env.LogDir, env.Log)
 	if err != nil {
 		return nil, err
 	}

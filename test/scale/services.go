@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/tidalscale/tidal/services/server"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
 )
@@ -55,7 +56,7 @@ type serviceProc struct {
 
 // startServices brings the services up, actuators first, each waited for
 // until it is SERVING. On error it stops what it started.
-func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns string, replicas int, autoscaler map[string]string, logDir string, log io.Writer) (_ *services, err error) {
+func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns string, replicas int, memoryLimit int64, autoscaler map[string]string, logDir string, log io.Writer) (_ *services, err error) {
 	s := &services{logDir: logDir}
 	defer func() {
 		if err != nil {
@@ -95,6 +96,11 @@ func startServices(ctx context.Context, binDir string, c *cluster.Cluster, ns st
 		p, err := system.NewProc(name, binDir, svc, s.logDir, append(args, "--pprof")...)
 		if err != nil {
 			return nil, err
+		}
+		if memoryLimit > 0 {
+			// What the service sets itself from its container's cgroup;
+			// the run's processes have no cgroup limit of their own.
+			p.Env = append(p.Env, "GOMEMLIMIT="+strconv.FormatInt(server.SoftMemoryLimit(memoryLimit), 10))
 		}
 		if err := p.Start(ctx, time.Minute); err != nil {
 			return nil, err

@@ -31,6 +31,9 @@ type Proc struct {
 	// Creds are what Start's health check and Conn dial with; nil means
 	// plaintext. Set them before Start.
 	Creds credentials.TransportCredentials
+	// Env is added to the process's environment (KEY=VALUE each), over
+	// this one's. Set it before Start.
+	Env []string
 
 	// mu guards cmd and exited.
 	mu     sync.Mutex
@@ -76,6 +79,9 @@ func (p *Proc) Start(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	cmd := exec.Command(p.bin, p.args...)
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, and SIGKILL when the parent dies, so nothing
 	// outlives the test or `make run` even if they are killed.
