@@ -150,6 +150,7 @@ type cluster struct {
 	cfg   Cluster
 	cl    *kgo.Client
 	adm   *kadm.Client
+	ends  *endLister
 	err   error // the options were unusable
 	users int
 	// busy is set while a fetch runs: a slow cluster is not asked twice.
@@ -190,6 +191,7 @@ func (f *Fetcher) Set(t Target) {
 			c.err = err
 		} else {
 			c.adm = kadm.NewClient(c.cl)
+			c.ends = &endLister{cl: c.cl, adm: c.adm}
 		}
 		f.clusters[ck] = c
 	}
@@ -412,7 +414,7 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 	var ends kadm.ListedOffsets
 	var endsErr error
 	if len(topics) > 0 {
-		ends, endsErr = c.adm.ListEndOffsets(ctx, topics...)
+		ends, endsErr = c.ends.list(ctx, topics, f.now())
 	}
 	now := f.now()
 	for i, t := range ts {
