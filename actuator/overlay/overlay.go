@@ -64,13 +64,9 @@ func (o *Overlay[K, V]) Newer(k K, cachedRV string) (V, bool) {
 	return zero, false
 }
 
-// Delivered is told that the cache now holds k at rv (an informer calls
-// it from its update handler, which runs after its store changed). It
-// reports whether rv is the resourceVersion of this process's last write
-// of k, the watch event its echo, and forgets that write once the cache has
-// caught up with it: otherwise the write stays until k is next read, and a
-// target nobody reads again keeps a second copy of its object for good.
-func (o *Overlay[K, V]) Delivered(k K, rv string) (own bool) {
+// Own reports whether rv is the resourceVersion of this process's last
+// write of k: a watch event for it is an echo of that write.
+func (o *Overlay[K, V]) Own(k K, rv string) bool {
 	n, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
 		return false
@@ -78,13 +74,7 @@ func (o *Overlay[K, V]) Delivered(k K, rv string) (own bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	e, ok := o.m[k]
-	if !ok {
-		return false
-	}
-	if n >= e.rv {
-		delete(o.m, k)
-	}
-	return e.rv == n
+	return ok && e.rv == n
 }
 
 // Delete forgets k.

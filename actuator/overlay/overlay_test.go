@@ -28,17 +28,9 @@ func TestOverlay(t *testing.T) {
 	if got, ok := o.Newer("b", "19"); !ok || got != 2 {
 		t.Errorf("Newer(b, 19) = %d, %v; want 2, true", got, ok)
 	}
-	if o.Delivered("b", "19") || o.Delivered("c", "20") || o.Len() != 1 {
-		t.Errorf("Delivered of an older version or another key: want false, the write kept (len %d)", o.Len())
+	if !o.Own("b", "20") || o.Own("b", "19") || o.Own("c", "20") {
+		t.Error("Own: want true only for the last write's resourceVersion")
 	}
-	if !o.Delivered("b", "20") || o.Len() != 0 {
-		t.Errorf("Delivered of the last write's version: want true, the write forgotten (len %d)", o.Len())
-	}
-	o.Put("b", "20", 2)
-	if o.Delivered("b", "21") || o.Len() != 0 {
-		t.Errorf("Delivered of a newer version: want false, the write forgotten (len %d)", o.Len())
-	}
-	o.Put("b", "20", 2)
 	o.Put("b", "x", 4) // not a number: forget, fall back to the cache
 	if _, ok := o.Newer("b", "1"); ok || o.Len() != 0 {
 		t.Errorf("after an unparsable resourceVersion: Newer ok = %v, len %d; want false, 0", ok, o.Len())

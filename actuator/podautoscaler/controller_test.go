@@ -807,9 +807,6 @@ func TestScaleWritesOnceAndReadsCaches(t *testing.T) {
 	if got := reqs.take(); !maps.Equal(got, want) {
 		t.Errorf("requests of a newer decision with the same count = %v, want %v", got, want)
 	}
-	// Once the informer delivers that write, the controller keeps no copy
-	// of its own beside the cache's, though nothing reads it again.
-	h.eventually("the written copy forgotten", func() bool { return h.ctrl.written.Len() == 0 })
 }
 
 // TestScaleToZeroAfterLastDecision: a decision of 0 that turns the

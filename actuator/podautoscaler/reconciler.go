@@ -354,8 +354,7 @@ func NewReconciler[P Object[P], C any](spec Spec[P, C], log *zap.Logger, clk clo
 				return
 			}
 			// The echo of our own write holds what we just reconciled.
-			own := r.written.Delivered(cache.MetaObjectToName(n), n.GetResourceVersion())
-			if own && spec.Handles(o) == spec.Handles(n) {
+			if spec.Handles(o) == spec.Handles(n) && r.written.Own(cache.MetaObjectToName(n), n.GetResourceVersion()) {
 				return
 			}
 			r.Enqueue(cur)
