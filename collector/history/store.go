@@ -14,16 +14,17 @@ import (
 // Samples are kept as flat records in a ring, not as the protobuf messages
 // they arrive in: a message with its Timestamp and optional fields is four
 // heap objects and about 210 bytes, a record is 56 bytes, and a partition's
-// lag 24 bytes instead of 72. A ring holds a span of retention in at most
-// twice its sample count (power-of-two sizes); a slice trimmed at the front
-// held up to four times it between compactions. At 10,000 targets the history
-// is most of the collector's heap.
+// lag 24 bytes instead of 72. A ring grows by a quarter when full and shrinks
+// to a quarter above its count when half empty, so a settled one holds its
+// span of retention in at most twice, and mostly 1.25 times, the room its
+// samples need: power-of-two rings left most of a 2-minute span (121 samples
+// and the ready-pod changes) in 256 slots. At 10,000 targets the history is
+// most of the collector's heap.
 type History struct {
 	// Retention is how far behind the newest sample samples are kept.
 	Retention time.Duration
 
-	// ring[(start+i)&mask] is the i-th oldest of n samples; its length is
-	// zero or a power of two.
+	// ring[(start+i) mod len(ring)] is the i-th oldest of n samples.
 	ring []record
 	// lags parallels ring: a sample's partition lags. Nil until the first
 	// sample with lags, so a KPA target pays nothing for them.
@@ -33,6 +34,10 @@ type History struct {
 
 // minRing is the smallest ring, and the size shrinking stops at.
 const minRing = 8
+
+// roomFor is the ring size for n samples: a quarter more, so a count that
+// wanders by a few samples neither grows nor shrinks the ring each time.
+func roomFor(n int) int { return max(minRing, n+n/4) }
 
 // record is one retained sample, fields ordered to pack into 56 bytes.
 type record struct {
@@ -67,7 +72,13 @@ func New(retention time.Duration) *History { return &History{Retention: retentio
 func (r *record) time() time.Time { return time.Unix(r.sec, int64(r.nanos)) }
 
 // slot is the ring index of the i-th oldest sample.
-func (h *History) slot(i int) int { return (h.start + i) & (len(h.ring) - 1) }
+func (h *History) slot(i int) int {
+	j := h.start + i
+	if j >= len(h.ring) {
+		j -= len(h.ring)
+	}
+	return j
+}
 
 // Append adds s and drops samples more than Retention older than it. A
 // pushed sample stamped with the same second as the newest pushed sample is
@@ -86,8 +97,22 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 			return true
 		}
 	}
+	// Samples s pushes out of the span go first, so a full ring grows only
+	// when the span really holds more.
+	at := time.Unix(sec, int64(nanos))
+	for h.n > 0 && at.Sub(h.ring[h.start].time()) > h.Retention {
+		h.ring[h.start] = record{}
+		if h.lags != nil {
+			h.lags[h.start] = nil
+		}
+		h.start = h.slot(1)
+		h.n--
+	}
 	if h.n == len(h.ring) {
-		h.resize(max(minRing, 2*len(h.ring)))
+		h.resize(roomFor(h.n + 1))
+	} else if len(h.ring) > minRing && h.n < len(h.ring)/2 {
+		// A shorter retention or a slower source: give the room back.
+		h.resize(roomFor(h.n + 1))
 	}
 	i := h.slot(h.n)
 	h.ring[i] = toRecord(s)
@@ -98,25 +123,10 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 		h.lags[i] = toLags(pl)
 	}
 	h.n++
-	newest := h.ring[i].time()
-	for h.n > 0 && newest.Sub(h.ring[h.start].time()) > h.Retention {
-		h.ring[h.start] = record{}
-		if h.lags != nil {
-			h.lags[h.start] = nil
-		}
-		h.start = (h.start + 1) & (len(h.ring) - 1)
-		h.n--
-	}
-	// Halve a ring a quarter full (a shorter retention, a slower source),
-	// so it stays within twice what it holds once it has settled.
-	if len(h.ring) > minRing && h.n <= len(h.ring)/4 {
-		h.resize(len(h.ring) / 2)
-	}
 	return false
 }
 
-// resize moves the samples, oldest first, into a ring of size (a power of
-// two, at least n).
+// resize moves the samples, oldest first, into a ring of size (at least n).
 func (h *History) resize(size int) {
 	ring := make([]record, size)
 	var lags [][]lag

@@ -114,20 +114,25 @@ func TestAppendToGivesBackEveryField(t *testing.T) {
 }
 
 // TestRetainedBytes bounds what a retained sample costs, since the history is
-// most of the collector's heap at 10,000 targets: a scraped KPA sample and a
-// lag sample of ten partitions, as the collector stores them, once the
-// history has settled (three retention spans appended).
+// most of the collector's heap at 10,000 targets: a scraped KPA sample (a
+// sample a second over the collector's default 2-minute history, with and
+// without a ready-pod change every 10 s) and a lag sample of ten partitions,
+// as the collector stores them, once the history has settled (three
+// retention spans appended).
 func TestRetainedBytes(t *testing.T) {
-	const targets, perTarget = 500, 120
+	const targets, span = 500, 120
+	scrape := func(at time.Time) *commonv1.MetricSample {
+		return &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE,
+			AverageConcurrency: 1, RequestCount: 2, ReadyPods: ptr[int32](3)}
+	}
 	cases := []struct {
 		name string
 		make func(at time.Time) *commonv1.MetricSample
+		pods bool    // a ready-pod change half a second after every tenth sample
 		max  float64 // bytes per retained sample
 	}{
-		{"kpa scrape", func(at time.Time) *commonv1.MetricSample {
-			return &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE,
-				AverageConcurrency: 1, RequestCount: 2, ReadyPods: ptr[int32](3)}
-		}, 80},
+		{"kpa scrape", scrape, false, 75},
+		{"kpa scrape, ready pods changing", scrape, true, 75},
 		{"lag, 10 partitions", func(at time.Time) *commonv1.MetricSample {
 			s := &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
 				PartitionCount: ptr[int32](10), ReadyPods: ptr[int32](1)}
@@ -135,7 +140,7 @@ func TestRetainedBytes(t *testing.T) {
 				s.PartitionLags = append(s.PartitionLags, &commonv1.PartitionLag{Partition: p, EndOffset: 100, CommittedOffset: ptr[int64](50)})
 			}
 			return s
-		}, 360},
+		}, false, 360},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -144,15 +149,22 @@ func TestRetainedBytes(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			hs := make([]*History, targets)
 			t0 := time.Unix(1000, 0)
+			held := 0
 			for i := range hs {
-				hs[i] = New(time.Duration(perTarget-1) * time.Second)
-				for j := range 3 * perTarget {
-					hs[i].Append(c.make(t0.Add(time.Duration(j) * time.Second)))
+				hs[i] = New(span * time.Second)
+				for j := range 3 * span {
+					at := t0.Add(time.Duration(j) * time.Second)
+					hs[i].Append(c.make(at))
+					if c.pods && j%10 == 0 {
+						hs[i].Append(&commonv1.MetricSample{Time: timestamppb.New(at.Add(time.Second / 2)),
+							Source: commonv1.SampleSource_SAMPLE_SOURCE_PODS, ReadyPods: ptr(int32(j % 3))})
+					}
 				}
+				held += hs[i].Len()
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&after)
-			per := float64(after.HeapAlloc-before.HeapAlloc) / (targets * perTarget)
+			per := float64(after.HeapAlloc-before.HeapAlloc) / float64(held)
 			t.Logf("%.0f bytes per retained sample", per)
 			if per > c.max {
 				t.Errorf("%.0f bytes per retained sample, want at most %.0f", per, c.max)
