@@ -1,7 +1,9 @@
 package lag
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,47 +17,74 @@ import (
 // listing reads (its MetadataMinAge default).
 const partitionsMaxAge = 5 * time.Second
 
+// endOffsets is each topic's end offsets, as a round reads them.
+type endOffsets map[string]topicEnds
+
+// topicEnds is one topic's answer: its partitions by id, or the error kadm
+// reports for the whole topic (as its partition -1).
+type topicEnds struct {
+	err   error
+	parts []partitionEnd
+}
+
+// partitionEnd is one partition's end offset, or its error.
+type partitionEnd struct {
+	id     int32
+	offset int64
+	err    error
+}
+
 // endLister lists topics' end offsets for one cluster. kadm's
 // ListEndOffsets reads the topics' metadata first, and at riff's 100 ms
 // interval for 1,000 topics turning that metadata into kadm's maps was a
 // quarter of the collector's allocations. Between full listings it asks the
 // brokers for the end offsets of the partitions the last listing found
-// (a partition added since shows at the next, within partitionsMaxAge);
-// anything but a clean answer (an error of a shard or a partition, a
-// partition gone) is answered by a full listing instead, so every error
-// reads as kadm reports it.
+// (a partition added since shows at the next, within partitionsMaxAge),
+// into one array per round; anything but a clean answer (an error of a
+// shard or a partition, a partition gone) is answered by a full listing
+// instead, so every error reads as kadm reports it.
 type endLister struct {
 	cl  *kgo.Client
 	adm *kadm.Client
 
 	// mu guards parts and listed: a Poll may list beside a round.
 	mu sync.Mutex
-	// parts is each topic's partitions at the last full listing, at
-	// listed.
+	// parts is each topic's partitions, sorted, at the last full listing,
+	// at listed.
 	parts  map[string][]int32
 	listed time.Time
 }
 
 // list returns the end offsets of topics at now.
-func (l *endLister) list(ctx context.Context, topics []string, now time.Time) (kadm.ListedOffsets, error) {
+func (l *endLister) list(ctx context.Context, topics []string, now time.Time) (endOffsets, error) {
 	if ends, ok := l.quick(ctx, topics, now); ok {
 		return ends, nil
 	}
-	ends, err := l.adm.ListEndOffsets(ctx, topics...)
+	listed, err := l.adm.ListEndOffsets(ctx, topics...)
 	if err != nil {
-		return ends, err
+		return nil, err
 	}
-	parts := make(map[string][]int32, len(ends))
-	for topic, ps := range ends {
-		ids := make([]int32, 0, len(ps))
+	ends := make(endOffsets, len(listed))
+	parts := make(map[string][]int32, len(listed))
+	for topic, ps := range listed {
+		te := topicEnds{parts: make([]partitionEnd, 0, len(ps))}
+		clean := true
 		for id, p := range ps {
-			if p.Err != nil || id < 0 {
-				ids = nil
-				break
+			if id == -1 && p.Err != nil {
+				te.err = p.Err
+				clean = false
+				continue
 			}
-			ids = append(ids, id)
+			te.parts = append(te.parts, partitionEnd{id: id, offset: p.Offset, err: p.Err})
+			clean = clean && p.Err == nil && id >= 0
 		}
-		if ids != nil {
+		slices.SortFunc(te.parts, func(a, b partitionEnd) int { return cmp.Compare(a.id, b.id) })
+		ends[topic] = te
+		if clean {
+			ids := make([]int32, len(te.parts))
+			for i, p := range te.parts {
+				ids[i] = p.id
+			}
 			parts[topic] = ids
 		}
 	}
@@ -67,34 +96,45 @@ func (l *endLister) list(ctx context.Context, topics []string, now time.Time) (k
 
 // quick lists topics from the partitions of the last full listing; false
 // when that is too old, lacks a topic, or the answer is not clean.
-func (l *endLister) quick(ctx context.Context, topics []string, now time.Time) (kadm.ListedOffsets, bool) {
+func (l *endLister) quick(ctx context.Context, topics []string, now time.Time) (endOffsets, bool) {
 	req := kmsg.NewPtrListOffsetsRequest()
-	want := 0
+	ends := make(endOffsets, len(topics))
 	l.mu.Lock()
 	if now.Sub(l.listed) >= partitionsMaxAge {
 		l.mu.Unlock()
 		return nil, false
 	}
+	want := 0
 	for _, topic := range topics {
 		ids, ok := l.parts[topic]
 		if !ok {
 			l.mu.Unlock()
 			return nil, false
 		}
-		rt := kmsg.NewListOffsetsRequestTopic()
+		want += len(ids)
+	}
+	// Every partition has its slot in all, in the order of the request,
+	// so an answer split over brokers fills one array.
+	all := make([]partitionEnd, want)
+	req.Topics = make([]kmsg.ListOffsetsRequestTopic, len(topics))
+	at := 0
+	for i, topic := range topics {
+		ids := l.parts[topic]
+		rt := &req.Topics[i]
+		*rt = kmsg.NewListOffsetsRequestTopic()
 		rt.Topic = topic
 		rt.Partitions = make([]kmsg.ListOffsetsRequestTopicPartition, len(ids))
-		for i, id := range ids {
-			rp := kmsg.NewListOffsetsRequestTopicPartition()
+		for j, id := range ids {
+			rp := &rt.Partitions[j]
+			*rp = kmsg.NewListOffsetsRequestTopicPartition()
 			rp.Partition, rp.Timestamp = id, -1 // -1: the end offset
-			rt.Partitions[i] = rp
+			all[at+j] = partitionEnd{id: id, offset: -1}
 		}
-		req.Topics = append(req.Topics, rt)
-		want += len(ids)
+		ends[topic] = topicEnds{parts: all[at : at+len(ids) : at+len(ids)]}
+		at += len(ids)
 	}
 	l.mu.Unlock()
 
-	ends := make(kadm.ListedOffsets, len(topics))
 	got := 0
 	for _, shard := range l.cl.RequestSharded(ctx, req) {
 		if shard.Err != nil {
@@ -105,20 +145,16 @@ func (l *endLister) quick(ctx context.Context, topics []string, now time.Time) (
 			return nil, false
 		}
 		for _, t := range resp.Topics {
-			ps := ends[t.Topic]
-			if ps == nil {
-				ps = make(map[int32]kadm.ListedOffset, len(t.Partitions))
-				ends[t.Topic] = ps
-			}
+			ps := ends[t.Topic].parts
 			for _, p := range t.Partitions {
-				if p.ErrorCode != 0 {
+				j, found := slices.BinarySearchFunc(ps, p.Partition, func(e partitionEnd, id int32) int { return cmp.Compare(e.id, id) })
+				if p.ErrorCode != 0 || !found || p.Offset < 0 {
 					return nil, false
 				}
-				if _, dup := ps[p.Partition]; !dup {
+				if ps[j].offset < 0 {
 					got++
 				}
-				ps[p.Partition] = kadm.ListedOffset{Topic: t.Topic, Partition: p.Partition, Timestamp: p.Timestamp,
-					Offset: p.Offset, LeaderEpoch: p.LeaderEpoch}
+				ps[j].offset = p.Offset
 			}
 		}
 	}

@@ -85,3 +85,36 @@ func TestEndsBetweenListings(t *testing.T) {
 		t.Errorf("a round after the topic was deleted: error %q; want one naming the topic", errMsg)
 	}
 }
+
+// TestRoundAcrossBrokers: with a topic's partitions led by three brokers,
+// the answers of a full listing and of a round between listings (each split
+// over the brokers, filled into one array) give every partition its own end
+// and committed offset, in partition order.
+func TestRoundAcrossBrokers(t *testing.T) {
+	c := kfake.MustCluster(kfake.NumBrokers(3))
+	defer c.Close()
+	records := []int64{5, 0, 2, 7, 1, 3}
+	commits := []int64{1, -1, 2, 0, -1, 3}
+	seed(t, c, "input", "fn", records, commits)
+	rec := newRecorder()
+	f, _ := newFetcher(t, rec)
+	f.Set(lagTarget("fn", c, "input", "fn"))
+	for _, round := range []string{"a full listing", "a round between listings"} {
+		f.FetchNow(context.Background())
+		s, errMsg := rec.last("ns/fn")
+		if s == nil {
+			t.Fatalf("%s: no sample: %s", round, errMsg)
+		}
+		pls := s.GetPartitionLags()
+		if len(pls) != len(records) || s.GetPartitionCount() != int32(len(records)) {
+			t.Fatalf("%s: %d partitions (count %d), want %d", round, len(pls), s.GetPartitionCount(), len(records))
+		}
+		for i, pl := range pls {
+			wantCommit := commits[i] >= 0
+			if pl.GetPartition() != int32(i) || pl.GetEndOffset() != records[i] || (pl.CommittedOffset != nil) != wantCommit ||
+				(wantCommit && pl.GetCommittedOffset() != commits[i]) {
+				t.Errorf("%s: partition lag %d = %v; want partition %d, end %d, committed %d (-1: none)", round, i, pl, i, records[i], commits[i])
+			}
+		}
+	}
+}

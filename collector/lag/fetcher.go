@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -149,7 +148,6 @@ type target struct {
 type cluster struct {
 	cfg   Cluster
 	cl    *kgo.Client
-	adm   *kadm.Client
 	ends  *endLister
 	err   error // the options were unusable
 	users int
@@ -190,8 +188,7 @@ func (f *Fetcher) Set(t Target) {
 		if err != nil {
 			c.err = err
 		} else {
-			c.adm = kadm.NewClient(c.cl)
-			c.ends = &endLister{cl: c.cl, adm: c.adm}
+			c.ends = &endLister{cl: c.cl, adm: kadm.NewClient(c.cl)}
 		}
 		f.clusters[ck] = c
 	}
@@ -366,7 +363,7 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 	}
 	slices.Sort(groups)
 	groups = slices.Compact(groups)
-	commits := c.adm.FetchManyOffsets(ctx, groups...)
+	commits := fetchCommits(ctx, c.cl, groups)
 
 	topicOf := make([]string, len(ts))
 	allOf := make([][]string, len(ts)) // AllTopics targets' topics
@@ -377,28 +374,28 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 		switch {
 		case !ok:
 			errOf[i] = fmt.Errorf("consumer group %q: no answer", t.Group)
-		case errors.Is(gr.Err, kerr.GroupIDNotFound):
+		case errors.Is(gr.err, kerr.GroupIDNotFound):
 			// A group that never committed (its consumers have not started)
 			// has no offsets: every partition counts as uncommitted, which
 			// the strategy's reset policy prices, as riff and KEDA do.
-			commits[t.Group] = kadm.FetchOffsetsResponse{Group: t.Group}
+			commits[t.Group] = groupCommits{}
 			if t.Topic == "" {
 				errOf[i] = fmt.Errorf("consumer group %q does not exist and no topic is named", t.Group)
 				break
 			}
 			topicOf[i] = t.Topic
-		case gr.Err != nil:
-			errOf[i] = fmt.Errorf("consumer group %q: %w", t.Group, gr.Err)
+		case gr.err != nil:
+			errOf[i] = fmt.Errorf("consumer group %q: %w", t.Group, gr.err)
 		case t.Topic != "":
 			topicOf[i] = t.Topic
 		case t.AllTopics:
-			allOf[i] = gr.Fetched.Partitions().Topics()
+			allOf[i] = gr.topics()
 			if len(allOf[i]) == 0 {
 				errOf[i] = fmt.Errorf("consumer group %q has committed offsets for no topic and no topic is named", t.Group)
 			}
 			topics = append(topics, allOf[i]...)
 		default:
-			committed := gr.Fetched.Partitions().Topics()
+			committed := gr.topics()
 			if len(committed) != 1 {
 				errOf[i] = fmt.Errorf("consumer group %q has committed offsets for %d topics %v: name the topic", t.Group, len(committed), committed)
 				break
@@ -411,7 +408,7 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 	}
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
-	var ends kadm.ListedOffsets
+	var ends endOffsets
 	var endsErr error
 	if len(topics) > 0 {
 		ends, endsErr = c.ends.list(ctx, topics, f.now())
@@ -432,9 +429,9 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 			err    error
 		)
 		if t.AllTopics && t.Topic == "" {
-			s, reason, err = sampleTopics(ends, endsErr, commits[t.Group].Fetched, allOf[i], now)
+			s, reason, err = sampleTopics(ends, endsErr, commits[t.Group], allOf[i], now)
 		} else {
-			s, reason, err = sample(ends, endsErr, commits[t.Group].Fetched, topicOf[i], now)
+			s, reason, err = sample(ends, endsErr, commits[t.Group], topicOf[i], now)
 		}
 		out[i] = measured{sample: s, reason: reason, err: err}
 	}
@@ -442,41 +439,39 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 }
 
 // sample builds one target's lag sample from the cluster's answers.
-func sample(ends kadm.ListedOffsets, endsErr error, fetched kadm.OffsetResponses, topic string, now time.Time) (*commonv1.MetricSample, string, error) {
-	parts, ok := ends[topic]
+func sample(ends endOffsets, endsErr error, fetched groupCommits, topic string, now time.Time) (*commonv1.MetricSample, string, error) {
+	te, ok := ends[topic]
 	if !ok {
 		if endsErr != nil {
 			return nil, ReasonBroker, fmt.Errorf("topic %q end offsets: %w", topic, endsErr)
 		}
 		return nil, ReasonTopic, fmt.Errorf("topic %q: no end offsets", topic)
 	}
-	if p, ok := parts[-1]; ok && p.Err != nil {
-		if errors.Is(p.Err, kerr.UnknownTopicOrPartition) {
+	if te.err != nil {
+		if errors.Is(te.err, kerr.UnknownTopicOrPartition) {
 			return nil, ReasonTopic, fmt.Errorf("topic %q does not exist", topic)
 		}
-		return nil, ReasonTopic, fmt.Errorf("topic %q: %w", topic, p.Err)
+		return nil, ReasonTopic, fmt.Errorf("topic %q: %w", topic, te.err)
 	}
-	ids := make([]int32, 0, len(parts))
-	for id := range parts {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	lags := make([]*commonv1.PartitionLag, 0, len(ids))
-	for _, id := range ids {
-		p := parts[id]
-		if p.Err != nil || p.Offset < 0 {
+	// The sample's partitions and offsets are carved from one array each.
+	vals := make([]commonv1.PartitionLag, len(te.parts))
+	lags := make([]*commonv1.PartitionLag, len(te.parts))
+	commits := make([]int64, 0, len(te.parts))
+	for i, p := range te.parts {
+		if p.err != nil || p.offset < 0 {
 			reason := ReasonTopic
-			if isBrokerErr(p.Err) {
+			if isBrokerErr(p.err) {
 				reason = ReasonBroker
 			}
-			return nil, reason, fmt.Errorf("topic %q partition %d end offset %d: %w", topic, id, p.Offset, p.Err)
+			return nil, reason, fmt.Errorf("topic %q partition %d end offset %d: %w", topic, p.id, p.offset, p.err)
 		}
-		pl := &commonv1.PartitionLag{Partition: id, EndOffset: p.Offset}
-		if o, ok := fetched.Lookup(topic, id); ok && o.Err == nil && o.At >= 0 {
-			at := o.At
-			pl.CommittedOffset = &at
+		pl := &vals[i]
+		pl.Partition, pl.EndOffset = p.id, p.offset
+		if at, ok := fetched.at(topic, p.id); ok {
+			commits = append(commits, at)
+			pl.CommittedOffset = &commits[len(commits)-1]
 		}
-		lags = append(lags, pl)
+		lags[i] = pl
 	}
 	n := int32(len(lags))
 	return &commonv1.MetricSample{
@@ -489,7 +484,7 @@ func sample(ends kadm.ListedOffsets, endsErr error, fetched kadm.OffsetResponses
 
 // sampleTopics is sample for every topic of topics, in one sample whose
 // partitions name their topic.
-func sampleTopics(ends kadm.ListedOffsets, endsErr error, fetched kadm.OffsetResponses, topics []string, now time.Time) (*commonv1.MetricSample, string, error) {
+func sampleTopics(ends endOffsets, endsErr error, fetched groupCommits, topics []string, now time.Time) (*commonv1.MetricSample, string, error) {
 	var all *commonv1.MetricSample
 	for _, topic := range topics {
 		s, reason, err := sample(ends, endsErr, fetched, topic, now)
