@@ -38,21 +38,28 @@ type partitionEnd struct {
 // ListEndOffsets reads the topics' metadata first, and at riff's 100 ms
 // interval for 1,000 topics turning that metadata into kadm's maps was a
 // quarter of the collector's allocations. Between full listings it asks the
-// brokers for the end offsets of the partitions the last listing found
-// (a partition added since shows at the next, within partitionsMaxAge),
-// into one array per round; anything but a clean answer (an error of a
-// shard or a partition, a partition gone) is answered by a full listing
-// instead, so every error reads as kadm reports it.
+// brokers for the end offsets of the partitions the last listing of each
+// topic found (a partition added since shows at the next, within
+// partitionsMaxAge), into one array per round; anything but a clean answer
+// (an error of a shard or a partition, a partition gone) is answered by a
+// full listing instead, so every error reads as kadm reports it. Each
+// topic keeps its own listing time, so a KEDA poll's listing of one topic
+// leaves the others' as they were.
 type endLister struct {
 	cl  *kgo.Client
 	adm *kadm.Client
 
-	// mu guards parts and listed: a Poll may list beside a round.
+	// mu guards parts: a Poll may list beside a round.
 	mu sync.Mutex
-	// parts is each topic's partitions, sorted, at the last full listing,
-	// at listed.
-	parts  map[string][]int32
-	listed time.Time
+	// parts is each topic's partitions, sorted, as a full listing found
+	// them within partitionsMaxAge; older ones are dropped at each listing.
+	parts map[string]listedParts
+}
+
+// listedParts is a topic's partitions and when a full listing found them.
+type listedParts struct {
+	ids []int32
+	at  time.Time
 }
 
 // list returns the end offsets of topics at now.
@@ -65,7 +72,16 @@ func (l *endLister) list(ctx context.Context, topics []string, now time.Time) (e
 		return nil, err
 	}
 	ends := make(endOffsets, len(listed))
-	parts := make(map[string][]int32, len(listed))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.parts == nil {
+		l.parts = make(map[string]listedParts, len(listed))
+	}
+	for topic, p := range l.parts {
+		if now.Sub(p.at) >= partitionsMaxAge {
+			delete(l.parts, topic)
+		}
+	}
 	for topic, ps := range listed {
 		te := topicEnds{parts: make([]partitionEnd, 0, len(ps))}
 		clean := true
@@ -80,17 +96,16 @@ func (l *endLister) list(ctx context.Context, topics []string, now time.Time) (e
 		}
 		slices.SortFunc(te.parts, func(a, b partitionEnd) int { return cmp.Compare(a.id, b.id) })
 		ends[topic] = te
-		if clean {
-			ids := make([]int32, len(te.parts))
-			for i, p := range te.parts {
-				ids[i] = p.id
-			}
-			parts[topic] = ids
+		if !clean {
+			delete(l.parts, topic)
+			continue
 		}
+		ids := make([]int32, len(te.parts))
+		for i, p := range te.parts {
+			ids[i] = p.id
+		}
+		l.parts[topic] = listedParts{ids: ids, at: now}
 	}
-	l.mu.Lock()
-	l.parts, l.listed = parts, now
-	l.mu.Unlock()
 	return ends, nil
 }
 
@@ -100,18 +115,14 @@ func (l *endLister) quick(ctx context.Context, topics []string, now time.Time) (
 	req := kmsg.NewPtrListOffsetsRequest()
 	ends := make(endOffsets, len(topics))
 	l.mu.Lock()
-	if now.Sub(l.listed) >= partitionsMaxAge {
-		l.mu.Unlock()
-		return nil, false
-	}
 	want := 0
 	for _, topic := range topics {
-		ids, ok := l.parts[topic]
-		if !ok {
+		p, ok := l.parts[topic]
+		if !ok || now.Sub(p.at) >= partitionsMaxAge {
 			l.mu.Unlock()
 			return nil, false
 		}
-		want += len(ids)
+		want += len(p.ids)
 	}
 	// Every partition has its slot in all, in the order of the request,
 	// so an answer split over brokers fills one array.
@@ -119,7 +130,7 @@ func (l *endLister) quick(ctx context.Context, topics []string, now time.Time) (
 	req.Topics = make([]kmsg.ListOffsetsRequestTopic, len(topics))
 	at := 0
 	for i, topic := range topics {
-		ids := l.parts[topic]
+		ids := l.parts[topic].ids
 		rt := &req.Topics[i]
 		*rt = kmsg.NewListOffsetsRequestTopic()
 		rt.Topic = topic

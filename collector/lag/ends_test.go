@@ -118,3 +118,45 @@ func TestRoundAcrossBrokers(t *testing.T) {
 		}
 	}
 }
+
+// TestListingOfOneTopicKeepsTheOthers: a listing of one topic (a KEDA
+// poll's) leaves the partitions the last listing found for the others, so
+// the next round asks for their end offsets alone; each topic's listing
+// ages on its own.
+func TestListingOfOneTopicKeepsTheOthers(t *testing.T) {
+	c := kfake.MustCluster(kfake.NumBrokers(1))
+	defer c.Close()
+	for _, topic := range []string{"a", "b", "c"} {
+		seed(t, c, topic, topic, []int64{1, 2}, nil)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	l := &endLister{cl: cl, adm: kadm.NewClient(cl)}
+	ctx := context.Background()
+	t0 := time.Now()
+	if _, err := l.list(ctx, []string{"a", "b"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.quick(ctx, []string{"c"}, t0.Add(time.Second)); ok {
+		t.Fatal("a topic never listed was answered without a listing")
+	}
+	if _, err := l.list(ctx, []string{"c"}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ends, ok := l.quick(ctx, []string{"a", "b"}, t0.Add(2*time.Second))
+	if !ok {
+		t.Fatal("after a listing of c alone, a and b needed a full listing again")
+	}
+	if e := ends["b"].parts; len(e) != 2 || e[0].offset != 1 || e[1].offset != 2 {
+		t.Errorf("b's ends between listings: %+v, want partitions 0 and 1 at 1 and 2", e)
+	}
+	if _, ok := l.quick(ctx, []string{"a", "c"}, t0.Add(partitionsMaxAge)); ok {
+		t.Error("a's listing, partitionsMaxAge old, was still used")
+	}
+	if _, ok := l.quick(ctx, []string{"c"}, t0.Add(partitionsMaxAge)); !ok {
+		t.Error("c's listing, younger than partitionsMaxAge, was not used")
+	}
+}
