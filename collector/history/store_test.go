@@ -82,6 +82,16 @@ func TestAppendToGivesBackEveryField(t *testing.T) {
 		{Time: timestamppb.New(t0.Add(4 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA, PartitionCount: ptr[int32](0)},
 		{Time: timestamppb.New(t0.Add(5 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
 			PartitionLags: []*commonv1.PartitionLag{{Partition: 7, EndOffset: 1, CommittedOffset: ptr[int64](1)}}},
+		// A target of several topics: the same lags but for a topic are
+		// not the same lags.
+		{Time: timestamppb.New(t0.Add(6 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+			PartitionLags: []*commonv1.PartitionLag{{Topic: "a", Partition: 7, EndOffset: 1, CommittedOffset: ptr[int64](1)}}},
+		{Time: timestamppb.New(t0.Add(7 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+			PartitionLags: []*commonv1.PartitionLag{{Topic: "b", Partition: 7, EndOffset: 1, CommittedOffset: ptr[int64](1)}}},
+		{Time: timestamppb.New(t0.Add(8 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+			PartitionLags: []*commonv1.PartitionLag{{Topic: "b", Partition: 7, EndOffset: 1}}},
+		{Time: timestamppb.New(t0.Add(9 * time.Second)), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+			PartitionLags: []*commonv1.PartitionLag{{Topic: "b", Partition: 7, EndOffset: 1}}},
 	}
 	h := New(time.Minute)
 	for _, s := range in {
@@ -105,8 +115,8 @@ func TestAppendToGivesBackEveryField(t *testing.T) {
 			t.Errorf("after the caller changed its copy, sample %d = %v, want %v", i, again[i], in[i])
 		}
 	}
-	if last, ok := h.LastTime(); !ok || !last.Equal(t0.Add(5*time.Second)) {
-		t.Errorf("LastTime = %v, %v; want %v", last, ok, t0.Add(5*time.Second))
+	if last, ok := h.LastTime(); !ok || !last.Equal(t0.Add(9*time.Second)) {
+		t.Errorf("LastTime = %v, %v; want %v", last, ok, t0.Add(9*time.Second))
 	}
 	if _, ok := New(time.Minute).LastTime(); ok {
 		t.Error("LastTime of an empty history reports a sample")
@@ -133,14 +143,8 @@ func TestRetainedBytes(t *testing.T) {
 	}{
 		{"kpa scrape", scrape, false, 75},
 		{"kpa scrape, ready pods changing", scrape, true, 75},
-		{"lag, 10 partitions", func(at time.Time) *commonv1.MetricSample {
-			s := &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
-				PartitionCount: ptr[int32](10), ReadyPods: ptr[int32](1)}
-			for p := range int32(10) {
-				s.PartitionLags = append(s.PartitionLags, &commonv1.PartitionLag{Partition: p, EndOffset: 100, CommittedOffset: ptr[int64](50)})
-			}
-			return s
-		}, false, 360},
+		{"lag, 10 partitions moving", func(at time.Time) *commonv1.MetricSample { return lagSample(at, at.Unix()) }, false, 560},
+		{"lag, 10 partitions idle", func(at time.Time) *commonv1.MetricSample { return lagSample(at, 100) }, false, 110},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,6 +176,16 @@ func TestRetainedBytes(t *testing.T) {
 			runtime.KeepAlive(hs)
 		})
 	}
+}
+
+// lagSample is a lag sample of ten partitions, each at end offset end.
+func lagSample(at time.Time, end int64) *commonv1.MetricSample {
+	s := &commonv1.MetricSample{Time: timestamppb.New(at), Source: commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
+		PartitionCount: ptr[int32](10), ReadyPods: ptr[int32](1)}
+	for p := range int32(10) {
+		s.PartitionLags = append(s.PartitionLags, &commonv1.PartitionLag{Partition: p, EndOffset: end, CommittedOffset: ptr[int64](50)})
+	}
+	return s
 }
 
 func BenchmarkAppend(b *testing.B) {
