@@ -314,8 +314,8 @@ func (s *Scraper) Run(ctx context.Context) error {
 	// each target still has a sample a second: a ticker would drop it, and
 	// every target would miss that second, which a window then counts as
 	// zero. A round more than maxRoundLateness late is lost, not run.
-	due := firstDue(time.Now(), s.cfg.Interval)
-	timer := time.NewTimer(time.Until(due))
+	due := time.Now().Add(s.cfg.Interval)
+	timer := time.NewTimer(s.cfg.Interval)
 	defer timer.Stop()
 	swept := due
 	for {
@@ -338,22 +338,6 @@ func (s *Scraper) Run(ctx context.Context) error {
 		}
 		timer.Reset(time.Until(due))
 	}
-}
-
-// firstDue is the first round's due time after now. Rounds fall half an
-// interval after the multiples of the interval in Unix time, as far as they
-// can from the decider's ticks (whole seconds): the round a tick needs last
-// is then due half an interval before it, and its samples have that and the
-// decider's --tick-lateness to arrive. A round due just before a tick had
-// the lateness alone, and which it was depended on the second the collector
-// started in: at 3,000 targets a late round moved more than 1 % of the
-// decisions a whole tick, in some runs and not in others.
-func firstDue(now time.Time, interval time.Duration) time.Time {
-	due := now.Truncate(interval).Add(interval / 2)
-	if !due.After(now) {
-		due = due.Add(interval)
-	}
-	return due
 }
 
 // ScrapeNow starts a scrape of every idle target and waits until they end.

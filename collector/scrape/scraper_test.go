@@ -480,26 +480,3 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
-
-// TestFirstDue: rounds fall half an interval after the multiples of the
-// interval in Unix time, whichever moment the collector starts at.
-func TestFirstDue(t *testing.T) {
-	cases := []struct {
-		now      time.Time
-		interval time.Duration
-		want     time.Time
-	}{
-		{time.Unix(1000, 0), time.Second, time.Unix(1000, 500e6)},
-		{time.Unix(1000, 499e6), time.Second, time.Unix(1000, 500e6)},
-		{time.Unix(1000, 500e6), time.Second, time.Unix(1001, 500e6)},
-		{time.Unix(1000, 900e6), time.Second, time.Unix(1001, 500e6)},
-		{time.Unix(1001, 0), 2 * time.Second, time.Unix(1001, 0).Add(2 * time.Second)},
-		{time.Unix(1000, 300e6), 2 * time.Second, time.Unix(1001, 0)},
-		{time.Unix(1000, 10e6), 100 * time.Millisecond, time.Unix(1000, 50e6)},
-	}
-	for _, c := range cases {
-		if got := firstDue(c.now, c.interval); !got.Equal(c.want) {
-			t.Errorf("firstDue(%v, %v) = %v, want %v", c.now.UnixNano(), c.interval, got.UnixNano(), c.want.UnixNano())
-		}
-	}
-}
