@@ -130,10 +130,15 @@ func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string) map[stri
 // authErr is kadm's reading of an error code that fails a whole group or
 // shard: an authorization failure, wrapped as kadm wraps it; nil otherwise.
 func authErr(code int16) error {
-	switch err := kerr.ErrorForCode(code); err {
-	case kerr.ClusterAuthorizationFailed, kerr.TopicAuthorizationFailed, kerr.GroupAuthorizationFailed,
-		kerr.TransactionalIDAuthorizationFailed, kerr.DelegationTokenAuthorizationFailed:
-		return &kadm.AuthError{Err: err}
+	err := kerr.ErrorForCode(code)
+	for _, auth := range authFailures {
+		if errors.Is(err, auth) {
+			return &kadm.AuthError{Err: err}
+		}
 	}
 	return nil
 }
+
+// authFailures are the error codes kadm reads as authorization failures.
+var authFailures = []error{kerr.ClusterAuthorizationFailed, kerr.TopicAuthorizationFailed, kerr.GroupAuthorizationFailed,
+	kerr.TransactionalIDAuthorizationFailed, kerr.DelegationTokenAuthorizationFailed}
