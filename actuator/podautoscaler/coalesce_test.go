@@ -401,6 +401,12 @@ func TestTakeoverWaitsForDecider(t *testing.T) {
 	c2 := startHarness(t, c, ns, opts)
 	call(c2, 3000, 5)
 	c2.clock.SetTime(c2.clock.Now().Add(statusDebounce * interval))
+	// Hand over as a replica does before its buckets go: when c2's own
+	// first pass wrote status before the call, 3000 changed nothing a
+	// reader acts on (the scale stays 5) and was kept, not written.
+	if err := c2.ctrl.FlushPending(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	c2.eventually("decision 3000 written", func() bool {
 		d := c2.get("web").Status.LastDecision
 		return d != nil && d.Sequence == 3000
