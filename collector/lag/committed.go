@@ -65,8 +65,8 @@ func byPartition(a, b committed) int {
 }
 
 // fetchCommits asks each group's coordinator for its committed offsets in
-// one sharded OffsetFetch, as kadm's FetchManyOffsets does; every group of
-// groups has an answer.
+// one sharded OffsetFetch, as kadm's FetchManyOffsets does. A group the
+// answers leave out has no entry (measure reports it).
 func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string) map[string]groupCommits {
 	out := make(map[string]groupCommits, len(groups))
 	if len(groups) == 0 {
