@@ -171,14 +171,18 @@ func (k *Kube) PatchReplicas(ctx context.Context, t Target, replicas int32) (str
 
 // SetReplicas implements Scaler. It reads the scale and writes it back with
 // the read's resourceVersion, so a concurrent writer makes it read again and
-// retry (with client-go's default backoff) instead of being overwritten
-// blindly. Writing the value the target already has sends nothing.
+// retry (with client-go's backoff for a resource under active management)
+// instead of being overwritten blindly. Writing the value the target
+// already has sends nothing.
 func (k *Kube) SetReplicas(ctx context.Context, t Target, replicas int32) error {
 	gr, err := k.resource(t)
 	if err != nil {
 		return err
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// DefaultBackoff, not DefaultRetry: the target's own controller writes
+	// its status several times around a change of scale, and DefaultRetry's
+	// five tries within 50 ms ran out beside a busy one.
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		s, err := k.get(ctx, t, gr)
 		if err != nil {
 			return err
