@@ -133,6 +133,8 @@ type Fetcher struct {
 	clusters map[string]*cluster
 	// stopped is set when Run ends: no client is made after.
 	stopped bool
+	// idle is signalled (on mu) whenever a cluster's fetch ends.
+	idle *sync.Cond
 	// closing holds the closes of released clients; Run waits for them.
 	closing sync.WaitGroup
 }
@@ -157,8 +159,10 @@ type cluster struct {
 
 // New returns a Fetcher; it fetches nothing until Run.
 func New(cfg Config, rec Recorder, m *Metrics, log *zap.Logger) *Fetcher {
-	return &Fetcher{cfg: cfg, rec: rec, metrics: m, log: log, limit: logkey.NewLimiter(time.Minute), now: time.Now,
+	f := &Fetcher{cfg: cfg, rec: rec, metrics: m, log: log, limit: logkey.NewLimiter(time.Minute), now: time.Now,
 		targets: map[string]*target{}, clusters: map[string]*cluster{}}
+	f.idle = sync.NewCond(&f.mu)
+	return f
 }
 
 // Set adds or replaces a target; it is fetched at the next tick. Once Run
@@ -254,22 +258,45 @@ func (f *Fetcher) Run(ctx context.Context) error {
 	}
 }
 
-// FetchNow fetches every target at once and waits for the results.
+// FetchNow fetches every target at once and waits for the results. A
+// cluster's periodic fetch in flight, which may have begun before a target
+// was added, is waited for first.
 func (f *Fetcher) FetchNow(ctx context.Context) {
 	f.mu.Lock()
+	for f.busyLocked() {
+		f.idle.Wait()
+	}
 	for _, t := range f.targets {
 		t.next = time.Time{}
 	}
+	work := f.dueLocked(f.now())
 	f.mu.Unlock()
 	var wg sync.WaitGroup
-	f.fetchDue(ctx, &wg)
+	f.start(ctx, work, &wg)
 	wg.Wait()
 }
 
+// busyLocked reports whether a cluster's fetch is in flight.
+func (f *Fetcher) busyLocked() bool {
+	for _, c := range f.clusters {
+		if c.busy {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
-	now := f.now()
-	due := map[string][]*Target{}
 	f.mu.Lock()
+	work := f.dueLocked(f.now())
+	f.mu.Unlock()
+	f.start(ctx, work, wg)
+}
+
+// dueLocked marks the clusters with due targets busy and returns them with
+// those targets.
+func (f *Fetcher) dueLocked(now time.Time) map[*cluster][]*Target {
+	due := map[string][]*Target{}
 	for _, t := range f.targets {
 		c := f.clusters[t.cluster]
 		if c == nil || t.spec.OnDemand || now.Before(t.next) || c.busy {
@@ -284,12 +311,17 @@ func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
 		c.busy = true
 		work[c] = ts
 	}
-	f.mu.Unlock()
+	return work
+}
+
+// start fetches each cluster's targets of work on a goroutine of wg.
+func (f *Fetcher) start(ctx context.Context, work map[*cluster][]*Target, wg *sync.WaitGroup) {
 	for c, ts := range work {
 		wg.Go(func() {
 			f.fetchCluster(ctx, c, ts)
 			f.mu.Lock()
 			c.busy = false
+			f.idle.Broadcast()
 			f.mu.Unlock()
 		})
 	}
