@@ -3,6 +3,7 @@ package kubecache
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -35,46 +36,30 @@ import (
 // tidal reads (core, apps, coordination); asking it for another group is a
 // programming error and panics.
 func NewKubeInformers(client kubernetes.Interface, resync time.Duration, namespaces []string, opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
-	switch len(namespaces) {
-	case 0:
+	if len(namespaces) == 0 {
 		return informers.NewSharedInformerFactoryWithOptions(client, resync, opts...)
-	case 1:
-		return informers.NewSharedInformerFactoryWithOptions(client, resync, append(slices.Clone(opts), informers.WithNamespace(namespaces[0]))...)
 	}
-	f := &kubeFactory{}
-	for _, ns := range namespaces {
-		f.parts = append(f.parts, informers.NewSharedInformerFactoryWithOptions(client, resync, append(slices.Clone(opts), informers.WithNamespace(ns))...))
-	}
-	f.joined = newJoined(namespaces, kubescheme.Scheme, func(i int, gvr schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
-		g, err := f.parts[i].ForResource(gvr)
-		if err != nil {
-			return nil, err
-		}
-		return g.Informer(), nil
+	f := newMultiFactory(namespaces, kubescheme.Scheme, func(ns string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(client, resync, append(slices.Clone(opts), informers.WithNamespace(ns))...)
 	})
-	return f
+	if len(namespaces) == 1 {
+		return f.parts[0]
+	}
+	return &kubeFactory{multiFactory: f}
 }
 
 // NewTidalInformers is NewKubeInformers for tidal's own resources.
 func NewTidalInformers(client tidalclient.Interface, resync time.Duration, namespaces []string, opts ...tidalinformers.SharedInformerOption) tidalinformers.SharedInformerFactory {
-	switch len(namespaces) {
-	case 0:
+	if len(namespaces) == 0 {
 		return tidalinformers.NewSharedInformerFactoryWithOptions(client, resync, opts...)
-	case 1:
-		return tidalinformers.NewSharedInformerFactoryWithOptions(client, resync, append(slices.Clone(opts), tidalinformers.WithNamespace(namespaces[0]))...)
 	}
-	f := &tidalFactory{}
-	for _, ns := range namespaces {
-		f.parts = append(f.parts, tidalinformers.NewSharedInformerFactoryWithOptions(client, resync, append(slices.Clone(opts), tidalinformers.WithNamespace(ns))...))
-	}
-	f.joined = newJoined(namespaces, tidalscheme.Scheme, func(i int, gvr schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
-		g, err := f.parts[i].ForResource(gvr)
-		if err != nil {
-			return nil, err
-		}
-		return g.Informer(), nil
+	f := newMultiFactory(namespaces, tidalscheme.Scheme, func(ns string) tidalinformers.SharedInformerFactory {
+		return tidalinformers.NewSharedInformerFactoryWithOptions(client, resync, append(slices.Clone(opts), tidalinformers.WithNamespace(ns))...)
 	})
-	return f
+	if len(namespaces) == 1 {
+		return f.parts[0]
+	}
+	return &tidalFactory{multiFactory: f}
 }
 
 // NewNamespacedInformer is newInformer of every namespace of namespaces,
@@ -152,11 +137,7 @@ func (j *joined) forResource(gvr schema.GroupVersionResource, typ reflect.Type) 
 func (j *joined) all() map[schema.GroupVersionResource]*Namespaced {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := make(map[schema.GroupVersionResource]*Namespaced, len(j.byResource))
-	for k, v := range j.byResource {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(j.byResource)
 }
 
 func (j *joined) waitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
@@ -191,12 +172,92 @@ func (g genericInformer) Lister() cache.GenericLister {
 	return cache.NewGenericLister(g.inf.GetIndexer(), g.resource)
 }
 
-// kubeFactory is Kubernetes' factory over several namespaces. The embedded
-// interface is nil: only the groups below are served.
-type kubeFactory struct {
-	informers.SharedInformerFactory
+// genericInformers is Kubernetes' or tidal's GenericInformer.
+type genericInformers interface {
+	Informer() cache.SharedIndexInformer
+}
+
+// partFactory is what a factory over several namespaces needs of each
+// namespace's: Kubernetes' or tidal's generated factory.
+type partFactory[G genericInformers] interface {
+	ForResource(schema.GroupVersionResource) (G, error)
+	Start(stopCh <-chan struct{})
+	StartWithContext(ctx context.Context)
+	Shutdown()
+}
+
+// multiFactory is what kubeFactory and tidalFactory share: one factory per
+// namespace, and the informers joined across them.
+type multiFactory[G genericInformers, F partFactory[G]] struct {
 	joined *joined
-	parts  []informers.SharedInformerFactory
+	parts  []F
+}
+
+// InformerName is nil: the parts' informers publish no metrics by name.
+func (f *multiFactory[G, F]) InformerName() *cache.InformerName { return nil }
+
+func (f *multiFactory[G, F]) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
+	return f.joined.waitForCacheSync(stopCh)
+}
+
+func (f *multiFactory[G, F]) WaitForCacheSyncWithContext(ctx context.Context) cache.SyncResult {
+	return f.joined.waitForCacheSyncWithContext(ctx)
+}
+
+func newMultiFactory[G genericInformers, F partFactory[G]](namespaces []string, scheme *runtime.Scheme, newPart func(ns string) F) *multiFactory[G, F] {
+	parts := make([]F, len(namespaces))
+	for i, ns := range namespaces {
+		parts[i] = newPart(ns)
+	}
+	return &multiFactory[G, F]{parts: parts, joined: newJoined(namespaces, scheme, func(i int, gvr schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
+		g, err := parts[i].ForResource(gvr)
+		if err != nil {
+			return nil, err
+		}
+		return g.Informer(), nil
+	})}
+}
+
+func (f *multiFactory[G, F]) ForResource(gvr schema.GroupVersionResource) (G, error) {
+	inf, err := f.joined.forResource(gvr, nil)
+	if err != nil {
+		var none G
+		return none, err
+	}
+	// genericInformer is both Kubernetes' and tidal's GenericInformer.
+	return any(genericInformer{inf: inf, resource: gvr.GroupResource()}).(G), nil
+}
+
+func (f *multiFactory[G, F]) Start(stopCh <-chan struct{}) {
+	for _, p := range f.parts {
+		p.Start(stopCh)
+	}
+}
+
+func (f *multiFactory[G, F]) StartWithContext(ctx context.Context) {
+	for _, p := range f.parts {
+		p.StartWithContext(ctx)
+	}
+}
+
+func (f *multiFactory[G, F]) Shutdown() {
+	for _, p := range f.parts {
+		p.Shutdown()
+	}
+}
+
+// kubeFactory is Kubernetes' factory over several namespaces. The
+// interface embedded in unservedKube is nil: only the groups below are
+// served.
+type kubeFactory struct {
+	unservedKube
+	*multiFactory[informers.GenericInformer, informers.SharedInformerFactory]
+}
+
+// unservedKube puts the nil factory's methods a level below
+// multiFactory's, which take precedence.
+type unservedKube struct {
+	informers.SharedInformerFactory
 }
 
 var _ kubeinternal.SharedInformerFactory = (*kubeFactory)(nil)
@@ -205,51 +266,13 @@ func (f *kubeFactory) Core() core.Interface                 { return core.New(f,
 func (f *kubeFactory) Apps() apps.Interface                 { return apps.New(f, "", nil) }
 func (f *kubeFactory) Coordination() coordination.Interface { return coordination.New(f, "", nil) }
 
-// InformerName is nil: the parts' informers publish no metrics by name.
-func (f *kubeFactory) InformerName() *cache.InformerName { return nil }
-
 func (f *kubeFactory) InformerFor(obj runtime.Object, _ kubeinternal.NewInformerFunc) cache.SharedIndexInformer {
 	return f.joined.informerFor(obj)
 }
 
-func (f *kubeFactory) ForResource(gvr schema.GroupVersionResource) (informers.GenericInformer, error) {
-	inf, err := f.joined.forResource(gvr, nil)
-	if err != nil {
-		return nil, err
-	}
-	return genericInformer{inf: inf, resource: gvr.GroupResource()}, nil
-}
-
-func (f *kubeFactory) Start(stopCh <-chan struct{}) {
-	for _, p := range f.parts {
-		p.Start(stopCh)
-	}
-}
-
-func (f *kubeFactory) StartWithContext(ctx context.Context) {
-	for _, p := range f.parts {
-		p.StartWithContext(ctx)
-	}
-}
-
-func (f *kubeFactory) Shutdown() {
-	for _, p := range f.parts {
-		p.Shutdown()
-	}
-}
-
-func (f *kubeFactory) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
-	return f.joined.waitForCacheSync(stopCh)
-}
-
-func (f *kubeFactory) WaitForCacheSyncWithContext(ctx context.Context) cache.SyncResult {
-	return f.joined.waitForCacheSyncWithContext(ctx)
-}
-
 // tidalFactory is tidal's factory over several namespaces.
 type tidalFactory struct {
-	joined *joined
-	parts  []tidalinformers.SharedInformerFactory
+	*multiFactory[tidalinformers.GenericInformer, tidalinformers.SharedInformerFactory]
 }
 
 var _ tidalinformers.SharedInformerFactory = (*tidalFactory)(nil)
@@ -257,43 +280,6 @@ var _ tidalinformers.SharedInformerFactory = (*tidalFactory)(nil)
 func (f *tidalFactory) Autoscaling() autoscaling.Interface { return autoscaling.New(f, "", nil) }
 func (f *tidalFactory) Functions() functions.Interface     { return functions.New(f, "", nil) }
 
-// InformerName is nil, as kubeFactory's.
-func (f *tidalFactory) InformerName() *cache.InformerName { return nil }
-
 func (f *tidalFactory) InformerFor(obj runtime.Object, _ tidalinternal.NewInformerFunc) cache.SharedIndexInformer {
 	return f.joined.informerFor(obj)
-}
-
-func (f *tidalFactory) ForResource(gvr schema.GroupVersionResource) (tidalinformers.GenericInformer, error) {
-	inf, err := f.joined.forResource(gvr, nil)
-	if err != nil {
-		return nil, err
-	}
-	return genericInformer{inf: inf, resource: gvr.GroupResource()}, nil
-}
-
-func (f *tidalFactory) Start(stopCh <-chan struct{}) {
-	for _, p := range f.parts {
-		p.Start(stopCh)
-	}
-}
-
-func (f *tidalFactory) StartWithContext(ctx context.Context) {
-	for _, p := range f.parts {
-		p.StartWithContext(ctx)
-	}
-}
-
-func (f *tidalFactory) Shutdown() {
-	for _, p := range f.parts {
-		p.Shutdown()
-	}
-}
-
-func (f *tidalFactory) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
-	return f.joined.waitForCacheSync(stopCh)
-}
-
-func (f *tidalFactory) WaitForCacheSyncWithContext(ctx context.Context) cache.SyncResult {
-	return f.joined.waitForCacheSyncWithContext(ctx)
 }

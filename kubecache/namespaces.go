@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -95,22 +97,11 @@ func (n *Namespaced) GetStore() cache.Store { return n.indexer }
 // GetIndexer is the joined indexer.
 func (n *Namespaced) GetIndexer() cache.Indexer { return n.indexer }
 
-// GetController is a controller over the parts.
-func (n *Namespaced) GetController() cache.Controller { return namespacedController{n} }
+// GetController is n, a controller over the parts.
+func (n *Namespaced) GetController() cache.Controller { return n }
 
 // Run runs every part until stopCh closes, and returns when they all have.
-func (n *Namespaced) Run(stopCh <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	n.RunWithContext(ctx)
-}
+func (n *Namespaced) Run(stopCh <-chan struct{}) { n.RunWithContext(wait.ContextForChannel(stopCh)) }
 
 // RunWithContext runs every part until ctx ends, and returns when they
 // all have.
@@ -124,29 +115,25 @@ func (n *Namespaced) RunWithContext(ctx context.Context) {
 
 // HasSynced reports whether every part has synced.
 func (n *Namespaced) HasSynced() bool {
-	for _, p := range n.parts {
-		if !p.HasSynced() {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(n.parts, func(p cache.SharedIndexInformer) bool { return !p.HasSynced() })
 }
 
 // HasSyncedChecker is done when every part's is.
 func (n *Namespaced) HasSyncedChecker() cache.DoneChecker {
-	cs := make([]cache.DoneChecker, len(n.parts))
-	for i, p := range n.parts {
-		cs[i] = p.HasSyncedChecker()
-	}
-	return allDone{name: "namespaces " + strings.Join(n.namespaces, ","), parts: cs}
+	return newAllDone("namespaces "+strings.Join(n.namespaces, ","), n.parts)
 }
 
 // LastSyncResourceVersion is the parts' versions joined; it is opaque to
 // callers, as a single informer's is.
 func (n *Namespaced) LastSyncResourceVersion() string {
-	vs := make([]string, len(n.parts))
-	for i, p := range n.parts {
-		vs[i] = p.LastSyncResourceVersion()
+	return joinVersions(n.parts, cache.SharedIndexInformer.LastSyncResourceVersion)
+}
+
+// joinVersions joins the parts' resource versions, in order.
+func joinVersions[P any](parts []P, version func(P) string) string {
+	vs := make([]string, len(parts))
+	for i, p := range parts {
+		vs[i] = version(p)
 	}
 	return strings.Join(vs, ",")
 }
@@ -168,12 +155,7 @@ func (n *Namespaced) SetTransform(t cache.TransformFunc) error {
 
 // IsStopped reports whether every part has stopped.
 func (n *Namespaced) IsStopped() bool {
-	for _, p := range n.parts {
-		if !p.IsStopped() {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(n.parts, func(p cache.SharedIndexInformer) bool { return !p.IsStopped() })
 }
 
 // AddIndexers adds indexers to every part.
@@ -196,26 +178,25 @@ type namespacedRegistration struct {
 }
 
 func (r *namespacedRegistration) HasSynced() bool {
-	for _, p := range r.parts {
-		if !p.HasSynced() {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(r.parts, func(p cache.ResourceEventHandlerRegistration) bool { return !p.HasSynced() })
 }
 
 func (r *namespacedRegistration) HasSyncedChecker() cache.DoneChecker {
-	cs := make([]cache.DoneChecker, len(r.parts))
-	for i, p := range r.parts {
-		cs[i] = p.HasSyncedChecker()
-	}
-	return allDone{name: "namespaced handler", parts: cs}
+	return newAllDone("namespaced handler", r.parts)
 }
 
 // allDone is done when every one of parts is.
 type allDone struct {
 	name  string
 	parts []cache.DoneChecker
+}
+
+func newAllDone[P interface{ HasSyncedChecker() cache.DoneChecker }](name string, parts []P) allDone {
+	a := allDone{name: name}
+	for _, p := range parts {
+		a.parts = append(a.parts, p.HasSyncedChecker())
+	}
+	return a
 }
 
 func (a allDone) Name() string { return a.name }
@@ -231,17 +212,6 @@ func (a allDone) Done() <-chan struct{} {
 		close(done)
 	}()
 	return done
-}
-
-// namespacedController is the cache.Controller view of a Namespaced.
-type namespacedController struct{ n *Namespaced }
-
-func (c namespacedController) Run(stopCh <-chan struct{})          { c.n.Run(stopCh) }
-func (c namespacedController) RunWithContext(ctx context.Context)  { c.n.RunWithContext(ctx) }
-func (c namespacedController) HasSynced() bool                     { return c.n.HasSynced() }
-func (c namespacedController) HasSyncedChecker() cache.DoneChecker { return c.n.HasSyncedChecker() }
-func (c namespacedController) LastSyncResourceVersion() string {
-	return c.n.LastSyncResourceVersion()
 }
 
 // errNotWatched is an object of a namespace no part holds.
@@ -292,28 +262,44 @@ func (x *namespacedIndexer) Delete(obj any) error {
 }
 
 func (x *namespacedIndexer) List() []any {
-	var out []any
-	for _, ix := range x.order {
-		out = append(out, ix.List()...)
-	}
+	out, _ := gather(x.order, func(ix cache.Indexer) ([]any, error) { return ix.List(), nil })
 	return out
 }
 
 func (x *namespacedIndexer) ListKeys() []string {
-	var out []string
-	for _, ix := range x.order {
-		out = append(out, ix.ListKeys()...)
-	}
+	out, _ := gather(x.order, func(ix cache.Indexer) ([]string, error) { return ix.ListKeys(), nil })
 	return out
+}
+
+// gather joins what f answers of each of parts, in order; the first error
+// ends it.
+func gather[T any](parts []cache.Indexer, f func(cache.Indexer) ([]T, error)) ([]T, error) {
+	var out []T
+	for _, ix := range parts {
+		v, err := f(ix)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v...)
+	}
+	return out, nil
+}
+
+// indexed is the parts an index lookup asks: of the namespace index, only
+// the part of that namespace (none when it is not watched).
+func (x *namespacedIndexer) indexed(name, value string) []cache.Indexer {
+	if name != cache.NamespaceIndex {
+		return x.order
+	}
+	if ix, ok := x.byNS[value]; ok {
+		return []cache.Indexer{ix}
+	}
+	return nil
 }
 
 // LastStoreSyncResourceVersion is opaque, as LastSyncResourceVersion.
 func (x *namespacedIndexer) LastStoreSyncResourceVersion() string {
-	vs := make([]string, len(x.order))
-	for i, ix := range x.order {
-		vs[i] = ix.LastStoreSyncResourceVersion()
-	}
-	return strings.Join(vs, ",")
+	return joinVersions(x.order, cache.Indexer.LastStoreSyncResourceVersion)
 }
 
 // Bookmark is for a reflector, which writes to the parts, never here.
@@ -357,34 +343,11 @@ func (x *namespacedIndexer) Resync() error {
 }
 
 func (x *namespacedIndexer) Index(name string, obj any) ([]any, error) {
-	var out []any
-	for _, ix := range x.order {
-		objs, err := ix.Index(name, obj)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, objs...)
-	}
-	return out, nil
+	return gather(x.order, func(ix cache.Indexer) ([]any, error) { return ix.Index(name, obj) })
 }
 
 func (x *namespacedIndexer) IndexKeys(name, value string) ([]string, error) {
-	if name == cache.NamespaceIndex {
-		ix, ok := x.byNS[value]
-		if !ok {
-			return nil, nil
-		}
-		return ix.IndexKeys(name, value)
-	}
-	var out []string
-	for _, ix := range x.order {
-		keys, err := ix.IndexKeys(name, value)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, keys...)
-	}
-	return out, nil
+	return gather(x.indexed(name, value), func(ix cache.Indexer) ([]string, error) { return ix.IndexKeys(name, value) })
 }
 
 func (x *namespacedIndexer) ListIndexFuncValues(name string) []string {
@@ -402,22 +365,7 @@ func (x *namespacedIndexer) ListIndexFuncValues(name string) []string {
 }
 
 func (x *namespacedIndexer) ByIndex(name, value string) ([]any, error) {
-	if name == cache.NamespaceIndex {
-		ix, ok := x.byNS[value]
-		if !ok {
-			return nil, nil
-		}
-		return ix.ByIndex(name, value)
-	}
-	var out []any
-	for _, ix := range x.order {
-		objs, err := ix.ByIndex(name, value)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, objs...)
-	}
-	return out, nil
+	return gather(x.indexed(name, value), func(ix cache.Indexer) ([]any, error) { return ix.ByIndex(name, value) })
 }
 
 func (x *namespacedIndexer) GetIndexers() cache.Indexers {
@@ -460,7 +408,7 @@ func (n *Namespaces) Set(v string) error {
 		switch {
 		case name == "":
 			continue
-		case len(name) > 63 || !isLabel(name):
+		case len(validation.IsDNS1123Label(name)) > 0:
 			return fmt.Errorf("namespace %q: want a Kubernetes namespace name (a-z, 0-9, '-', at most 63 bytes)", truncate(name))
 		case !slices.Contains(out, name):
 			out = append(out, name)
@@ -476,17 +424,6 @@ func (n *Namespaces) Set(v string) error {
 // Watches reports whether ns is watched: every namespace is, with none
 // listed.
 func (n Namespaces) Watches(ns string) bool { return len(n) == 0 || slices.Contains(n, ns) }
-
-func isLabel(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(s)-1
-		if !ok {
-			return false
-		}
-	}
-	return s != ""
-}
 
 func truncate(s string) string {
 	if len(s) > 64 {
