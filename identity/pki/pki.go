@@ -18,7 +18,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -54,13 +53,8 @@ func NewCA(name string, validity time.Duration) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CA key: %w", err)
 	}
-	serial, err := serialNumber()
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
+	tmpl := &x509.Certificate{ // no SerialNumber: CreateCertificate draws a random one
 		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             now.Add(-clockSkew),
 		NotAfter:              now.Add(validity),
@@ -141,10 +135,6 @@ func (ca *CA) Issue(leaf Leaf) (*Issued, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key of %s: %w", leaf.ID, err)
 	}
-	serial, err := serialNumber()
-	if err != nil {
-		return nil, err
-	}
 	if leaf.Validity <= 0 {
 		return nil, fmt.Errorf("certificate of %s: validity %s, want more than 0", leaf.ID, leaf.Validity)
 	}
@@ -153,8 +143,7 @@ func (ca *CA) Issue(leaf Leaf) (*Issued, error) {
 		cn = leaf.ID.String()
 	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
+	tmpl := &x509.Certificate{ // no SerialNumber: CreateCertificate draws a random one
 		Subject:               pkix.Name{CommonName: cn},
 		DNSNames:              leaf.DNSNames,
 		IPAddresses:           leaf.IPs,
@@ -226,15 +215,4 @@ type Files struct{ Cert, Key, CA string }
 // DirFiles are the paths WriteDir writes in dir.
 func DirFiles(dir string) Files {
 	return Files{Cert: filepath.Join(dir, CertFile), Key: filepath.Join(dir, KeyFile), CA: filepath.Join(dir, CAFile)}
-}
-
-func serialNumber() (*big.Int, error) {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("serial number: %w", err)
-	}
-	if n.Sign() == 0 {
-		return nil, errors.New("serial number: zero drawn")
-	}
-	return n, nil
 }
