@@ -1,7 +1,6 @@
 package server
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"k8s.io/utils/lru"
 
 	"github.com/tidalscale/tidal/identity"
 	"github.com/tidalscale/tidal/logkey"
@@ -347,53 +347,35 @@ func peerIdentity(ctx context.Context) (identity.ID, error) {
 	return identity.FromCertificate(info.State.VerifiedChains[0][0])
 }
 
-// rateLimiter is a token bucket per identity, at most max of them; the
+// rateLimiter is a token bucket per identity, at most maxKeys of them; the
 // least recently used is forgotten first.
 type rateLimiter struct {
 	rate  rate.Limit
 	burst int
-	max   int
 
-	// mu guards byKey and order, which hold the same entries.
-	mu    sync.Mutex
-	byKey map[string]*list.Element
-	order *list.List // of *bucketEntry, most recently used first
-}
-
-type bucketEntry struct {
-	key     string
-	limiter *rate.Limiter
+	// mu makes finding or adding a key's bucket one step.
+	mu      sync.Mutex
+	buckets *lru.Cache // of *rate.Limiter
 }
 
 func newRateLimiter(r rate.Limit, burst, maxKeys int) *rateLimiter {
-	return &rateLimiter{rate: r, burst: burst, max: maxKeys, byKey: map[string]*list.Element{}, order: list.New()}
+	return &rateLimiter{rate: r, burst: burst, buckets: lru.New(maxKeys)}
 }
 
 // allow takes one token of key's bucket at now, if it has one.
 func (l *rateLimiter) allow(key string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	el, ok := l.byKey[key]
-	if ok {
-		l.order.MoveToFront(el)
-	} else {
-		if l.order.Len() >= l.max {
-			oldest := l.order.Back()
-			l.order.Remove(oldest)
-			delete(l.byKey, oldest.Value.(*bucketEntry).key)
-		}
-		el = l.order.PushFront(&bucketEntry{key: key, limiter: rate.NewLimiter(l.rate, l.burst)})
-		l.byKey[key] = el
+	b, ok := l.buckets.Get(key)
+	if !ok {
+		b = rate.NewLimiter(l.rate, l.burst)
+		l.buckets.Add(key, b)
 	}
-	return el.Value.(*bucketEntry).limiter.AllowN(now, 1)
+	return b.(*rate.Limiter).AllowN(now, 1)
 }
 
 // len is how many identities are tracked.
-func (l *rateLimiter) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.order.Len()
-}
+func (l *rateLimiter) len() int { return l.buckets.Len() }
 
 // watchCounts counts the watch streams open per caller and namespace and
 // per namespace; an entry lives while a stream it counts is open, and at
