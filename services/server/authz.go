@@ -152,20 +152,12 @@ func classify(method string) (methodClass, Role) {
 	if roles, ok := roleOnly[method]; ok {
 		return classMutating, roles
 	}
-	for _, svc := range readServices {
-		if strings.HasPrefix(method, svc) {
-			return classRead, 0
-		}
+	if slices.ContainsFunc(readServices, func(svc string) bool { return strings.HasPrefix(method, svc) }) {
+		return classRead, 0
 	}
-	if strings.HasPrefix(method, "/tidal.") {
-		_, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
-		if ok {
-			for _, p := range readPrefixes {
-				if strings.HasPrefix(name, p) {
-					return classRead, 0
-				}
-			}
-		}
+	if _, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/"); ok && strings.HasPrefix(method, "/tidal.") &&
+		slices.ContainsFunc(readPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+		return classRead, 0
 	}
 	return classUnknown, 0
 }
@@ -300,19 +292,25 @@ func (l *bindingList) String() string {
 }
 
 func (l *bindingList) Set(v string) error {
+	return setRules((*[]binding)(l), v, "binding", "SPIFFE_ID=NAMESPACE[,NAMESPACE]", newBinding)
+}
+
+// setRules appends to l the rules of v, separated by ';', each
+// KEY=VALUE,VALUE... as parse reads it; what names a rule in an error.
+func setRules[T any](l *[]T, v, what, want string, parse func(key string, values []string) (T, error)) error {
 	for _, part := range strings.Split(v, ";") {
 		if strings.TrimSpace(part) == "" {
 			continue
 		}
-		id, nss, ok := strings.Cut(part, "=")
+		key, values, ok := strings.Cut(part, "=")
 		if !ok {
-			return fmt.Errorf("binding %s: want SPIFFE_ID=NAMESPACE[,NAMESPACE]", identity.Quote(part))
+			return fmt.Errorf("%s %s: want %s", what, identity.Quote(part), want)
 		}
-		b, err := newBinding(id, strings.Split(nss, ","))
+		r, err := parse(key, strings.Split(values, ","))
 		if err != nil {
 			return err
 		}
-		*l = append(*l, b)
+		*l = append(*l, r)
 	}
 	return nil
 }
@@ -368,21 +366,7 @@ func (l *allowList) String() string {
 }
 
 func (l *allowList) Set(v string) error {
-	for _, part := range strings.Split(v, ";") {
-		if strings.TrimSpace(part) == "" {
-			continue
-		}
-		prefix, ids, ok := strings.Cut(part, "=")
-		if !ok {
-			return fmt.Errorf("rule %s: want METHOD_PREFIX=SPIFFE_ID[,SPIFFE_ID]", identity.Quote(part))
-		}
-		r, err := newAllowRule(prefix, strings.Split(ids, ","))
-		if err != nil {
-			return err
-		}
-		*l = append(*l, r)
-	}
-	return nil
+	return setRules((*[]allowRule)(l), v, "rule", "METHOD_PREFIX=SPIFFE_ID[,SPIFFE_ID]", newAllowRule)
 }
 
 func newAllowRule(prefix string, ids []string) (allowRule, error) {
@@ -501,29 +485,24 @@ func (c *AuthzConfig) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate checks the flags and the file and builds the policy.
 func (c *AuthzConfig) Validate() error {
-	if c.MutatingRate < 0 {
-		return fmt.Errorf("--authz-mutating-rate %g: want at least 0", c.MutatingRate)
-	}
-	if c.MutatingRate > 0 && c.MutatingBurst < 1 {
-		return fmt.Errorf("--authz-mutating-burst %d: want at least 1 with a rate", c.MutatingBurst)
-	}
-	if c.ReadRate < 0 {
-		return fmt.Errorf("--authz-read-rate %g: want at least 0", c.ReadRate)
-	}
-	if c.ReadRate > 0 && c.ReadBurst < 1 {
-		return fmt.Errorf("--authz-read-burst %d: want at least 1 with a rate", c.ReadBurst)
-	}
-	if !(c.NamespaceReadRate >= 0) || math.IsInf(c.NamespaceReadRate, 0) {
-		return fmt.Errorf("--authz-namespace-read-rate %g: want a finite number, at least 0", c.NamespaceReadRate)
-	}
-	if c.NamespaceReadRate > 0 && c.NamespaceReadBurst < 1 {
-		return fmt.Errorf("--authz-namespace-read-burst %d: want at least 1 with a rate", c.NamespaceReadBurst)
-	}
-	if !(c.NamespaceMutatingRate >= 0) || math.IsInf(c.NamespaceMutatingRate, 0) {
-		return fmt.Errorf("--authz-namespace-mutating-rate %g: want a finite number, at least 0", c.NamespaceMutatingRate)
-	}
-	if c.NamespaceMutatingRate > 0 && c.NamespaceMutatingBurst < 1 {
-		return fmt.Errorf("--authz-namespace-mutating-burst %d: want at least 1 with a rate", c.NamespaceMutatingBurst)
+	for _, b := range []struct {
+		flag   string
+		rate   float64
+		burst  int
+		finite bool
+	}{
+		{"authz-mutating", c.MutatingRate, c.MutatingBurst, false}, {"authz-read", c.ReadRate, c.ReadBurst, false},
+		{"authz-namespace-read", c.NamespaceReadRate, c.NamespaceReadBurst, true},
+		{"authz-namespace-mutating", c.NamespaceMutatingRate, c.NamespaceMutatingBurst, true},
+	} {
+		switch {
+		case b.finite && (!(b.rate >= 0) || math.IsInf(b.rate, 0)):
+			return fmt.Errorf("--%s-rate %g: want a finite number, at least 0", b.flag, b.rate)
+		case b.rate < 0:
+			return fmt.Errorf("--%s-rate %g: want at least 0", b.flag, b.rate)
+		case b.rate > 0 && b.burst < 1:
+			return fmt.Errorf("--%s-burst %d: want at least 1 with a rate", b.flag, b.burst)
+		}
 	}
 	if c.NamespaceWatchesPerCaller < 0 {
 		return fmt.Errorf("--authz-namespace-watches-per-caller %d: want at least 0", c.NamespaceWatchesPerCaller)
