@@ -161,7 +161,7 @@ func (c *config) Validate() error {
 	if _, err := c.deploymentConfig(); err != nil {
 		return err
 	}
-	for _, b := range c.brokers() {
+	for _, b := range splitBrokers(k.brokers) {
 		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
 			return fmt.Errorf("--kafka-brokers %q: %q is not host:port", k.brokers, b)
 		}
@@ -206,35 +206,12 @@ func (c *config) knativeClasses() ([]string, error) {
 	return classes, nil
 }
 
-func (c *config) brokers() []string {
-	if c.kube.brokers == "" {
-		return nil
-	}
-	return strings.Split(c.kube.brokers, ",")
-}
-
 func (c *config) autoscalerConfig() (kpaconfig.Config, error) {
-	data, err := server.ReadConfigDir(c.kube.autoscalerDir)
-	if err != nil {
-		return kpaconfig.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.kube.autoscalerDir, err)
-	}
-	cfg, err := kpaconfig.ParseConfig(data)
-	if err != nil {
-		return cfg, fmt.Errorf("--config-autoscaler %s: %w", c.kube.autoscalerDir, err)
-	}
-	return cfg, nil
+	return server.ParseConfigDir("config-autoscaler", c.kube.autoscalerDir, kpaconfig.ParseConfig)
 }
 
 func (c *config) deploymentConfig() (kpaconfig.DeploymentConfig, error) {
-	data, err := server.ReadConfigDir(c.kube.deploymentDir)
-	if err != nil {
-		return kpaconfig.DeploymentConfig{}, fmt.Errorf("--config-deployment %s: %w", c.kube.deploymentDir, err)
-	}
-	cfg, err := kpaconfig.ParseDeploymentConfig(data)
-	if err != nil {
-		return cfg, fmt.Errorf("--config-deployment %s: %w", c.kube.deploymentDir, err)
-	}
-	return cfg, nil
+	return server.ParseConfigDir("config-deployment", c.kube.deploymentDir, kpaconfig.ParseDeploymentConfig)
 }
 
 func main() { server.Main("tidal-actuator", run) }
@@ -355,7 +332,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
-	dep := deployer.New(deployer.Config{SidecarImage: cfg.kube.sidecarImage, Brokers: cfg.brokers()}, kube, scaler)
+	dep := deployer.New(deployer.Config{SidecarImage: cfg.kube.sidecarImage, Brokers: splitBrokers(cfg.kube.brokers)}, kube, scaler)
 	fns, err := deployer.NewController(dep, log, tidal, tidalInf, kubeInf, recorder, cfg.kube.workers)
 	if err != nil {
 		return err

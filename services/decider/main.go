@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -84,21 +85,13 @@ func (c *config) Validate() error {
 }
 
 func loadEngineConfig(c *config) (engine.Config, error) {
-	as, err := server.ReadConfigDir(c.autoscalerDir)
+	kcfg, err := server.ParseConfigDir("config-autoscaler", c.autoscalerDir, kpaconfig.ParseConfig)
 	if err != nil {
-		return engine.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.autoscalerDir, err)
+		return engine.Config{}, err
 	}
-	kcfg, err := kpaconfig.ParseConfig(as)
+	dcfg, err := server.ParseConfigDir("config-deployment", c.deploymentDir, kpaconfig.ParseDeploymentConfig)
 	if err != nil {
-		return engine.Config{}, fmt.Errorf("--config-autoscaler %s: %w", c.autoscalerDir, err)
-	}
-	dep, err := server.ReadConfigDir(c.deploymentDir)
-	if err != nil {
-		return engine.Config{}, fmt.Errorf("--config-deployment %s: %w", c.deploymentDir, err)
-	}
-	dcfg, err := kpaconfig.ParseDeploymentConfig(dep)
-	if err != nil {
-		return engine.Config{}, fmt.Errorf("--config-deployment %s: %w", c.deploymentDir, err)
+		return engine.Config{}, err
 	}
 	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval, Lateness: c.tickLateness, MaxTargets: c.maxTargets}, nil
 }
@@ -126,24 +119,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer func() { _ = log.Sync() }()
 
 	reg := prometheus.NewRegistry()
-	drops := prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(reg)
+	drops := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "tidal_decider_dropped_samples_total",
 		Help: "Samples refused by the decider, by reason; target_limit counts target specs refused at --max-targets.",
 	}, []string{"reason"})
-	reg.MustRegister(drops)
 	ecfg.OnDrop = func(reason string) { drops.WithLabelValues(reason).Inc() }
-	configRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
+	configRefused := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "tidal_decider_knative_config_refused_total",
 		Help: "Knative configurations from collectors refused as invalid, by ConfigMap; the configuration in effect stayed.",
 	}, []string{"configmap"})
-	reg.MustRegister(configRefused)
 	eng := engine.New(ecfg)
 	// Knative's autoscaler metrics for the Knative Revisions (knmetrics).
 	reg.MustRegister(knmetrics.New(eng))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tidal_decider_targets",
 		Help: "Targets this decider holds.",
-	}, func() float64 { return float64(eng.Len()) }))
+	}, func() float64 { return float64(eng.Len()) })
 
 	creds, err := cfg.server.DialOption(server.RoleActuator)
 	if err != nil {

@@ -31,3 +31,17 @@ func ReadConfigDir(dir string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// ParseConfigDir parses the keys ReadConfigDir reads of dir, the value of
+// --flag; an error names the flag and the dir.
+func ParseConfigDir[T any](flag, dir string, parse func(map[string]string) (T, error)) (T, error) {
+	data, err := ReadConfigDir(dir)
+	var cfg T
+	if err == nil {
+		cfg, err = parse(data)
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("--%s %s: %w", flag, dir, err)
+	}
+	return cfg, nil
+}

@@ -1,5 +1,0 @@
-package bucket
-
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-func metaFor(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
