@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -101,12 +102,7 @@ func (f *functionService) function(ref *actuatorv1.FunctionRef, obj *functionsv1
 		Brokers:       splitBrokers(spec.GetBrokers()),
 		ConsumerGroup: spec.GetConsumerGroup(),
 	}
-	keys := make([]string, 0, len(spec.GetEnv()))
-	for k := range spec.GetEnv() {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(spec.GetEnv())) {
 		fn.Container.Env = append(fn.Container.Env, corev1.EnvVar{Name: k, Value: spec.GetEnv()[k]})
 	}
 	if obj != nil {
@@ -158,8 +154,7 @@ func targetOf(ref *commonv1.TargetRef) scale.Target {
 // the answer. A call the budget cannot serve in time is then answered
 // RESOURCE_EXHAUSTED, which the decider takes as deferred and retries with
 // its newest decision for the target, instead of timing out in the queue,
-// which it would count as a failed call (with --kube-qps 50 and 1,000
-// scale-downs, 64 of the decider's 5 s calls did).
+// which it would count as a failed call.
 const budgetWaitShare = 0.5
 
 // maxSequenceAhead bounds how far a decision's sequence (its decision time
@@ -304,12 +299,7 @@ func (h *handler) Update(ctx context.Context, req *actuatorv1.UpdateRequest) (*a
 		return nil, err
 	}
 	fn := h.functions.function(req.GetFunction(), obj, req.GetSpec())
-	var replicas *int32
-	if req.Replicas != nil {
-		r := req.GetReplicas()
-		replicas = &r
-	}
-	n, err := h.functions.deployer.Update(ctx, &fn, replicas)
+	n, err := h.functions.deployer.Update(ctx, &fn, req.Replicas)
 	if err != nil {
 		return nil, toStatus(err)
 	}
