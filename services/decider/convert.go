@@ -19,8 +19,6 @@ func targetOf(ref *commonv1.TargetRef) engine.Target {
 	return engine.Target{Namespace: ref.GetNamespace(), Name: ref.GetName(), APIVersion: ref.GetApiVersion(), Kind: ref.GetKind()}
 }
 
-func refOf(t engine.Target) *commonv1.TargetRef { return sender.TargetRef(t) }
-
 func specOf(s *deciderv1.TargetSpec) engine.Spec {
 	st := engine.KPA
 	if s.GetStrategy() == commonv1.Strategy_STRATEGY_LAG {
@@ -53,19 +51,16 @@ func strategyOf(s engine.Strategy) commonv1.Strategy {
 }
 
 func decisionOf(d engine.Decision) *commonv1.Decision {
-	pd := &commonv1.Decision{
-		Target:              refOf(d.Target),
+	return &commonv1.Decision{
+		Target:              sender.TargetRef(d.Target),
 		Sequence:            d.Sequence,
 		DesiredReplicas:     d.Desired,
 		Strategy:            strategyOf(d.Strategy),
 		Reason:              d.Reason,
 		Panicking:           d.Panicking,
 		ExcessBurstCapacity: float64(d.ExcessBurstCapacity),
+		DecideTime:          tsOrNil(d.At),
 	}
-	if !d.At.IsZero() {
-		pd.DecideTime = timestamppb.New(d.At)
-	}
-	return pd
 }
 
 func tsOrNil(t time.Time) *timestamppb.Timestamp {
