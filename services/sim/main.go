@@ -173,38 +173,29 @@ func run(f *flags, out io.Writer) error {
 			}
 			return sim.CompareSource(src, cfgs, opts, sel)
 		})
-	case f.rates != "":
-		results, err = withFile(f.rates, func(r io.Reader) ([]*sim.Result, error) {
-			tr, err := trace.ReadRates(r, f.rates)
-			if err != nil {
-				return nil, err
-			}
-			return sim.Compare(&tr, cfgs, opts)
-		})
 	default:
-		results, err = withFile(f.history, func(r io.Reader) ([]*sim.Result, error) {
-			tr, err := trace.ReadHistory(r, f.history)
+		path, read := f.rates, trace.ReadRates
+		if f.history != "" {
+			path, read = f.history, trace.ReadHistory
+		}
+		results, err = withFile(path, func(r io.Reader) ([]*sim.Result, error) {
+			tr, err := read(r, path)
 			if err != nil {
 				return nil, err
 			}
 			return sim.Compare(&tr, cfgs, opts)
 		})
-	}
-	if err != nil {
-		return err
-	}
-	if f.format == "json" {
-		err = sim.WriteJSON(out, results)
-	} else {
-		err = sim.WriteTable(out, results)
 	}
 	if err != nil {
 		return err
 	}
 	// With JSON on stdout, where the pictures went goes to stderr.
-	note := out
+	write, note := sim.WriteTable, out
 	if f.format == "json" {
-		note = os.Stderr
+		write, note = sim.WriteJSON, os.Stderr
+	}
+	if err := write(out, results); err != nil {
+		return err
 	}
 	if f.plot != "" {
 		if err := sim.Plot(f.plot, results); err != nil {
