@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -58,14 +59,7 @@ func Methods(services []string) (map[string]*grpc.StreamDesc, error) {
 }
 
 // Served lists the services registered on srv.
-func Served(srv *grpc.Server) []string {
-	var out []string
-	for svc := range srv.GetServiceInfo() {
-		out = append(out, svc)
-	}
-	slices.Sort(out)
-	return out
-}
+func Served(srv *grpc.Server) []string { return slices.Sorted(maps.Keys(srv.GetServiceInfo())) }
 
 // Listed lists the services the server at conn serves, asked through its
 // server reflection: what a running binary registered.
@@ -132,12 +126,7 @@ func Unserved(protoDir string, served []string) ([]string, error) {
 	if declared == 0 {
 		return nil, fmt.Errorf("no service declared under %s", protoDir)
 	}
-	var out []string
-	for _, svc := range want {
-		if !slices.Contains(served, svc) {
-			out = append(out, svc)
-		}
-	}
+	out := slices.DeleteFunc(want, func(svc string) bool { return slices.Contains(served, svc) })
 	slices.Sort(out)
 	return out, nil
 }
