@@ -33,6 +33,7 @@ import (
 
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
@@ -154,13 +155,17 @@ func (s *Set) Owns(key string) bool {
 // and whether it is this one.
 func (s *Set) Owner(key string) (string, bool) {
 	b := route.Bucket(key, s.cfg.Buckets)
-	s.mu.RLock()
-	mine := s.mine[b]
-	s.mu.RUnlock()
-	if mine {
+	if s.holds(b) {
 		return s.cfg.Identity, true
 	}
 	return s.holder(b), false
+}
+
+// holds reports whether this replica holds bucket b.
+func (s *Set) holds(b int) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.mine[b]
 }
 
 // holder is the live holder of bucket b's Lease, or "".
@@ -213,10 +218,7 @@ func (s *Set) members() []string {
 }
 
 // preferred is the live member bucket b belongs with.
-func (s *Set) preferred(b int) string {
-	p, _ := route.Owner("bucket-"+strconv.Itoa(b), s.members())
-	return p
-}
+func (s *Set) preferred(b int) string { return s.preferredWithout(b, "") }
 
 // preferredWithout is the live member bucket b belongs with, leaving out
 // gone: the holder of b's Lease when that Lease has run out, whose member
@@ -283,10 +285,7 @@ func (s *Set) campaign(ctx context.Context, b int) {
 					return
 				case <-time.After(s.cfg.RetryPeriod):
 				}
-				s.mu.RLock()
-				mine := s.mine[b]
-				s.mu.RUnlock()
-				if p := s.preferred(b); mine && p != s.cfg.Identity {
+				if p := s.preferred(b); s.holds(b) && p != s.cfg.Identity {
 					s.log.Info("handing bucket to its preferred owner", logkey.Bucket(b), zap.String("owner", p))
 					return
 				}
@@ -368,24 +367,22 @@ func (l *deferringLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 
 func (l *deferringLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	l.holder = ""
-	if !l.mayTake() {
-		return errDeferred
-	}
-	if err := l.Interface.Create(ctx, rec); err != nil {
-		return err
-	}
-	l.leading = true
-	return nil
+	return l.take(func() error { return l.Interface.Create(ctx, rec) })
 }
 
 func (l *deferringLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	if l.leading || rec.HolderIdentity == "" {
 		return l.Interface.Update(ctx, rec) // a renewal or the release
 	}
+	return l.take(func() error { return l.Interface.Update(ctx, rec) })
+}
+
+// take writes the Lease to take it, if this replica may.
+func (l *deferringLock) take(write func() error) error {
 	if !l.mayTake() {
 		return errDeferred
 	}
-	if err := l.Interface.Update(ctx, rec); err != nil {
+	if err := write(); err != nil {
 		return err
 	}
 	l.leading = true
@@ -432,7 +429,7 @@ func (s *Set) set(b int, mine bool) {
 
 func (s *Set) leaseLock(name string) *resourcelock.LeaseLock {
 	return &resourcelock.LeaseLock{
-		LeaseMeta:  metaFor(s.cfg.Namespace, name),
+		LeaseMeta:  metav1.ObjectMeta{Namespace: s.cfg.Namespace, Name: name},
 		Client:     s.client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: s.cfg.Identity},
 	}
