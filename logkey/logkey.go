@@ -4,6 +4,7 @@
 package logkey
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -47,11 +48,7 @@ func (l *Limiter) Allow(key string, now time.Time) bool {
 	defer l.mu.Unlock()
 	if now.Sub(l.swept) > l.period {
 		// Forget keys quiet for a period, so the map tracks only noisy ones.
-		for k, t := range l.last {
-			if now.Sub(t) >= l.period {
-				delete(l.last, k)
-			}
-		}
+		maps.DeleteFunc(l.last, func(_ string, t time.Time) bool { return now.Sub(t) >= l.period })
 		l.swept = now
 	}
 	if t, ok := l.last[key]; ok && now.Sub(t) < l.period {
