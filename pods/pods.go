@@ -105,15 +105,11 @@ func Anchor(sel labels.Selector) (k, v string, ok bool) {
 // label index when sel requires one label value, else by scanning the
 // namespace. indexer must carry the label index and the namespace index.
 func List(indexer cache.Indexer, ns string, sel labels.Selector) ([]any, error) {
-	var (
-		objs []any
-		err  error
-	)
+	index, key := cache.NamespaceIndex, ns
 	if k, v, ok := Anchor(sel); ok {
-		objs, err = indexer.ByIndex(IndexLabel, LabelKey(ns, k, v))
-	} else {
-		objs, err = indexer.ByIndex(cache.NamespaceIndex, ns)
+		index, key = IndexLabel, LabelKey(ns, k, v)
 	}
+	objs, err := indexer.ByIndex(index, key)
 	if err != nil {
 		return nil, err
 	}
