@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,11 +117,10 @@ func New(opts Options, kube kubernetes.Interface, reg prometheus.Registerer, log
 		w.stale.WithLabelValues(n).Set(0)
 		w.refused.WithLabelValues(n)
 	}
-	if err := reg.Register(w.refused); err != nil {
-		return nil, fmt.Errorf("knative config metrics: %w", err)
-	}
-	if err := reg.Register(w.stale); err != nil {
-		return nil, fmt.Errorf("knative config metrics: %w", err)
+	for _, c := range []prometheus.Collector{w.refused, w.stale} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("knative config metrics: %w", err)
+		}
 	}
 	base := opts.Base
 	w.cur.Store(&base)
@@ -167,12 +167,7 @@ func (w *Watcher) Current() *Snapshot { return w.cur.Load() }
 // HasSynced reports whether every ConfigMap present at the start has been
 // read (and applied or refused).
 func (w *Watcher) HasSynced() bool {
-	for _, s := range w.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(w.synced, func(s cache.InformerSynced) bool { return !s() })
 }
 
 // Run follows the ConfigMaps until ctx ends. It logs which are absent once
