@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -235,15 +236,18 @@ type AuthzConfig struct {
 // idList is a comma-separated flag of SPIFFE IDs.
 type idList []identity.ID
 
-func (l *idList) String() string {
+func (l *idList) String() string { return joinText((*[]identity.ID)(l), ",", identity.ID.String) }
+
+// joinText is a list flag's value: each element as text, joined by sep.
+func joinText[T any](l *[]T, sep string, text func(T) string) string {
 	if l == nil {
 		return ""
 	}
 	s := make([]string, len(*l))
-	for i, id := range *l {
-		s[i] = id.String()
+	for i, v := range *l {
+		s[i] = text(v)
 	}
-	return strings.Join(s, ",")
+	return strings.Join(s, sep)
 }
 
 func (l *idList) Set(v string) error {
@@ -281,14 +285,7 @@ type binding struct {
 type bindingList []binding
 
 func (l *bindingList) String() string {
-	if l == nil {
-		return ""
-	}
-	var s []string
-	for _, b := range *l {
-		s = append(s, b.id.String()+"="+strings.Join(b.namespaces, ","))
-	}
-	return strings.Join(s, ";")
+	return joinText((*[]binding)(l), ";", func(b binding) string { return b.id.String() + "=" + strings.Join(b.namespaces, ",") })
 }
 
 func (l *bindingList) Set(v string) error {
@@ -355,14 +352,7 @@ type allowRule struct {
 type allowList []allowRule
 
 func (l *allowList) String() string {
-	if l == nil {
-		return ""
-	}
-	var s []string
-	for _, r := range *l {
-		s = append(s, r.prefix+"="+(*idList)(&r.ids).String())
-	}
-	return strings.Join(s, ";")
+	return joinText((*[]allowRule)(l), ";", func(r allowRule) string { return r.prefix + "=" + (*idList)(&r.ids).String() })
 }
 
 func (l *allowList) Set(v string) error {
@@ -541,24 +531,8 @@ type policy struct {
 }
 
 func (c *AuthzConfig) build() (*policy, error) {
-	td := c.TrustDomain
-	if td == "" {
-		td = defaultTrustDomain
-	}
-	ns, prefix := c.Namespace, c.AccountPrefix
-	if ns == "" {
-		ns = defaultNamespace
-	}
-	if prefix == "" {
-		prefix = defaultAccountPrefix
-	}
-	defaultID := func(flagName, component string) ([]identity.ID, error) {
-		id, err := identity.New(td, ns, prefix+"-"+component)
-		if err != nil {
-			return nil, fmt.Errorf("--%s: default from --authz-trust-domain, --authz-namespace, --authz-account-prefix: %w", flagName, err)
-		}
-		return []identity.ID{id}, nil
-	}
+	td := cmp.Or(c.TrustDomain, defaultTrustDomain)
+	ns, prefix := cmp.Or(c.Namespace, defaultNamespace), cmp.Or(c.AccountPrefix, defaultAccountPrefix)
 	p := &policy{trustDomain: td, roles: map[string]Role{}, named: map[string]bool{}, bound: map[string]map[string]bool{}, ruled: map[string]bool{}}
 	add := func(role Role, ids []identity.ID) {
 		for _, id := range ids {
@@ -567,26 +541,23 @@ func (c *AuthzConfig) build() (*policy, error) {
 		}
 	}
 	for _, r := range []struct {
-		role       Role
-		ids        idList
-		flag, sa   string
-		hasDefault bool
+		role Role
+		ids  idList
+		// sa, when set, names the default identity: tidal's own services'.
+		flag, sa string
 	}{
-		{RoleCollector, c.Collectors, "authz-collectors", "collector", true},
-		{RoleDecider, c.Deciders, "authz-deciders", "decider", true},
-		{RoleActuator, c.Actuators, "authz-actuators", "actuator", true},
-		{RolePusher, c.Pushers, "authz-pushers", "", false},
-		{RoleOperator, c.Operators, "authz-operators", "", false},
-		{RoleKEDA, c.KEDA, "authz-keda", "", false},
-		{RoleDeployer, c.Deployers, "authz-deployers", "", false},
-		{RoleReader, c.Readers, "authz-readers", "", false},
+		{RoleCollector, c.Collectors, "authz-collectors", "collector"}, {RoleDecider, c.Deciders, "authz-deciders", "decider"},
+		{RoleActuator, c.Actuators, "authz-actuators", "actuator"}, {RolePusher, c.Pushers, "authz-pushers", ""},
+		{RoleOperator, c.Operators, "authz-operators", ""}, {RoleKEDA, c.KEDA, "authz-keda", ""},
+		{RoleDeployer, c.Deployers, "authz-deployers", ""}, {RoleReader, c.Readers, "authz-readers", ""},
 	} {
 		ids := r.ids
-		if len(ids) == 0 && r.hasDefault {
-			var err error
-			if ids, err = defaultID(r.flag, r.sa); err != nil {
-				return nil, err
+		if len(ids) == 0 && r.sa != "" {
+			id, err := identity.New(td, ns, prefix+"-"+r.sa)
+			if err != nil {
+				return nil, fmt.Errorf("--%s: default from --authz-trust-domain, --authz-namespace, --authz-account-prefix: %w", r.flag, err)
 			}
+			ids = idList{id}
 		}
 		add(r.role, ids)
 	}
