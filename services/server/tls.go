@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tidalscale/tidal/identity"
 )
@@ -153,27 +152,6 @@ func (r *reloader) get() (*tls.Certificate, *x509.CertPool) {
 		}
 	}
 	return r.cert, r.pool
-}
-
-// DialOption returns the transport credentials for calling a server whose
-// certificate carries the dialled host name (or ServerName): mutual TLS
-// when configured, plaintext otherwise. It does not pin the server's
-// identity; tidal's services call each other with Config.DialOption, which
-// does.
-func (c *TLSConfig) DialOption() (grpc.DialOption, error) {
-	if !c.Enabled() {
-		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
-	}
-	cert, pool, err := c.load()
-	if err != nil {
-		return nil, err
-	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
-		ServerName:   c.ServerName,
-		MinVersion:   tls.VersionTLS13,
-	})), nil
 }
 
 // peerTLS is the client side of mutual TLS to another tidal service: the
