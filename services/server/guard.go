@@ -10,6 +10,7 @@ import (
 
 	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -61,12 +62,11 @@ func newGuard(cfg Config, log *zap.Logger, reg prometheus.Registerer) *guard {
 		log:      log,
 		logLimit: logkey.NewLimiter(refusalLogPeriod),
 		now:      time.Now,
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		refused: promauto.With(reg).NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_grpc_refused_total",
 			Help: "gRPC calls refused before their handler, by method, caller role (collector, decider, actuator, pusher, operator, keda, deployer, reader, other, unknown) and reason (permission_denied, namespace, rate_limited, namespace_rate_limited, watch_limited).",
 		}, []string{"method", "role", "reason"}),
 	}
-	reg.MustRegister(g.refused)
 	if !cfg.TLS.Enabled() {
 		log.Warn("gRPC is PLAINTEXT: callers are not authenticated and anyone who reaches the port may call every method, Scale included; use it only for local development and set --tls-cert-file, --tls-key-file and --tls-ca-file anywhere else")
 		return g

@@ -21,12 +21,10 @@ const memoryLimitShare = 0.9
 var cgroupMemoryFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
 
 // SetMemoryLimit gives the Go runtime a soft memory limit of 90 % of the
-// container's (cgroup) memory limit, unless GOMEMLIMIT sets one. Without it
-// the heap grows to twice what is live before a collection: at 10,000
-// targets the collector's 330 MB live heap meant 710 MB RSS, over the
-// chart's 512 MiB limit, so the kernel would kill a process the runtime
-// could have kept under it. It returns the limit set (0: none) and where it
-// came from.
+// container's (cgroup) memory limit, unless GOMEMLIMIT sets one: without
+// it the heap grows to twice what is live before a collection, past a limit
+// the runtime could have kept under. It returns the limit set (0: none) and
+// where it came from.
 func SetMemoryLimit() (limit int64, source string, err error) {
 	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
 		return debug.SetMemoryLimit(-1), "GOMEMLIMIT=" + v, nil // the runtime read it at start
