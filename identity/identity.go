@@ -120,9 +120,6 @@ func (id ID) IsZero() bool { return id.trustDomain == "" }
 // TrustDomain is the ID's trust domain.
 func (id ID) TrustDomain() string { return id.trustDomain }
 
-// Path is the ID's path, starting with '/'.
-func (id ID) Path() string { return id.path }
-
 // ServiceAccount returns the namespace and name of an ID of the form
 // /ns/NAMESPACE/sa/NAME.
 func (id ID) ServiceAccount() (namespace, name string, ok bool) {
