@@ -7,10 +7,10 @@ package kubecache
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // DropManagedFields is an informer transform that removes an object's
-// managed fields (server-side apply's record of who owns which field: in
-// the 10,000-target run a quarter of the actuator's live heap). Writes built
-// from a cached copy then carry no managedFields, which the API server
-// takes as "leave them as they are". A tombstone passes unchanged.
+// managed fields (server-side apply's record of who owns which field, a
+// large part of a cached object). Writes built from a cached copy then carry
+// no managedFields, which the API server takes as "leave them as they are".
+// A tombstone passes unchanged.
 func DropManagedFields(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)

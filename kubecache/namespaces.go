@@ -41,9 +41,6 @@ func NewNamespaced(namespaces []string, parts []cache.SharedIndexInformer) *Name
 	return n
 }
 
-// Parts are the per-namespace informers, in the order of the namespaces.
-func (n *Namespaced) Parts() []cache.SharedIndexInformer { return slices.Clone(n.parts) }
-
 // AddEventHandler adds h to every part.
 func (n *Namespaced) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
 	return n.add(func(p cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
