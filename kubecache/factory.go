@@ -78,89 +78,6 @@ func NewNamespacedInformer(namespaces []string, newInformer func(namespace strin
 	return NewNamespaced(namespaces, parts)
 }
 
-// joined makes one Namespaced informer per resource from the parts'
-// informers of it.
-type joined struct {
-	namespaces []string
-	scheme     *runtime.Scheme
-	part       func(i int, gvr schema.GroupVersionResource) (cache.SharedIndexInformer, error)
-
-	// mu guards byResource and types.
-	mu         sync.Mutex
-	byResource map[schema.GroupVersionResource]*Namespaced
-	types      map[schema.GroupVersionResource]reflect.Type
-}
-
-func newJoined(namespaces []string, scheme *runtime.Scheme, part func(int, schema.GroupVersionResource) (cache.SharedIndexInformer, error)) *joined {
-	return &joined{namespaces: slices.Clone(namespaces), scheme: scheme, part: part,
-		byResource: map[schema.GroupVersionResource]*Namespaced{}, types: map[schema.GroupVersionResource]reflect.Type{}}
-}
-
-// informerFor is the joined informer of obj's resource. obj is always a
-// type of the factory's own clientset, so failing to name its resource is
-// a programming error.
-func (j *joined) informerFor(obj runtime.Object) cache.SharedIndexInformer {
-	gvks, _, err := j.scheme.ObjectKinds(obj)
-	if err != nil || len(gvks) == 0 {
-		panic(fmt.Sprintf("kubecache: no kind for %T: %v", obj, err))
-	}
-	gvr, _ := meta.UnsafeGuessKindToResource(gvks[0])
-	inf, err := j.forResource(gvr, reflect.TypeOf(obj))
-	if err != nil {
-		panic(fmt.Sprintf("kubecache: %T: %v", obj, err))
-	}
-	return inf
-}
-
-func (j *joined) forResource(gvr schema.GroupVersionResource, typ reflect.Type) (*Namespaced, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if inf, ok := j.byResource[gvr]; ok {
-		return inf, nil
-	}
-	parts := make([]cache.SharedIndexInformer, len(j.namespaces))
-	for i := range j.namespaces {
-		p, err := j.part(i, gvr)
-		if err != nil {
-			return nil, err
-		}
-		parts[i] = p
-	}
-	inf := NewNamespaced(j.namespaces, parts)
-	j.byResource[gvr] = inf
-	if typ != nil {
-		j.types[gvr] = typ
-	}
-	return inf, nil
-}
-
-func (j *joined) all() map[schema.GroupVersionResource]*Namespaced {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return maps.Clone(j.byResource)
-}
-
-func (j *joined) waitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
-	out := map[reflect.Type]bool{}
-	for gvr, inf := range j.all() {
-		j.mu.Lock()
-		typ := j.types[gvr]
-		j.mu.Unlock()
-		out[typ] = cache.WaitForCacheSync(stopCh, inf.HasSynced)
-	}
-	return out
-}
-
-func (j *joined) waitForCacheSyncWithContext(ctx context.Context) cache.SyncResult {
-	res := cache.SyncResult{Synced: j.waitForCacheSync(ctx.Done())}
-	for _, ok := range res.Synced {
-		if !ok {
-			res.Err = context.Cause(ctx)
-		}
-	}
-	return res
-}
-
 // genericInformer is a joined informer as a GenericInformer.
 type genericInformer struct {
 	inf      cache.SharedIndexInformer
@@ -187,39 +104,72 @@ type partFactory[G genericInformers] interface {
 }
 
 // multiFactory is what kubeFactory and tidalFactory share: one factory per
-// namespace, and the informers joined across them.
+// namespace, and one Namespaced informer per resource made from the parts'
+// informers of it.
 type multiFactory[G genericInformers, F partFactory[G]] struct {
-	joined *joined
-	parts  []F
+	namespaces []string
+	scheme     *runtime.Scheme
+	parts      []F
+
+	// mu guards byResource and types.
+	mu         sync.Mutex
+	byResource map[schema.GroupVersionResource]*Namespaced
+	types      map[schema.GroupVersionResource]reflect.Type
+}
+
+func newMultiFactory[G genericInformers, F partFactory[G]](namespaces []string, scheme *runtime.Scheme, newPart func(ns string) F) *multiFactory[G, F] {
+	f := &multiFactory[G, F]{namespaces: slices.Clone(namespaces), scheme: scheme,
+		byResource: map[schema.GroupVersionResource]*Namespaced{}, types: map[schema.GroupVersionResource]reflect.Type{}}
+	for _, ns := range namespaces {
+		f.parts = append(f.parts, newPart(ns))
+	}
+	return f
+}
+
+// informerFor is the joined informer of obj's resource. obj is always a
+// type of the factory's own clientset, so failing to name its resource is
+// a programming error.
+func (f *multiFactory[G, F]) informerFor(obj runtime.Object) cache.SharedIndexInformer {
+	gvks, _, err := f.scheme.ObjectKinds(obj)
+	if err != nil || len(gvks) == 0 {
+		panic(fmt.Sprintf("kubecache: no kind for %T: %v", obj, err))
+	}
+	gvr, _ := meta.UnsafeGuessKindToResource(gvks[0])
+	inf, err := f.joined(gvr, reflect.TypeOf(obj))
+	if err != nil {
+		panic(fmt.Sprintf("kubecache: %T: %v", obj, err))
+	}
+	return inf
+}
+
+// joined is the Namespaced informer of gvr, made on first use.
+func (f *multiFactory[G, F]) joined(gvr schema.GroupVersionResource, typ reflect.Type) (*Namespaced, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if inf, ok := f.byResource[gvr]; ok {
+		return inf, nil
+	}
+	parts := make([]cache.SharedIndexInformer, len(f.parts))
+	for i, p := range f.parts {
+		g, err := p.ForResource(gvr)
+		if err != nil {
+			return nil, err
+		}
+		parts[i] = g.Informer()
+	}
+	inf := NewNamespaced(f.namespaces, parts)
+	f.byResource[gvr] = inf
+	if typ != nil {
+		f.types[gvr] = typ
+	}
+	return inf, nil
 }
 
 // InformerName is nil: the parts' informers publish no metrics by name.
 func (f *multiFactory[G, F]) InformerName() *cache.InformerName { return nil }
 
-func (f *multiFactory[G, F]) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
-	return f.joined.waitForCacheSync(stopCh)
-}
-
-func (f *multiFactory[G, F]) WaitForCacheSyncWithContext(ctx context.Context) cache.SyncResult {
-	return f.joined.waitForCacheSyncWithContext(ctx)
-}
-
-func newMultiFactory[G genericInformers, F partFactory[G]](namespaces []string, scheme *runtime.Scheme, newPart func(ns string) F) *multiFactory[G, F] {
-	parts := make([]F, len(namespaces))
-	for i, ns := range namespaces {
-		parts[i] = newPart(ns)
-	}
-	return &multiFactory[G, F]{parts: parts, joined: newJoined(namespaces, scheme, func(i int, gvr schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
-		g, err := parts[i].ForResource(gvr)
-		if err != nil {
-			return nil, err
-		}
-		return g.Informer(), nil
-	})}
-}
-
 func (f *multiFactory[G, F]) ForResource(gvr schema.GroupVersionResource) (G, error) {
-	inf, err := f.joined.forResource(gvr, nil)
+	inf, err := f.joined(gvr, nil)
 	if err != nil {
 		var none G
 		return none, err
@@ -246,6 +196,27 @@ func (f *multiFactory[G, F]) Shutdown() {
 	}
 }
 
+func (f *multiFactory[G, F]) WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool {
+	f.mu.Lock()
+	joined, types := maps.Clone(f.byResource), maps.Clone(f.types)
+	f.mu.Unlock()
+	out := map[reflect.Type]bool{}
+	for gvr, inf := range joined {
+		out[types[gvr]] = cache.WaitForCacheSync(stopCh, inf.HasSynced)
+	}
+	return out
+}
+
+func (f *multiFactory[G, F]) WaitForCacheSyncWithContext(ctx context.Context) cache.SyncResult {
+	res := cache.SyncResult{Synced: f.WaitForCacheSync(ctx.Done())}
+	for _, ok := range res.Synced {
+		if !ok {
+			res.Err = context.Cause(ctx)
+		}
+	}
+	return res
+}
+
 // kubeFactory is Kubernetes' factory over several namespaces. The
 // interface embedded in unservedKube is nil: only the groups below are
 // served.
@@ -267,7 +238,7 @@ func (f *kubeFactory) Apps() apps.Interface                 { return apps.New(f,
 func (f *kubeFactory) Coordination() coordination.Interface { return coordination.New(f, "", nil) }
 
 func (f *kubeFactory) InformerFor(obj runtime.Object, _ kubeinternal.NewInformerFunc) cache.SharedIndexInformer {
-	return f.joined.informerFor(obj)
+	return f.informerFor(obj)
 }
 
 // tidalFactory is tidal's factory over several namespaces.
@@ -281,5 +252,5 @@ func (f *tidalFactory) Autoscaling() autoscaling.Interface { return autoscaling.
 func (f *tidalFactory) Functions() functions.Interface     { return functions.New(f, "", nil) }
 
 func (f *tidalFactory) InformerFor(obj runtime.Object, _ tidalinternal.NewInformerFunc) cache.SharedIndexInformer {
-	return f.joined.informerFor(obj)
+	return f.informerFor(obj)
 }
