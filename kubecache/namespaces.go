@@ -238,25 +238,18 @@ func (x *namespacedIndexer) of(obj any) (cache.Indexer, error) {
 	return ix, nil
 }
 
-func (x *namespacedIndexer) route(obj any, f func(cache.Indexer) error) error {
+// route applies write to obj in the part of its namespace.
+func (x *namespacedIndexer) route(obj any, write func(cache.Indexer, any) error) error {
 	ix, err := x.of(obj)
 	if err != nil {
 		return err
 	}
-	return f(ix)
+	return write(ix, obj)
 }
 
-func (x *namespacedIndexer) Add(obj any) error {
-	return x.route(obj, func(ix cache.Indexer) error { return ix.Add(obj) })
-}
-
-func (x *namespacedIndexer) Update(obj any) error {
-	return x.route(obj, func(ix cache.Indexer) error { return ix.Update(obj) })
-}
-
-func (x *namespacedIndexer) Delete(obj any) error {
-	return x.route(obj, func(ix cache.Indexer) error { return ix.Delete(obj) })
-}
+func (x *namespacedIndexer) Add(obj any) error    { return x.route(obj, cache.Indexer.Add) }
+func (x *namespacedIndexer) Update(obj any) error { return x.route(obj, cache.Indexer.Update) }
+func (x *namespacedIndexer) Delete(obj any) error { return x.route(obj, cache.Indexer.Delete) }
 
 func (x *namespacedIndexer) List() []any {
 	out, _ := gather(x.order, func(ix cache.Indexer) ([]any, error) { return ix.List(), nil })
