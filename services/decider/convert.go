@@ -39,23 +39,15 @@ func specOf(s *deciderv1.TargetSpec) engine.Spec {
 	return spec
 }
 
-func strategyOf(s engine.Strategy) commonv1.Strategy {
-	switch s {
-	case engine.KPA:
-		return commonv1.Strategy_STRATEGY_KPA
-	case engine.Lag:
-		return commonv1.Strategy_STRATEGY_LAG
-	default:
-		return commonv1.Strategy_STRATEGY_UNSPECIFIED
-	}
-}
+// strategies are the API's strategies; any other is unspecified.
+var strategies = map[engine.Strategy]commonv1.Strategy{engine.KPA: commonv1.Strategy_STRATEGY_KPA, engine.Lag: commonv1.Strategy_STRATEGY_LAG}
 
 func decisionOf(d engine.Decision) *commonv1.Decision {
 	return &commonv1.Decision{
 		Target:              sender.TargetRef(d.Target),
 		Sequence:            d.Sequence,
 		DesiredReplicas:     d.Desired,
-		Strategy:            strategyOf(d.Strategy),
+		Strategy:            strategies[d.Strategy],
 		Reason:              d.Reason,
 		Panicking:           d.Panicking,
 		ExcessBurstCapacity: float64(d.ExcessBurstCapacity),
