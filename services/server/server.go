@@ -39,7 +39,6 @@ import (
 type Server struct {
 	cfg     Config
 	log     *zap.Logger
-	reg     *prometheus.Registry
 	grpc    *grpc.Server
 	health  *health.Server
 	metrics *grpcprom.ServerMetrics
@@ -86,7 +85,6 @@ func New(cfg Config, log *zap.Logger, reg *prometheus.Registry) *Server {
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
-		reg:     reg,
 		health:  health.NewServer(),
 		metrics: metrics,
 		grpc: grpc.NewServer(append(opts,
@@ -289,27 +287,19 @@ func callLevel(code codes.Code) logging.Level {
 }
 
 // interceptorLogger adapts zap to the middleware's logger; fields arrive as
-// alternating keys and values.
+// alternating keys and values, as zap's sugared logger takes them.
 func interceptorLogger(l *zap.Logger) logging.Logger {
-	l = l.WithOptions(zap.AddCallerSkip(1))
+	s := l.WithOptions(zap.AddCallerSkip(1)).Sugar()
 	return logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, fields ...any) {
-		zf := make([]zap.Field, 0, len(fields)/2)
-		for i := 0; i+1 < len(fields); i += 2 {
-			key, ok := fields[i].(string)
-			if !ok {
-				key = fmt.Sprint(fields[i])
-			}
-			zf = append(zf, zap.Any(key, fields[i+1]))
-		}
 		switch lvl {
 		case logging.LevelDebug:
-			l.Debug(msg, zf...)
+			s.Debugw(msg, fields...)
 		case logging.LevelInfo:
-			l.Info(msg, zf...)
+			s.Infow(msg, fields...)
 		case logging.LevelWarn:
-			l.Warn(msg, zf...)
+			s.Warnw(msg, fields...)
 		default:
-			l.Error(msg, zf...)
+			s.Errorw(msg, fields...)
 		}
 	})
 }
