@@ -410,17 +410,14 @@ func (w *watchCounts) acquire(caller, ns string) (release func(), err error) {
 	}
 	w.byCaller[key]++
 	w.byNamespace[ns]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.byCaller[key]--; w.byCaller[key] <= 0 {
-				delete(w.byCaller, key)
-			}
-			if w.byNamespace[ns]--; w.byNamespace[ns] <= 0 {
-				delete(w.byNamespace, ns)
-			}
-		})
-	}, nil
+	return sync.OnceFunc(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.byCaller[key]--; w.byCaller[key] <= 0 {
+			delete(w.byCaller, key)
+		}
+		if w.byNamespace[ns]--; w.byNamespace[ns] <= 0 {
+			delete(w.byNamespace, ns)
+		}
+	}), nil
 }
