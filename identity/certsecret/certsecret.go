@@ -15,7 +15,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -233,10 +232,7 @@ func keep(old *corev1.Secret, ca *pki.CA, id identity.ID, dns []string, validity
 	if err != nil {
 		return "unreadable: " + err.Error(), false
 	}
-	cert, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		return "unreadable: " + err.Error(), false
-	}
+	cert := pair.Leaf // parsed by X509KeyPair
 	if err := cert.CheckSignatureFrom(ca.Cert); err != nil {
 		return "not signed by the CA", false
 	}

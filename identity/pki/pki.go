@@ -96,10 +96,7 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil {
-		return nil, err
-	}
+	cert := pair.Leaf // parsed by X509KeyPair
 	if !cert.IsCA {
 		return nil, errors.New("not a CA certificate")
 	}
