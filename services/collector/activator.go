@@ -23,10 +23,11 @@ import (
 // them, those for targets another replica owns forwarded to it over the
 // collectors' mutual TLS (ActivatorStatService, which it registers), its
 // forwarder run in g. A stat's target is its revision's PodAutoscaler's
-// scale target when scaleTargets is set (--knative), else Knative's
-// naming rule. The endpoint is returned unbound; nil when off.
+// scale target in Knative mode (--knative, with Kubernetes discovery: disc
+// set), else Knative's naming rule. The endpoint is returned unbound; nil
+// when off.
 func activatorEndpoint(gctx context.Context, g *errgroup.Group, cfg *config, hub *dispatch.Hub, buckets *bucket.Set, peers *kedascaler.PeerPool,
-	scaleTargets activator.ScaleTargets, srv *server.Server, reg prometheus.Registerer, log *zap.Logger) *activator.Server {
+	disc *targets.Discovery, srv *server.Server, reg prometheus.Registerer, log *zap.Logger) *activator.Server {
 	if !cfg.activator.Enabled() {
 		return nil
 	}
@@ -44,21 +45,11 @@ func activatorEndpoint(gctx context.Context, g *errgroup.Group, cfg *config, hub
 	}
 	collectorv1.RegisterActivatorStatServiceServer(srv.GRPC(), activator.NewPeerService(owners, local, m, time.Now))
 	resolve := activator.RevisionDeployment
-	if scaleTargets != nil {
-		resolve = activator.ByPodAutoscaler(scaleTargets, m, log)
+	if disc != nil && cfg.targets.Knative.Enabled {
+		resolve = activator.ByPodAutoscaler(disc.KnativeScaleTarget, m, log)
 	}
 	router := activator.NewRouter(resolve, owners, local, fwd, m, log)
 	return activator.New(cfg.activator, router, m, log)
-}
-
-// knativeScaleTargets is the lookup of Knative PodAutoscalers' scale
-// targets in Knative mode (--knative, with Kubernetes discovery), nil
-// otherwise.
-func knativeScaleTargets(cfg *config, disc *targets.Discovery) activator.ScaleTargets {
-	if disc == nil || !cfg.targets.Knative.Enabled {
-		return nil
-	}
-	return disc.KnativeScaleTarget
 }
 
 // activatorPeers is activator.Peers over the collectors' shared pool.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -32,7 +31,6 @@ type handler struct {
 	collectorv1.UnimplementedCollectorServiceServer
 	hub *dispatch.Hub
 	now func() time.Time
-	log *zap.Logger
 	// implicit makes an unknown pushed target a KPA target with defaults
 	// (--discovery=push); otherwise it is refused.
 	implicit bool
@@ -44,12 +42,11 @@ type handler struct {
 
 var _ collectorv1.CollectorServiceServer = (*handler)(nil)
 
-func newHandler(hub *dispatch.Hub, implicit bool, pods readyPodNames, owner ownerOf, now func() time.Time, log *zap.Logger, reg prometheus.Registerer) *handler {
+func newHandler(hub *dispatch.Hub, implicit bool, pods readyPodNames, owner ownerOf, now func() time.Time, reg prometheus.Registerer) *handler {
 	f := promauto.With(reg)
 	h := &handler{
 		hub:      hub,
 		now:      now,
-		log:      log,
 		implicit: implicit,
 		pods:     pods,
 		owner:    owner,

@@ -42,7 +42,7 @@ func startHandler(t testing.TB, implicit bool, owner ownerOf) *fixture {
 	reg := prometheus.NewRegistry()
 	log := zap.NewNop()
 	f.hub = dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 20}, dispatch.NewMetrics(reg), log)
-	h := newHandler(f.hub, implicit, nil, owner, func() time.Time { return *f.now.Load() }, log, reg)
+	h := newHandler(f.hub, implicit, nil, owner, func() time.Time { return *f.now.Load() }, reg)
 	var cfg server.Config
 	cfg.RegisterFlags(flag.NewFlagSet("t", flag.PanicOnError), "127.0.0.1:0", "127.0.0.1:0")
 	cfg.LogLevel = "error"

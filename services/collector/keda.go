@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/lru"
 
 	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/collector/kedascaler"
@@ -107,13 +107,11 @@ const (
 
 // kubeScaledObjects is kedascaler.ScaledObjects over the API server: a
 // GET per ScaledObject, remembered (answer or error) for scaledObjectTTL,
-// at most maxScaledObjects of them.
+// at most maxScaledObjects of them, the least recently used forgotten first.
 type kubeScaledObjects struct {
-	dyn dynamic.Interface
-	now func() time.Time
-
-	mu    sync.Mutex
-	cache map[string]scaledObjectEntry
+	dyn   dynamic.Interface
+	now   func() time.Time
+	cache *lru.Cache // of scaledObjectEntry by namespace/name
 }
 
 type scaledObjectEntry struct {
@@ -123,20 +121,19 @@ type scaledObjectEntry struct {
 }
 
 func newKubeScaledObjects(dyn dynamic.Interface) *kubeScaledObjects {
-	return &kubeScaledObjects{dyn: dyn, now: time.Now, cache: map[string]scaledObjectEntry{}}
+	return &kubeScaledObjects{dyn: dyn, now: time.Now, cache: lru.New(maxScaledObjects)}
 }
 
 // Triggers implements kedascaler.ScaledObjects.
 func (k *kubeScaledObjects) Triggers(ctx context.Context, namespace, name string) ([]kedascaler.ScaledObjectTrigger, error) {
 	key := namespace + "/" + name
 	now := k.now()
-	k.mu.Lock()
-	e, ok := k.cache[key]
-	k.mu.Unlock()
-	if ok && now.Sub(e.at) < scaledObjectTTL {
-		return e.triggers, e.err
+	if v, ok := k.cache.Get(key); ok {
+		if e := v.(scaledObjectEntry); now.Sub(e.at) < scaledObjectTTL {
+			return e.triggers, e.err
+		}
 	}
-	e = scaledObjectEntry{at: now}
+	e := scaledObjectEntry{at: now}
 	u, err := k.dyn.Resource(scaledObjectsGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
 		e.triggers, e.err = scaledObjectTriggers(u)
@@ -148,22 +145,7 @@ func (k *kubeScaledObjects) Triggers(ctx context.Context, namespace, name string
 	if ctx.Err() != nil {
 		return nil, e.err // the caller gave up; nothing learnt
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if _, ok := k.cache[key]; !ok && len(k.cache) >= maxScaledObjects {
-		for old, oe := range k.cache {
-			if now.Sub(oe.at) >= scaledObjectTTL {
-				delete(k.cache, old)
-			}
-		}
-		for old := range k.cache {
-			if len(k.cache) < maxScaledObjects {
-				break
-			}
-			delete(k.cache, old) // all fresh: one is read again sooner
-		}
-	}
-	k.cache[key] = e
+	k.cache.Add(key, e)
 	return e.triggers, e.err
 }
 

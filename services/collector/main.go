@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -210,15 +209,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	hub := dispatch.New(dispatch.Config{Retention: cfg.retention, HighWater: cfg.stream.HighWater, Batch: cfg.stream.BatchSamples, Shadows: cfg.shadowAddrs,
 		MaxTargets: cfg.maxTargets, PushedTTL: cfg.pushedTTL}, dispatch.NewMetrics(reg), log)
-	var dialOpts []grpc.DialOption
-	if cfg.server.TLS.Enabled() {
-		opt, err := cfg.server.DialOption(server.RoleDecider)
-		if err != nil {
-			return err
-		}
-		dialOpts = append(dialOpts, opt)
+	dial, err := cfg.server.DialOption(server.RoleDecider)
+	if err != nil {
+		return err
 	}
-	streams := dispatch.NewStreams(cfg.stream, hub, log, dialOpts...)
+	streams := dispatch.NewStreams(cfg.stream, hub, log, dial)
 	scraper := scrape.New(cfg.scrape, scrapeRecorder{hub}, scrape.NewMetrics(reg), log)
 	fetcher := lag.New(cfg.lag, hub, lag.NewMetrics(reg), log)
 
@@ -276,21 +271,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	var pods readyPodNames
 	var owner ownerOf
-	if disc != nil {
-		pods = disc.ReadyPodNames
-	}
-	if buckets != nil {
-		owner = func(ref *commonv1.TargetRef) (string, bool) { return buckets.Owner(ref.Key()) }
-	}
-	h := newHandler(hub, cfg.discovery == discoveryPush, pods, owner, time.Now, log, reg)
-	srv := server.New(cfg.server, log, reg)
-	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), h)
 	// KEDA's external scaler answers from the deciders over the streams'
 	// connections; without Kubernetes only a Function's target is known.
 	var kedaTargets kedascaler.Targets = kedascaler.PushTargets{}
 	if disc != nil {
-		kedaTargets = kubeTargets{disc}
+		pods, kedaTargets = disc.ReadyPodNames, kubeTargets{disc}
 	}
+	if buckets != nil {
+		owner = bucketOwners{buckets}.Owner
+	}
+	h := newHandler(hub, cfg.discovery == discoveryPush, pods, owner, time.Now, reg)
+	srv := server.New(cfg.server, log, reg)
+	collectorv1.RegisterCollectorServiceServer(srv.GRPC(), h)
 	kedaDecisions := kedascaler.NewRemote(cfg.keda, deciderRouter{hub, streams}, reg, log)
 	inline, peers, err := kedaInline(&cfg, hub, fetcher, buckets, reg, log)
 	if err != nil {
@@ -308,7 +300,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	collectorv1.RegisterKEDATargetServiceServer(srv.GRPC(), kedascaler.NewTargetService(inline))
 	g.Go(func() error { return kedaDecisions.Run(gctx) })
 	g.Go(func() error { return inline.Triggers.Run(gctx) })
-	activatorWS := activatorEndpoint(gctx, g, &cfg, hub, buckets, peers, knativeScaleTargets(&cfg, disc), srv, reg, log)
+	activatorWS := activatorEndpoint(gctx, g, &cfg, hub, buckets, peers, disc, srv, reg, log)
 	if _, _, err := srv.Listen(); err != nil {
 		return err
 	}
