@@ -169,13 +169,13 @@ func limit(l net.Listener, n int) net.Listener {
 // files already, so a failure here means they changed since; the server
 // then refuses every connection rather than falling back to plaintext.
 func tlsOpts(c TLSConfig, log *zap.Logger) []grpc.ServerOption {
+	if !c.Enabled() {
+		return nil
+	}
 	opt, err := c.serverOption()
 	if err != nil {
 		log.Error("TLS credentials unusable; refusing connections", zap.Error(err))
 		return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13}))}
-	}
-	if opt == nil {
-		return nil
 	}
 	return []grpc.ServerOption{opt}
 }
@@ -256,11 +256,9 @@ func (s *Server) shutdown() {
 		s.grpc.GracefulStop()
 		close(done)
 	}()
-	timer := time.NewTimer(s.cfg.ShutdownGrace)
-	defer timer.Stop()
 	select {
 	case <-done:
-	case <-timer.C:
+	case <-time.After(s.cfg.ShutdownGrace):
 		s.log.Warn("shutdown grace over; stopping in-flight calls", zap.Duration("grace", s.cfg.ShutdownGrace))
 		s.grpc.Stop()
 		<-done

@@ -71,9 +71,6 @@ func (c *TLSConfig) load() (tls.Certificate, *x509.CertPool, error) {
 // certificate and the CA are read again when their files change, so a
 // renewed certificate (cert-manager, the chart) is served without a restart.
 func (c *TLSConfig) serverOption() (grpc.ServerOption, error) {
-	if !c.Enabled() {
-		return nil, nil
-	}
 	files, err := newReloader(*c)
 	if err != nil {
 		return nil, err
