@@ -23,9 +23,6 @@ import (
 // a time: the most a stream holds while its client is slow to read.
 const snapshotPage = 256
 
-// callerOf names the caller of a call, for the per-caller bound on watchers.
-type callerOf func(ctx context.Context) string
-
 // handler serves DeciderService. Requests arrive validated by the server's
 // interceptor chain; Ingest's samples are checked one by one here, so a bad
 // sample is dropped and counted without ending the stream.
@@ -33,9 +30,10 @@ type handler struct {
 	deciderv1.UnimplementedDeciderServiceServer
 	engine *engine.Engine
 	// index pages ListDecisions and a new watcher's first decisions.
-	index  *engine.Index
-	hub    *watch.Hub
-	caller callerOf
+	index *engine.Index
+	hub   *watch.Hub
+	// caller names a call's caller, for the per-caller bound on watchers.
+	caller func(ctx context.Context) string
 	sender *sender.Sender
 	now    func() time.Time
 	log    *zap.Logger
@@ -199,12 +197,9 @@ func (h *handler) ListDecisions(_ context.Context, req *deciderv1.ListDecisionsR
 		return nil, err // the validator checked it already
 	}
 	ds, next := h.index.Page(req.GetNamespace(), after, commonv1.PageSize(req.GetPageSize()))
-	resp := &deciderv1.ListDecisionsResponse{Decisions: make([]*commonv1.Decision, 0, len(ds))}
+	resp := &deciderv1.ListDecisionsResponse{Decisions: make([]*commonv1.Decision, 0, len(ds)), NextPageToken: commonv1.PageToken(next)}
 	for _, d := range ds {
 		resp.Decisions = append(resp.Decisions, decisionOf(d))
-	}
-	if next != "" {
-		resp.NextPageToken = commonv1.PageToken(next)
 	}
 	return resp, nil
 }
