@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
@@ -77,12 +78,7 @@ func errNotWatched(what, ns string) error {
 var errCachesNotSynced = status.Error(codes.Unavailable, "the actuator's caches are not synced yet; retry")
 
 func (a *access) hasSynced() bool {
-	for _, s := range a.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(a.synced, func(s cache.InformerSynced) bool { return !s() })
 }
 
 // scalable refuses a target tidal does not manage with PERMISSION_DENIED

@@ -234,14 +234,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	srv := server.New(cfg.server, log, reg)
 	if cfg.scaler == scalerMemory {
-		applier := scale.New(scale.NewMemory(), time.Now)
-		h := newHandler(memoryEngine{applier}, nil, log)
+		h := newHandler(memoryEngine{scale.New(scale.NewMemory(), time.Now)}, nil, log)
 		h.useKinds(&cfg.kinds, reg)
 		actuatorv1.RegisterActuatorServiceServer(srv.GRPC(), h)
-		if _, _, err := srv.Listen(); err != nil {
-			return err
-		}
-		srv.SetReady(true)
+		srv.SetReady(true) // Run listens, then serves
 		return srv.Run(ctx)
 	}
 	return runKube(ctx, &cfg, srv, reg, log)
@@ -288,13 +284,13 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	// GetScale, which any identity may call, reads StatefulSets from a
 	// cache of their scales, only where they may be scaled at all.
-	var stsSynced cache.InformerSynced
+	var stsSynced []cache.InformerSynced // empty when not cached
 	if _, ok := cfg.kinds.Allows("apps/v1", "StatefulSet"); ok {
 		sts := kubeInf.Apps().V1().StatefulSets()
 		if err := scaler.CacheStatefulSets(sts); err != nil {
 			return err
 		}
-		stsSynced = sts.Informer().HasSynced
+		stsSynced = []cache.InformerSynced{sts.Informer().HasSynced}
 	}
 	recorder, broadcaster := podautoscaler.NewEventRecorder(kube)
 	defer broadcaster.Shutdown()
@@ -354,9 +350,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 		return err
 	}
 	h.access.caches = scaler.Caches
-	if stsSynced != nil {
-		h.access.synced = append(h.access.synced, stsSynced)
-	}
+	h.access.synced = append(h.access.synced, stsSynced...)
 	var buckets *bucket.Set
 	if cfg.kube.bucket.Buckets > 0 {
 		buckets = bucket.New(cfg.kube.bucket, kube, func() {
@@ -409,17 +403,11 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	g.Go(func() error { return pas.Run(gctx) })
 	g.Go(func() error { return fns.Run(gctx) })
-	synced := []cache.InformerSynced{pas.HasSynced, fns.HasSynced}
-	if stsSynced != nil {
-		synced = append(synced, stsSynced)
-	}
-	if knCfg != nil {
+	synced := append([]cache.InformerSynced{pas.HasSynced, fns.HasSynced}, stsSynced...)
+	if eng.knative != nil { // and knCfg
 		g.Go(func() error { return knCfg.Run(gctx) })
-		synced = append(synced, knCfg.HasSynced)
-	}
-	if eng.knative != nil {
 		g.Go(func() error { return eng.knative.Run(gctx) })
-		synced = append(synced, eng.knative.HasSynced)
+		synced = append(synced, knCfg.HasSynced, eng.knative.HasSynced)
 	}
 	g.Go(func() error {
 		// Prime before ready: every cache synced.
