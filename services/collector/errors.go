@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -32,7 +30,7 @@ func errNotOwner(field string, ref *commonv1.TargetRef, owner string) error {
 }
 
 func errStopping(err error) error {
-	return status.Error(codes.Unavailable, fmt.Sprintf("collector busy or stopping: %v", err))
+	return status.Errorf(codes.Unavailable, "collector busy or stopping: %v", err)
 }
 
 // errBadPageToken refuses a page token that decodes but is no cursor of

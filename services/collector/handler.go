@@ -140,12 +140,9 @@ func (h *handler) ListTargets(_ context.Context, req *collectorv1.ListTargetsReq
 	if err != nil {
 		return nil, errBadPageToken(req.GetPageToken())
 	}
-	resp := &collectorv1.ListTargetsResponse{Targets: make([]*collectorv1.TargetSummary, 0, len(page))}
+	resp := &collectorv1.ListTargetsResponse{Targets: make([]*collectorv1.TargetSummary, 0, len(page)), NextPageToken: commonv1.PageToken(next)}
 	for _, s := range page {
 		resp.Targets = append(resp.Targets, &collectorv1.TargetSummary{Target: s.Target, ReadyPods: s.ReadyPods, LastSampleTime: s.LastSampleTime, Decider: s.Decider})
-	}
-	if next != "" {
-		resp.NextPageToken = commonv1.PageToken(next)
 	}
 	return resp, nil
 }
