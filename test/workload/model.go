@@ -1,7 +1,6 @@
 package workload
 
 import (
-	"io"
 	"time"
 
 	"github.com/tidalscale/tidal/sim/podmodel"
@@ -27,16 +26,9 @@ type (
 	Step = podmodel.Step
 	// Steps holds each level from its At until the next step's.
 	Steps = podmodel.Steps
-	// Spikes is a base rate with periodic bursts.
-	Spikes = podmodel.Spikes
-	// Series is a recorded per-second trace.
-	Series = podmodel.Series
 )
 
 // NewModel returns a model with no pods, starting at start.
 func NewModel(cfg ModelConfig, profile Profile, start time.Time) (*Model, error) {
 	return podmodel.NewModel(cfg, profile, start)
 }
-
-// ParseCSV reads a per-second arrival trace (podmodel.ParseCSV).
-func ParseCSV(r io.Reader) (Series, error) { return podmodel.ParseCSV(r) }
