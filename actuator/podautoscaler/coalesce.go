@@ -3,14 +3,13 @@ package podautoscaler
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -211,7 +210,7 @@ func (r *Reconciler[P, C]) countWait(pa, next P) {
 func statusFields(a, b runtime.Object) []string {
 	sa, sb := statusOf(a), statusOf(b)
 	var out []string
-	for _, k := range unionKeys(sa, sb) {
+	for _, k := range sets.List(sets.KeySet(sa).Union(sets.KeySet(sb))) {
 		va, vb := sa[k], sb[k]
 		if equality.Semantic.DeepEqual(va, vb) {
 			continue
@@ -222,7 +221,7 @@ func statusFields(a, b runtime.Object) []string {
 			out = append(out, k)
 			continue
 		}
-		for _, sub := range unionKeys(ma, mb) {
+		for _, sub := range sets.List(sets.KeySet(ma).Union(sets.KeySet(mb))) {
 			if !equality.Semantic.DeepEqual(ma[sub], mb[sub]) {
 				out = append(out, k+"."+sub)
 			}
@@ -239,18 +238,6 @@ func statusOf(o runtime.Object) map[string]any {
 	}
 	st, _ := u["status"].(map[string]any)
 	return st
-}
-
-// unionKeys is the keys of a and b, sorted.
-func unionKeys(a, b map[string]any) []string {
-	keys := slices.Collect(maps.Keys(a))
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // routine reports whether next's status differs from pa's only in the

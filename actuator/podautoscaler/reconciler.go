@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/kparules"
@@ -740,7 +741,7 @@ func (r *Reconciler[P, C]) reconcile(ctx context.Context, pa P, decision *Decisi
 	// then put on its way to zero. The controller ignores the echoes of its
 	// own writes, so a reconcile that changes either asks for the next pass
 	// itself; that pass reads them back unchanged and asks for none.
-	if res.ActiveChanged || !equalScale(p.Input.PriorDesiredScale, desired) {
+	if res.ActiveChanged || !ptr.Equal(p.Input.PriorDesiredScale, desired) {
 		out.Requeue = ownWriteRequeue
 	}
 	// Before a patch the write is made even when status is unchanged: it
@@ -914,21 +915,8 @@ func (r *Reconciler[P, C]) dueAfter(rep *report[P], p *Pass[P, C], now time.Time
 	if res := p.Result; res.DesiredScale >= 0 && res.ActualScale != res.DesiredScale {
 		return last
 	}
-	return minTime(now.Add(r.spec.StatusInterval), last)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
+	if next := now.Add(r.spec.StatusInterval); next.Before(last) {
+		return next
 	}
-	return a
-}
-
-// equalScale reports whether two status desired scales (nil when unknown)
-// are equal.
-func equalScale(a, b *int32) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
+	return last
 }

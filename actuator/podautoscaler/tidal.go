@@ -294,13 +294,10 @@ func refuse(p *tidalPass, reason, event string, err error, retry bool) error {
 	return &Refusal{Err: err, Event: event, Retry: retry, Report: prev == nil || prev.Reason != reason || prev.Message != msg}
 }
 
+// annotationTrue reports whether annotation key parses as true.
 func annotationTrue(pa *autoscalingv1alpha1.PodAutoscaler, key string) bool {
-	v, ok := pa.Annotations[key]
-	if !ok {
-		return false
-	}
-	b, err := strconv.ParseBool(v)
-	return err == nil && b
+	b, _ := strconv.ParseBool(pa.Annotations[key]) // false when absent or malformed
+	return b
 }
 
 // syntheticSKS stands in for Knative's ServerlessService, which tidal does
