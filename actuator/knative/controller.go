@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -79,12 +78,6 @@ type Config struct {
 	ProbeTimeout   time.Duration
 }
 
-// targetScaler reads and writes targets' scale subresources.
-type targetScaler interface {
-	GetScale(ctx context.Context, t scale.Target) (scale.Scale, error)
-	SetReplicas(ctx context.Context, t scale.Target, replicas int32) error
-}
-
 // Controller reconciles the Knative PodAutoscalers of its classes; the
 // companion object of each is its ServerlessService.
 type Controller = podautoscaler.Reconciler[*knautoscaling.PodAutoscaler, *knnetworking.ServerlessService]
@@ -93,7 +86,7 @@ type Controller = podautoscaler.Reconciler[*knautoscaling.PodAutoscaler, *knnetw
 type kind struct {
 	cfg         Config
 	client      knclient.Interface
-	scaler      targetScaler
+	scaler      podautoscaler.TargetScaler
 	recorder    record.EventRecorder
 	probe       *prober
 	paInformer  cache.SharedIndexInformer
@@ -104,14 +97,14 @@ type kind struct {
 // which Run runs, and registers on the pod informer of kubeInformers, which
 // the caller starts.
 func New(cfg Config, log *zap.Logger, client knclient.Interface, kubeInformers informers.SharedInformerFactory,
-	scaler targetScaler, recorder record.EventRecorder,
+	scaler podautoscaler.TargetScaler, recorder record.EventRecorder,
 ) (*Controller, error) {
 	c, _, err := newController(cfg, log, clock.RealClock{}, client, kubeInformers, scaler, recorder)
 	return c, err
 }
 
 func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client knclient.Interface, kubeInformers informers.SharedInformerFactory,
-	scaler targetScaler, recorder record.EventRecorder,
+	scaler podautoscaler.TargetScaler, recorder record.EventRecorder,
 ) (*Controller, *kind, error) {
 	if len(cfg.Classes) == 0 {
 		cfg.Classes = []string{knautoscaling.ClassKPA}
@@ -195,11 +188,4 @@ func (k *kind) Target(pa *knautoscaling.PodAutoscaler) scale.Target {
 
 func (k *kind) Decision(pa *knautoscaling.PodAutoscaler) *podautoscaler.Decision {
 	return lastDecision(pa)
-}
-
-// ref is pa as an Event's involved object: the recorder's scheme does not
-// know Knative's kinds.
-func ref(pa *knautoscaling.PodAutoscaler) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: knautoscaling.Kind.Kind, APIVersion: knautoscaling.SchemeGroupVersion.String(),
-		Namespace: pa.Namespace, Name: pa.Name, UID: pa.UID, ResourceVersion: pa.ResourceVersion}
 }

@@ -296,7 +296,7 @@ func (k *kind) reconcileSKS(ctx context.Context, pa *knautoscaling.PodAutoscaler
 		if err != nil {
 			return fmt.Errorf("create serverlessservice %s/%s: %w", pa.Namespace, pa.Name, err)
 		}
-		k.recorder.Eventf(ref(pa), corev1.EventTypeNormal, EventCreated, "created ServerlessService %q in %s mode", want.Name, mode)
+		k.recorder.Eventf(podautoscaler.EventRef(knautoscaling.Kind, pa), corev1.EventTypeNormal, EventCreated, "created ServerlessService %q in %s mode", want.Name, mode)
 		return nil
 	}
 	if equality.Semantic.DeepEqual(have.Spec, want.Spec) {

@@ -241,8 +241,8 @@ type Spec[P Object[P], C any] struct {
 	Claims *writebudget.Claims
 }
 
-// targetScaler reads and writes targets' scale subresources.
-type targetScaler interface {
+// TargetScaler reads and writes targets' scale subresources.
+type TargetScaler interface {
 	GetScale(ctx context.Context, t scale.Target) (scale.Scale, error)
 	SetReplicas(ctx context.Context, t scale.Target, replicas int32) error
 }
@@ -253,7 +253,7 @@ type Reconciler[P Object[P], C any] struct {
 	kind     Kind[P, C]
 	log      *zap.Logger
 	clock    clock.PassiveClock
-	scaler   targetScaler
+	scaler   TargetScaler
 	recorder record.EventRecorder
 
 	// Controller is the workqueue and its workers (Run, HasSynced), and
@@ -305,7 +305,7 @@ const ownWriteRequeue = time.Millisecond
 // handlers on spec.Informer and on podInformer, which it trims and indexes
 // by label (once, when kinds share it); the caller starts them.
 func NewReconciler[P Object[P], C any](spec Spec[P, C], log *zap.Logger, clk clock.PassiveClock, podInformer cache.SharedIndexInformer,
-	scaler targetScaler, recorder record.EventRecorder,
+	scaler TargetScaler, recorder record.EventRecorder,
 ) (*Reconciler[P, C], error) {
 	if spec.Workers <= 0 {
 		spec.Workers = 1
@@ -496,11 +496,13 @@ func (k *keyedLocks) lock(name cache.ObjectName) func() {
 	}
 }
 
-// ref is pa as an Event's involved object (the recorder's scheme need not
-// know the kind).
-func (r *Reconciler[P, C]) ref(pa P) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: r.spec.GVK.Kind, APIVersion: r.spec.GVK.GroupVersion().String(),
-		Namespace: pa.GetNamespace(), Name: pa.GetName(), UID: pa.GetUID(), ResourceVersion: pa.GetResourceVersion()}
+func (r *Reconciler[P, C]) ref(pa P) *corev1.ObjectReference { return EventRef(r.spec.GVK, pa) }
+
+// EventRef is o, of kind gvk, as an Event's involved object (the
+// recorder's scheme need not know the kind).
+func EventRef(gvk schema.GroupVersionKind, o metav1.Object) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: gvk.Kind, APIVersion: gvk.GroupVersion().String(),
+		Namespace: o.GetNamespace(), Name: o.GetName(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion()}
 }
 
 // current returns the PodAutoscaler name as this process last saw it: the

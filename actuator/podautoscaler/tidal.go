@@ -103,7 +103,7 @@ type Controller = Reconciler[*autoscalingv1alpha1.PodAutoscaler, *autoscalingv1a
 type tidalKind struct {
 	cfg     Config
 	tidal   tidalclient.Interface
-	scaler  targetScaler
+	scaler  TargetScaler
 	pas     autoscalinglisters.PodAutoscalerLister
 	metrics autoscalinglisters.MetricLister
 }
@@ -112,13 +112,13 @@ type tidalKind struct {
 // event handlers on the informers; the caller starts the informers (and
 // factory) and then Run.
 func New(cfg Config, log *zap.Logger, tidal tidalclient.Interface,
-	tidalInformers tidalinformers.SharedInformerFactory, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
+	tidalInformers tidalinformers.SharedInformerFactory, kubeInformers informers.SharedInformerFactory, scaler TargetScaler, recorder record.EventRecorder,
 ) (*Controller, error) {
 	return newController(cfg, log, clock.RealClock{}, tidal, tidalInformers, kubeInformers, scaler, recorder)
 }
 
 func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal tidalclient.Interface,
-	tidalInformers tidalinformers.SharedInformerFactory, kubeInformers informers.SharedInformerFactory, scaler targetScaler, recorder record.EventRecorder,
+	tidalInformers tidalinformers.SharedInformerFactory, kubeInformers informers.SharedInformerFactory, scaler TargetScaler, recorder record.EventRecorder,
 ) (*Controller, error) {
 	paInformer := tidalInformers.Autoscaling().V1alpha1().PodAutoscalers()
 	metricInformer := tidalInformers.Autoscaling().V1alpha1().Metrics()
