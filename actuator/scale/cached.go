@@ -11,6 +11,7 @@ import (
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/tidalscale/tidal/actuator/overlay"
 )
@@ -98,58 +99,49 @@ func isStatefulSet(t Target) bool {
 	return t.APIVersion == "apps/v1" && t.Kind == "StatefulSet"
 }
 
-// cachedDeployment returns t's scale from the cache; ok is false when the
-// cache does not hold it (a Deployment created a moment ago, or deleted).
-func (c *Cached) cachedDeployment(t Target) (Scale, bool, error) {
-	d, err := c.deployments.Deployments(t.Namespace).Get(t.Name)
-	if apierrors.IsNotFound(err) {
-		return Scale{}, false, nil
+// fromCache returns t's scale from the cache of its kind: a Deployment's,
+// with this process's writes the cache has not caught up with, or with
+// statefulSets a StatefulSet's (never written from the cache). cached is
+// false for a kind no cache holds; ok is false when the cache does not
+// hold t (created a moment ago, or deleted).
+func (c *Cached) fromCache(t Target, statefulSets bool) (s Scale, cached, ok bool, err error) {
+	switch {
+	case isDeployment(t):
+		var d *appsv1.Deployment
+		if d, err = c.deployments.Deployments(t.Namespace).Get(t.Name); err == nil {
+			s = Scale{Resource: deploymentsResource, Replicas: ptr.Deref(d.Spec.Replicas, 1), StatusReplicas: d.Status.Replicas}
+			if n, ok := c.written.Newer(cache.ObjectName{Namespace: t.Namespace, Name: t.Name}, d.ResourceVersion); ok {
+				s.Replicas = n
+			}
+			s.Selector, err = selectorOf(t, d.Spec.Selector)
+		}
+	case statefulSets && c.statefulSets != nil && isStatefulSet(t):
+		var st *appsv1.StatefulSet
+		if st, err = c.statefulSets.StatefulSets(t.Namespace).Get(t.Name); err == nil {
+			s = Scale{Resource: statefulSetsResource, Replicas: ptr.Deref(st.Spec.Replicas, 1), StatusReplicas: st.Status.Replicas}
+			s.Selector, err = selectorOf(t, st.Spec.Selector)
+		}
+	default:
+		return Scale{}, false, false, nil
 	}
-	if err != nil {
-		return Scale{}, false, err
+	switch {
+	case apierrors.IsNotFound(err):
+		return Scale{}, true, false, nil
+	case err != nil:
+		return Scale{}, true, false, err
 	}
-	s := Scale{Resource: deploymentsResource, Replicas: 1, StatusReplicas: d.Status.Replicas}
-	if d.Spec.Replicas != nil {
-		s.Replicas = *d.Spec.Replicas
-	}
-	if n, ok := c.written.Newer(cache.ObjectName{Namespace: t.Namespace, Name: t.Name}, d.ResourceVersion); ok {
-		s.Replicas = n
-	}
-	if s.Selector, err = selectorOf(d.Spec.Selector); err != nil {
-		return Scale{}, false, fmt.Errorf("target %s: %w", t, err)
-	}
-	return s, true, nil
+	return s, true, true, nil
 }
 
-// cachedStatefulSet is cachedDeployment for a StatefulSet, which this
-// process never writes from the cache, so nothing overlays it.
-func (c *Cached) cachedStatefulSet(t Target) (Scale, bool, error) {
-	st, err := c.statefulSets.StatefulSets(t.Namespace).Get(t.Name)
-	if apierrors.IsNotFound(err) {
-		return Scale{}, false, nil
-	}
-	if err != nil {
-		return Scale{}, false, err
-	}
-	s := Scale{Resource: statefulSetsResource, Replicas: 1, StatusReplicas: st.Status.Replicas}
-	if st.Spec.Replicas != nil {
-		s.Replicas = *st.Spec.Replicas
-	}
-	if s.Selector, err = selectorOf(st.Spec.Selector); err != nil {
-		return Scale{}, false, fmt.Errorf("target %s: %w", t, err)
-	}
-	return s, true, nil
-}
-
-// selectorOf is a workload's selector as its scale subresource reports it
+// selectorOf is t's selector as its scale subresource reports it
 // (status.selector).
-func selectorOf(ls *metav1.LabelSelector) (string, error) {
+func selectorOf(t Target, ls *metav1.LabelSelector) (string, error) {
 	if ls == nil {
 		return "", nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(ls)
 	if err != nil {
-		return "", fmt.Errorf("selector: %w", err)
+		return "", fmt.Errorf("target %s: selector: %w", t, err)
 	}
 	return sel.String(), nil
 }
@@ -158,18 +150,8 @@ func selectorOf(ls *metav1.LabelSelector) (string, error) {
 // or a StatefulSet with CacheStatefulSets), without an API request; ok is
 // false otherwise.
 func (c *Cached) CachedReplicas(t Target) (replicas int32, ok bool) {
-	var s Scale
-	var err error
-	switch {
-	case isDeployment(t):
-		s, ok, err = c.cachedDeployment(t)
-	case c.statefulSets != nil && isStatefulSet(t):
-		s, ok, err = c.cachedStatefulSet(t)
-	}
-	if err != nil || !ok {
-		return 0, false
-	}
-	return s.Replicas, true
+	s, _, ok, _ := c.fromCache(t, true) // the zero Scale unless ok
+	return s.Replicas, ok
 }
 
 // cacheOnlyKey marks a context whose reads the cache alone answers.
@@ -188,26 +170,15 @@ func CacheOnly(ctx context.Context) context.Context {
 // for a StatefulSet when ctx is CacheOnly.
 func (c *Cached) GetScale(ctx context.Context, t Target) (Scale, error) {
 	cacheOnly := ctx.Value(cacheOnlyKey{}) != nil
-	var (
-		s    Scale
-		ok   bool
-		err  error
-		kind string
-	)
-	switch {
-	case isDeployment(t):
-		s, ok, err = c.cachedDeployment(t)
-		kind = "deployment"
-	case cacheOnly && c.statefulSets != nil && isStatefulSet(t):
-		s, ok, err = c.cachedStatefulSet(t)
-		kind = "statefulset"
-	default:
-		return c.Kube.GetScale(ctx, t)
-	}
+	s, cached, ok, err := c.fromCache(t, cacheOnly)
 	if err != nil || ok {
 		return s, err
 	}
-	if cacheOnly {
+	if cached && cacheOnly {
+		kind := "deployment"
+		if !isDeployment(t) {
+			kind = "statefulset"
+		}
 		return Scale{}, fmt.Errorf("%s %s: not in the actuator's cache: %w", kind, t, ErrNotFound)
 	}
 	return c.Kube.GetScale(ctx, t)
@@ -225,7 +196,7 @@ func (c *Cached) SetReplicas(ctx context.Context, t Target, replicas int32) erro
 	if !isDeployment(t) {
 		return c.Kube.SetReplicas(ctx, t, replicas)
 	}
-	s, ok, err := c.cachedDeployment(t)
+	s, _, ok, err := c.fromCache(t, false)
 	if err != nil {
 		return err
 	}
