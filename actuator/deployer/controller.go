@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/scale"
@@ -133,9 +133,9 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 			return err
 		}
 		if dep, err := c.deployments.Deployments(fn.Namespace).Get(fn.Name); err == nil {
-			st.Replicas, st.ReadyReplicas = deploymentReplicas(dep), dep.Status.ReadyReplicas
+			st.Replicas, st.ReadyReplicas = ptr.Deref(dep.Spec.Replicas, 1), dep.Status.ReadyReplicas
 		}
-		if _, err := c.topics.Topics(fn.Namespace).Get(fn.Spec.Input); apierrors.IsNotFound(err) && ready.Status == metav1.ConditionTrue {
+		if _, err := c.topics.Topics(fn.Namespace).Get(fn.Spec.Input); apierrors.IsNotFound(err) {
 			ready.Status, ready.Reason = metav1.ConditionFalse, "TopicNotFound"
 			ready.Message = fmt.Sprintf("function %s/%s: spec.input: topic %q not found; the partition cap is unknown", fn.Namespace, fn.Name, fn.Spec.Input)
 		}
@@ -152,13 +152,6 @@ func (c *Controller) sync(ctx context.Context, name cache.ObjectName) error {
 		return fmt.Errorf("update status of function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	return nil
-}
-
-func deploymentReplicas(d *appsv1.Deployment) int32 {
-	if d.Spec.Replicas == nil {
-		return 1
-	}
-	return *d.Spec.Replicas
 }
 
 // CheckScale refuses a desired scale above the cap of the Function whose
@@ -259,9 +252,8 @@ func (c *Controller) ensurePodAutoscaler(ctx context.Context, fn *functionsv1alp
 // are left alone.
 func (c *Controller) undeployOrphans(ctx context.Context, fn cache.ObjectName) error {
 	owned := func(m metav1.Object) bool {
-		ref := metav1.GetControllerOf(m)
-		return ref != nil && ref.Kind == "Function" && ref.Name == fn.Name &&
-			ref.APIVersion == functionsv1alpha1.SchemeGroupVersion.String()
+		owner, ok := controller.Owner(m, functionsv1alpha1.SchemeGroupVersion.WithKind("Function"))
+		return ok && owner == fn
 	}
 	if dep, err := c.deployments.Deployments(fn.Namespace).Get(fn.Name); err == nil && owned(dep) && dep.DeletionTimestamp == nil {
 		if _, err := c.deployer.Undeploy(ctx, fn.Namespace, fn.Name); err != nil {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/tidalscale/tidal/actuator/scale"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
@@ -59,10 +60,7 @@ func (d *Deployer) current(ctx context.Context, f *Function) (replicas int32, rv
 	if err != nil {
 		return 0, "", false, fmt.Errorf("get deployment %s: %w", f, err)
 	}
-	if dep.Spec.Replicas == nil {
-		return 1, dep.ResourceVersion, true, nil
-	}
-	return *dep.Spec.Replicas, dep.ResourceVersion, true, nil
+	return ptr.Deref(dep.Spec.Replicas, 1), dep.ResourceVersion, true, nil
 }
 
 // Deploy creates f's Deployment at zero replicas (scaling from zero is the
@@ -75,10 +73,7 @@ func (d *Deployer) Deploy(ctx context.Context, f *Function) (string, bool, error
 	created := false
 	err := d.applyKeeping(ctx, f, func(cur int32, existed bool) (int32, error) {
 		created = !existed
-		if !existed {
-			return 0, nil
-		}
-		return cur, nil
+		return cur, nil // 0 when it did not exist
 	})
 	if err != nil {
 		return "", false, err

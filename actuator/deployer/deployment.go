@@ -6,6 +6,7 @@ package deployer
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -171,19 +172,12 @@ func (f *Function) Validate() error {
 // ValidateTopic applies Kafka's topic name rules: 1 to 249 of
 // [a-zA-Z0-9._-], not "." or "..".
 func ValidateTopic(topic string) error {
-	if topic == "" || len(topic) > 249 || topic == "." || topic == ".." {
-		return fmt.Errorf("a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
-	}
-	for _, c := range topic {
-		if !topicChar(c) {
-			return fmt.Errorf("a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
-		}
+	if topic == "" || len(topic) > 249 || topic == "." || topic == ".." || strings.ContainsFunc(topic, func(c rune) bool {
+		return (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-'
+	}) {
+		return errors.New("a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
 	}
 	return nil
-}
-
-func topicChar(c rune) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // Selector returns the labels selecting f's pods.
