@@ -539,28 +539,30 @@ const supersededRetry = time.Second
 // Sync reconciles the PodAutoscaler name once, from the newest copy this
 // process knows, as a worker does.
 func (r *Reconciler[P, C]) Sync(ctx context.Context, name cache.ObjectName) (Outcome, error) {
-	if r.spec.Claims != nil {
-		claim, err := r.spec.Claims.Claim(r.claimKey(name), name.Namespace, writebudget.Down, 0)
-		if errors.Is(err, writebudget.ErrSuperseded) {
-			return Outcome{Requeue: supersededRetry}, nil
-		}
-		if err != nil {
-			return Outcome{}, err
-		}
-		defer r.spec.Claims.Release(claim)
-		ctx = writebudget.WithClaim(ctx, claim)
-		out, err := r.syncNow(ctx, name)
-		if errors.Is(err, writebudget.ErrSuperseded) {
-			return Outcome{Requeue: supersededRetry}, nil
-		}
-		return out, err
+	ctx, release, err := r.claim(ctx, name, writebudget.Down, 0)
+	var out Outcome
+	if err == nil {
+		defer release()
+		out, err = r.syncNow(ctx, name)
 	}
-	return r.syncNow(ctx, name)
+	if errors.Is(err, writebudget.ErrSuperseded) {
+		return Outcome{Requeue: supersededRetry}, nil
+	}
+	return out, err
 }
 
-// claimKey is name's slot in Spec.Claims, apart from other kinds'.
-func (r *Reconciler[P, C]) claimKey(name cache.ObjectName) string {
-	return r.spec.Name + " " + name.String()
+// claim takes name's slot in Spec.Claims (apart from other kinds') for a
+// pass of class and sequence, and returns ctx carrying the claim and its
+// release; without Claims, ctx and a no-op.
+func (r *Reconciler[P, C]) claim(ctx context.Context, name cache.ObjectName, class writebudget.Class, sequence uint64) (context.Context, func(), error) {
+	if r.spec.Claims == nil {
+		return ctx, func() {}, nil
+	}
+	c, err := r.spec.Claims.Claim(r.spec.Name+" "+name.String(), name.Namespace, class, sequence)
+	if err != nil {
+		return ctx, nil, err
+	}
+	return writebudget.WithClaim(ctx, c), func() { r.spec.Claims.Release(c) }, nil
 }
 
 // syncNow is Sync once the caller may write.

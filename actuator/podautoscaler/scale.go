@@ -54,9 +54,14 @@ type Request struct {
 }
 
 // podAutoscalerFor returns the PodAutoscaler this reconciler serves that
-// scales t; the zero P when there is none.
+// scales t; the zero P when there is none. Before the caches have synced
+// it returns ErrNotSynced: a target's rules are unknown, and no decision
+// may take another path meanwhile.
 func (r *Reconciler[P, C]) podAutoscalerFor(t scale.Target) (P, error) {
 	var none P
+	if !r.HasSynced() {
+		return none, ErrNotSynced
+	}
 	key, err := targetKey(t)
 	if err != nil {
 		return none, err
@@ -68,13 +73,9 @@ func (r *Reconciler[P, C]) podAutoscalerFor(t scale.Target) (P, error) {
 	return only[P](objs, t, r.spec.Name+"s")
 }
 
-// Handles reports whether a PodAutoscaler this reconciler serves scales t.
-// Before the caches have synced it returns ErrNotSynced, so that no
-// decision takes another path meanwhile.
+// Handles reports whether a PodAutoscaler this reconciler serves scales t
+// (ErrNotSynced before the caches have synced).
 func (r *Reconciler[P, C]) Handles(t scale.Target) (bool, error) {
-	if !r.HasSynced() {
-		return false, ErrNotSynced
-	}
 	pa, err := r.podAutoscalerFor(t)
 	var none P
 	return pa != none, err
@@ -85,10 +86,6 @@ func (r *Reconciler[P, C]) Handles(t scale.Target) (bool, error) {
 // one recorded) and the target goes through the rules; otherwise the
 // Fallback applies it as is, with staleness tracked by this process only.
 func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result, error) {
-	if !r.HasSynced() {
-		// Without the PodAutoscalers cached, a target's rules are unknown.
-		return scale.Result{}, ErrNotSynced
-	}
 	pa, err := r.podAutoscalerFor(req.Target)
 	if err != nil {
 		return scale.Result{}, err
@@ -116,19 +113,17 @@ func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result
 	if r.spec.Claims != nil && !req.DryRun {
 		// Taken before the lock: a pass waiting for the budget holds it,
 		// and a newer decision must reach the claim to replace that pass.
-		claim, err := r.spec.Claims.Claim(r.claimKey(name), name.Namespace, r.class(pa, req), req.Sequence)
-		if err != nil {
+		var release func()
+		if ctx, release, err = r.claim(ctx, name, r.class(pa, req), req.Sequence); err != nil {
 			return r.superseded(req, err)
 		}
-		defer r.spec.Claims.Release(claim)
-		ctx = writebudget.WithClaim(ctx, claim)
-		res, err := r.scale(ctx, req, name, op)
-		if err != nil {
-			return r.superseded(req, err)
-		}
-		return res, nil
+		defer release()
 	}
-	return r.scale(ctx, req, name, op)
+	res, err := r.scale(ctx, req, name, op)
+	if err != nil {
+		return r.superseded(req, err)
+	}
+	return res, nil
 }
 
 // scale applies req to the PodAutoscaler name once the caller may write.
@@ -215,9 +210,6 @@ func (r *Reconciler[P, C]) superseded(req Request, err error) (scale.Result, err
 
 // Status is what is known about a target's scale.
 func (r *Reconciler[P, C]) Status(ctx context.Context, t scale.Target) (scale.Status, error) {
-	if !r.HasSynced() {
-		return scale.Status{}, ErrNotSynced
-	}
 	pa, err := r.podAutoscalerFor(t)
 	if err != nil {
 		return scale.Status{}, err
