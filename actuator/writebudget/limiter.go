@@ -51,11 +51,6 @@ func WithWaitLimit(ctx context.Context, until time.Time) context.Context {
 	return context.WithValue(ctx, waitLimitKey{}, until)
 }
 
-func waitLimitOf(ctx context.Context) (time.Time, bool) {
-	t, ok := ctx.Value(waitLimitKey{}).(time.Time)
-	return t, ok
-}
-
 // Limiter is client-go's rate limiter over a Queue: set as a rest.Config's
 // RateLimiter, every request of every client built from it waits here, in
 // the class and namespace of the Claim its context carries (WithClaim), or
@@ -165,7 +160,7 @@ func (l *Limiter) Wait(ctx context.Context) (err error) {
 	if takePrepaid(ctx) {
 		return nil
 	}
-	claim := claimOf(ctx)
+	claim, _ := ctx.Value(claimKey{}).(*Claim)
 	w := &Waiter{Class: Up, granted: make(chan struct{})}
 	var superseded <-chan struct{}
 	if claim != nil {
@@ -183,7 +178,7 @@ func (l *Limiter) Wait(ctx context.Context) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	until, limited := waitLimitOf(ctx)
+	until, limited := ctx.Value(waitLimitKey{}).(time.Time)
 	limited = limited && !w.Continuing
 	now := l.clock.Now()
 	l.mu.Lock()
@@ -273,25 +268,20 @@ func (l *Limiter) dispatch() {
 		l.mu.Lock()
 		next := l.grantLocked(l.clock.Now())
 		l.mu.Unlock()
-		var timer clock.Timer
 		var due <-chan time.Time
+		stopTimer := func() bool { return false }
 		if next > 0 {
-			timer = l.clock.NewTimer(next)
-			due = timer.C()
+			timer := l.clock.NewTimer(next)
+			due, stopTimer = timer.C(), timer.Stop
 		}
-		stopped := false
 		select {
 		case <-l.stop:
-			stopped = true
+			stopTimer()
+			return
 		case <-l.kick:
 		case <-due:
 		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if stopped {
-			return
-		}
+		stopTimer()
 	}
 }
 
