@@ -47,28 +47,18 @@ type Config struct {
 	Classes []string
 	// Namespaces are the namespaces watched; empty means every one.
 	Namespaces []string
-	// Autoscaler is config-autoscaler; Deployment is config-deployment.
-	Autoscaler kpaconfig.Config
-	Deployment kpaconfig.DeploymentConfig
-	// Live, when set, returns the two in effect now (Knative's ConfigMaps,
-	// followed by knativeconfig) in place of Autoscaler and Deployment.
-	Live func() (kpaconfig.Config, kpaconfig.DeploymentConfig)
-	// Workers is the number of reconcile workers.
-	Workers int
+	// Autoscaler, Deployment, Live, Workers, TargetRetry, StatusInterval,
+	// Claims and Status are as in podautoscaler.Config.
+	Autoscaler     kpaconfig.Config
+	Deployment     kpaconfig.DeploymentConfig
+	Live           func() (kpaconfig.Config, kpaconfig.DeploymentConfig)
+	Workers        int
+	TargetRetry    time.Duration
+	StatusInterval time.Duration
+	Claims         *writebudget.Claims
+	Status         *podautoscaler.StatusMetrics
 	// Resync is the informers' resync period; 0 means none.
 	Resync time.Duration
-	// TargetRetry is how long to wait before looking again for a missing
-	// scale target.
-	TargetRetry time.Duration
-	// StatusInterval coalesces the writes that report changes
-	// (podautoscaler.Spec).
-	StatusInterval time.Duration
-	// Claims spends the API budget by priority (podautoscaler.Spec); nil
-	// for none.
-	Claims *writebudget.Claims
-	// Status counts status writes and their waits (podautoscaler.Spec);
-	// nil for none.
-	Status *podautoscaler.StatusMetrics
 	// ClusterDomain is the suffix of Service host names the activator probe
 	// dials ("cluster.local").
 	ClusterDomain string
@@ -126,7 +116,7 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		Name:           "knative podautoscaler",
 		GVK:            knautoscaling.Kind,
 		Informer:       k.paInformer,
-		Handles:        k.mine,
+		Handles:        func(pa *knautoscaling.PodAutoscaler) bool { return slices.Contains(cfg.Classes, pa.Class()) },
 		Synced:         []cache.InformerSynced{k.sksInformer.HasSynced},
 		Run:            []cache.SharedIndexInformer{k.paInformer, k.sksInformer},
 		Workers:        cfg.Workers,
@@ -143,11 +133,6 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		return nil, nil, err
 	}
 	return c, k, nil
-}
-
-// mine reports whether pa is of a class this controller reconciles.
-func (k *kind) mine(pa *knautoscaling.PodAutoscaler) bool {
-	return slices.Contains(k.cfg.Classes, pa.Class())
 }
 
 func (k *kind) Get(name cache.ObjectName) (*knautoscaling.PodAutoscaler, error) {

@@ -73,10 +73,8 @@ func recordDecision(st *knautoscaling.PodAutoscalerStatus, d *autoscalingv1alpha
 	if err != nil {
 		return // a struct of numbers and a string marshals
 	}
-	if st.Annotations == nil {
+	if st.Annotations = maps.Clone(st.Annotations); st.Annotations == nil {
 		st.Annotations = map[string]string{}
-	} else {
-		st.Annotations = maps.Clone(st.Annotations)
 	}
 	st.Annotations[AnnotationDecision] = string(b)
 }
@@ -233,14 +231,13 @@ func (k *kind) SetStatus(p *pass) *int32 {
 	}
 	active := duck.Condition{Type: knautoscaling.ConditionActive, Status: corev1.ConditionStatus(res.Active.Status),
 		Reason: res.Active.Reason, Message: res.Active.Message}
-	if res.ActiveChanged || st.Get(knautoscaling.ConditionActive) == nil {
+	if old := st.Get(knautoscaling.ConditionActive); res.ActiveChanged || old == nil {
 		st.Set(active, now)
-	} else if old := st.Get(knautoscaling.ConditionActive); old != nil {
+	} else {
 		// Unchanged by the rules' reading (a message alone may differ):
 		// keep the transition time the rules' timers run from.
-		at := old.LastTransitionTime
+		active.LastTransitionTime = old.LastTransitionTime
 		*old = active
-		old.LastTransitionTime = at
 	}
 	st.DeriveReady(now, knautoscaling.ConditionActive, knautoscaling.ConditionScaleTargetInitialized, knautoscaling.ConditionSKSReady)
 	return st.DesiredScale
