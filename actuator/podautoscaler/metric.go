@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/actuator/scale"
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
@@ -108,8 +109,7 @@ func (k *tidalKind) deleteOrphanMetric(ctx context.Context, pa cache.ObjectName)
 	if err != nil {
 		return err
 	}
-	ref := metav1.GetControllerOf(m)
-	if ref == nil || ref.Kind != "PodAutoscaler" || ref.APIVersion != autoscalingv1alpha1.SchemeGroupVersion.String() || ref.Name != pa.Name {
+	if owner, ok := controller.Owner(m, autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler")); !ok || owner != pa {
 		return nil
 	}
 	uid := m.UID

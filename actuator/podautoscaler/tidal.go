@@ -421,9 +421,7 @@ func ruleNote(desired, to int32, rev *kpaconfig.Revision) string {
 		return "activation timed out"
 	case desired < 0 && to == lo:
 		return fmt.Sprintf("min-scale %d", lo)
-	case desired < 0:
-		return fmt.Sprintf("initial scale %d", to)
-	case to > desired:
+	case desired < 0, to > desired:
 		return fmt.Sprintf("initial scale %d", to)
 	}
 	return "scale bounds"
