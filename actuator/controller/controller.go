@@ -155,10 +155,9 @@ func (c *Controller) next(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(name)
-	// A shut-down queue still hands out what it holds; at 10,000 targets
-	// that is thousands of reconciles, each with a status write that
-	// outlives ctx (scale.Finishing), which kept the actuator from
-	// stopping. What is left is reconciled from scratch by whoever runs next.
+	// A shut-down queue still hands out what it holds, each reconcile with a
+	// status write that outlives ctx (scale.Finishing): leave the rest to
+	// whoever runs next, which reconciles from scratch.
 	if ctx.Err() != nil {
 		return false
 	}

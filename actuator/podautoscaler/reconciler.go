@@ -293,8 +293,7 @@ const indexTarget = "scaleTarget"
 
 // podEventDelay gathers the readiness changes of a scale-up or scale-down
 // (pods turn ready one by one, over about a tick) into one reconcile and one
-// status write: at thousands of targets, status writes for actualScale were
-// half of the actuator's API writes.
+// status write.
 const podEventDelay = 2 * time.Second
 
 // ownWriteRequeue is how soon a reconcile that changed what the rules read

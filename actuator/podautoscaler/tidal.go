@@ -157,10 +157,9 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal ti
 // applies as it does to Kubernetes' own controllers: a repeated Event is a
 // count on the first, similar ones (same object and reason) fold into
 // "combined from similar events" after ten in ten minutes, and an object
-// gets 25 Events at once, then one every five minutes. An Event per scale
-// change, each with its own message, was an API write per change that
-// nothing folded. The correlator remembers eventObjects objects, not
-// client-go's 4,096, so that the budget holds at 10,000 targets.
+// gets 25 Events at once, then one every five minutes. The correlator
+// remembers eventObjects objects, not client-go's 4,096, so that the budget
+// holds at 10,000 targets.
 func NewEventRecorder(kube kubernetes.Interface) (record.EventRecorder, record.EventBroadcaster) {
 	broadcaster := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventObjects}))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})

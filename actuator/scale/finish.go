@@ -9,8 +9,7 @@ import (
 // status write after a scale). Such a write outlives its caller's
 // cancellation, so a shutdown does not leave the record behind the change;
 // but only this long, so an API server that does not answer cannot hold the
-// process past its termination grace period (it did: a status write with no
-// deadline kept the actuator from stopping under a saturated API server).
+// process past its termination grace period.
 const FinishTimeout = 5 * time.Second
 
 // Finishing returns the context for such a write: not cancelled with ctx,

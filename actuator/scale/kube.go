@@ -180,8 +180,7 @@ func (k *Kube) SetReplicas(ctx context.Context, t Target, replicas int32) error 
 		return err
 	}
 	// DefaultBackoff, not DefaultRetry: the target's own controller writes
-	// its status several times around a change of scale, and DefaultRetry's
-	// five tries within 50 ms ran out beside a busy one.
+	// its status several times around a change of scale.
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		s, err := k.get(ctx, t, gr)
 		if err != nil {
