@@ -13,12 +13,8 @@ const AnnotationDecision = "autoscaling.tidal.dev/decision"
 // AnnotationDecision; nil when there is none, or when what is there does
 // not parse (the next decision replaces it).
 func DecisionFromAnnotations(ann map[string]string) *PodAutoscalerDecision {
-	v, ok := ann[AnnotationDecision]
-	if !ok {
-		return nil
-	}
-	var d PodAutoscalerDecision
-	if err := json.Unmarshal([]byte(v), &d); err != nil || d.Sequence <= 0 {
+	var d PodAutoscalerDecision // an absent annotation does not parse
+	if err := json.Unmarshal([]byte(ann[AnnotationDecision]), &d); err != nil || d.Sequence <= 0 {
 		return nil
 	}
 	return &d
