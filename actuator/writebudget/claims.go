@@ -41,9 +41,6 @@ type Claim struct {
 	started atomic.Bool
 }
 
-// Class is the class its requests wait in.
-func (c *Claim) Class() Class { return c.class }
-
 // Err is the claim's SupersededError once superseded, nil before.
 func (c *Claim) Err() error {
 	select {
