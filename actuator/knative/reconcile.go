@@ -96,12 +96,6 @@ func (k *kind) Revision(pa *knautoscaling.PodAutoscaler) (kpaconfig.Revision, er
 		pa.Spec.Reachability != knautoscaling.ReachabilityUnreachable)
 }
 
-// podSelector selects the Revision's pods, as Knative counts them
-// (resources.NewPodAccessor with the revision label).
-func podSelector(pa *knautoscaling.PodAutoscaler) labels.Selector {
-	return labels.SelectorFromSet(labels.Set{knautoscaling.LabelRevision: pa.Revision()})
-}
-
 type pass = podautoscaler.Pass[*knautoscaling.PodAutoscaler, *knnetworking.ServerlessService]
 
 // Observe reads the ServerlessService, the Revision's pods and, once the
@@ -126,7 +120,9 @@ func (k *kind) Observe(ctx context.Context, p *pass) error {
 		return refuse(p, reasonNotOwned, EventNotOwned, err, false)
 	}
 	p.Companion = sks
-	p.Selector = podSelector(pa)
+	// The Revision's pods, as Knative counts them (resources.NewPodAccessor
+	// with the revision label).
+	p.Selector = labels.SelectorFromSet(labels.Set{knautoscaling.LabelRevision: pa.Revision()})
 	p.Input = kparules.Input{
 		Revision:               rev,
 		Reachability:           kparules.ReachabilityOf(string(pa.Spec.Reachability)),
@@ -180,12 +176,6 @@ func (k *kind) Message(p *pass, to int32) string {
 		msg += "; the activator answered the probe"
 	}
 	return msg
-}
-
-// Converge creates the ServerlessService or brings it to the rules' mode
-// and activator count.
-func (k *kind) Converge(ctx context.Context, p *pass) error {
-	return k.reconcileSKS(ctx, p.PA, p.Companion, p.Result.SKSMode, p.Result.NumActivators)
 }
 
 // observeSKS is what the rules read of the ServerlessService.
@@ -278,12 +268,11 @@ func desiredSKS(pa *knautoscaling.PodAutoscaler, mode kparules.SKSMode, numActiv
 	return sks
 }
 
-// reconcileSKS creates pa's ServerlessService or brings its spec to mode
-// and numActivators.
-func (k *kind) reconcileSKS(ctx context.Context, pa *knautoscaling.PodAutoscaler, have *knnetworking.ServerlessService,
-	mode kparules.SKSMode, numActivators int32,
-) error {
-	want := desiredSKS(pa, mode, numActivators)
+// Converge creates the ServerlessService or brings it to the rules' mode
+// and activator count.
+func (k *kind) Converge(ctx context.Context, p *pass) error {
+	pa, have, mode := p.PA, p.Companion, p.Result.SKSMode
+	want := desiredSKS(pa, mode, p.Result.NumActivators)
 	client := k.client.ServerlessServices(pa.Namespace)
 	if have == nil {
 		_, err := client.Create(ctx, want, metav1.CreateOptions{FieldManager: scale.FieldManager})
