@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"container/list"
 	"context"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -34,16 +34,7 @@ func keyOf(ref *commonv1.TargetRef) tkey {
 func (k tkey) String() string { return targetkey.OfGroupKind(k.ns, k.name, k.group, k.kind) }
 
 func (k tkey) compare(o tkey) int {
-	if c := strings.Compare(k.ns, o.ns); c != 0 {
-		return c
-	}
-	if c := strings.Compare(k.name, o.name); c != 0 {
-		return c
-	}
-	if c := strings.Compare(k.group, o.group); c != 0 {
-		return c
-	}
-	return strings.Compare(k.kind, o.kind)
+	return cmp.Or(strings.Compare(k.ns, o.ns), strings.Compare(k.name, o.name), strings.Compare(k.group, o.group), strings.Compare(k.kind, o.kind))
 }
 
 // maxFailures is how many recent failures a target keeps for GetWindow.
@@ -469,8 +460,7 @@ func (h *Hub) Failed(ref *commonv1.TargetRef, f Failure) {
 		return
 	}
 	if len(t.failures) == maxFailures {
-		copy(t.failures, t.failures[1:])
-		t.failures = t.failures[:maxFailures-1]
+		t.failures = slices.Delete(t.failures, 0, 1)
 	}
 	t.failures = append(t.failures, f)
 }
@@ -500,18 +490,11 @@ func (h *Hub) removeLocked(key tkey, tell bool) {
 	}
 	delete(h.targets, key)
 	h.metrics.targets.Set(float64(len(h.targets)))
-	forget := func(ob *outbox) {
-		ob.dropLocked(key)
-		if tell && ob.connected {
-			ob.removed = append(ob.removed, t.ref)
-			ob.signal()
-		}
-	}
 	if ob := h.outboxes[t.owner]; ob != nil && !ob.shadow {
-		forget(ob)
+		ob.forgetLocked(key, t.ref, tell)
 	}
 	for _, ob := range h.shadows {
-		forget(ob)
+		ob.forgetLocked(key, t.ref, tell)
 	}
 }
 
@@ -528,7 +511,7 @@ func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
 		}
 		return false
 	})
-	sort.Strings(addrs)
+	slices.Sort(addrs)
 	addrs = slices.Compact(addrs)
 	if slices.Equal(addrs, h.members) {
 		return nil, nil
@@ -551,16 +534,13 @@ func (h *Hub) setDeciders(addrs []string) (added, gone []string) {
 			continue
 		}
 		if old := h.outboxes[t.owner]; old != nil {
-			old.dropLocked(key)
-			if old.connected {
-				old.removed = append(old.removed, t.ref)
-				old.signal()
-			}
+			old.forgetLocked(key, t.ref, true)
 		}
 		t.owner = owner
 		if ob := h.outboxes[owner]; ob != nil && ob.connected {
 			h.metrics.replays.WithLabelValues(owner, "move").Inc()
-			ob.markReplayLocked(key)
+			ob.dropLocked(key)
+			ob.replay[key] = true
 			ob.signal()
 		}
 	}
@@ -678,14 +658,9 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		return bs
 	}
 	if len(ob.replay) > 0 {
-		keys := make([]tkey, 0, len(ob.replay))
-		for k := range ob.replay {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, tkey.compare)
 		cur := &deciderv1.IngestRequest{Replay: true}
 		n := 0
-		for _, k := range keys {
+		for _, k := range slices.SortedFunc(maps.Keys(ob.replay), tkey.compare) {
 			t := h.targets[k]
 			if t == nil || (t.owner != addr && !ob.shadow) {
 				continue
@@ -818,9 +793,14 @@ func (ob *outbox) entryLocked(key tkey, ref *commonv1.TargetRef) *pendingTarget 
 	return p
 }
 
-func (ob *outbox) markReplayLocked(key tkey) {
+// forgetLocked drops key from the outbox and, with tell, has a connected
+// decider forget ref.
+func (ob *outbox) forgetLocked(key tkey, ref *commonv1.TargetRef, tell bool) {
 	ob.dropLocked(key)
-	ob.replay[key] = true
+	if tell && ob.connected {
+		ob.removed = append(ob.removed, ref)
+		ob.signal()
+	}
 }
 
 func (ob *outbox) dropLocked(key tkey) {
@@ -862,10 +842,9 @@ func (h *Hub) Get(ref *commonv1.TargetRef) (Window, bool) {
 }
 
 func (h *Hub) windowLocked(t *target) Window {
-	w := Window{Target: t.ref, Spec: t.spec, Retention: t.hist.Retention, Samples: t.hist.AppendTo(nil), Error: t.errMsg, ReadyPods: t.ready}
-	for i := len(t.failures) - 1; i >= 0; i-- {
-		w.Failures = append(w.Failures, t.failures[i])
-	}
+	w := Window{Target: t.ref, Spec: t.spec, Retention: t.hist.Retention, Samples: t.hist.AppendTo(nil), Error: t.errMsg, ReadyPods: t.ready,
+		Failures: slices.Clone(t.failures)}
+	slices.Reverse(w.Failures)
 	if ob := h.outboxes[t.owner]; ob != nil && ob.connected {
 		w.Decider = t.owner
 	}
@@ -893,12 +872,7 @@ func (h *Hub) Targets(namespace string) []Window {
 
 // hasReady reports whether any sample carries a ready pod count.
 func hasReady(samples []*commonv1.MetricSample) bool {
-	for _, s := range samples {
-		if s.ReadyPods != nil {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(samples, func(s *commonv1.MetricSample) bool { return s.ReadyPods != nil })
 }
 
 func sameTime(a, b *commonv1.MetricSample) bool {

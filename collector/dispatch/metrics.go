@@ -64,11 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // deleteDecider deletes every series labelled with a decider's address, so
 // that series do not pile up as decider pods restart under new addresses.
 func (m *Metrics) deleteDecider(addr string) {
-	l := prometheus.Labels{"decider": addr}
-	m.depth.DeletePartialMatch(l)
-	m.replays.DeletePartialMatch(l)
-	m.sent.DeletePartialMatch(l)
-	m.batches.DeletePartialMatch(l)
-	m.connected.DeletePartialMatch(l)
-	m.failures.DeletePartialMatch(l)
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.depth, m.replays, m.sent, m.batches, m.connected, m.failures} {
+		v.DeletePartialMatch(prometheus.Labels{"decider": addr})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,9 +114,8 @@ func NewStreams(cfg StreamsConfig, hub *Hub, log *zap.Logger, opts ...grpc.DialO
 func (s *Streams) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.ctx = ctx
-	pending := make([]string, 0, len(s.hub.members))
 	s.hub.mu.Lock()
-	pending = append(pending, s.hub.members...)
+	pending := slices.Clone(s.hub.members)
 	for _, ob := range s.hub.shadows {
 		pending = append(pending, ob.addr)
 	}
@@ -306,12 +306,7 @@ func (s *Streams) session(ctx context.Context, addr string, client deciderv1.Dec
 
 func (s *Streams) flush(addr string, send func(*deciderv1.IngestRequest) error) error {
 	bs := s.hub.take(addr, s.cfg.BatchSamples)
-	for _, b := range bs.replay {
-		if err := send(b); err != nil {
-			return err
-		}
-	}
-	for _, b := range bs.live {
+	for _, b := range slices.Concat(bs.replay, bs.live) {
 		if err := send(b); err != nil {
 			return err
 		}
