@@ -76,6 +76,15 @@ type fetchError struct {
 func (e *fetchError) Error() string { return e.reason + ": " + e.err.Error() }
 func (e *fetchError) Unwrap() error { return e.err }
 
+// asFetchError is err as a *fetchError; any other error counts as a
+// failure to connect.
+func asFetchError(err error) *fetchError {
+	if fe := (*fetchError)(nil); errors.As(err, &fe) {
+		return fe
+	}
+	return &fetchError{reason: ReasonConnect, err: err}
+}
+
 func failf(reason, format string, args ...any) *fetchError {
 	return &fetchError{reason: reason, err: fmt.Errorf(format, args...)}
 }
@@ -152,23 +161,18 @@ func (s PodStat) check() error {
 }
 
 func classify(err error) *fetchError {
+	reason := ReasonConnect
 	switch {
 	case isTimeout(err):
-		return &fetchError{reason: ReasonTimeout, err: err}
+		reason = ReasonTimeout
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return &fetchError{reason: ReasonTooLarge, err: err}
+		reason = ReasonTooLarge
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, syscall.EPIPE):
-		return &fetchError{reason: ReasonConnect, err: err}
+		// a connection's failure, whatever its text says
 	case strings.Contains(err.Error(), "cannot parse"), strings.Contains(err.Error(), "error when reading response headers"):
-		return &fetchError{reason: ReasonMalformed, err: err}
-	default:
-		return &fetchError{reason: ReasonConnect, err: err}
+		reason = ReasonMalformed
 	}
+	return &fetchError{reason: reason, err: err}
 }
 
-func clip(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	return string(b)
-}
+func clip(b []byte) string { return string(b[:min(len(b), 64)]) }

@@ -2,7 +2,6 @@ package scrape
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -150,7 +149,8 @@ type Scraper struct {
 	log     *zap.Logger
 	limit   *logkey.Limiter
 	now     func() time.Time
-	jobs    chan job
+	// jobs holds one entry per place of a running scrape's sample.
+	jobs chan *target
 
 	// mu guards targets and order, the same targets in the order they
 	// came: each round scrapes them in it, so a target's scrapes start an
@@ -160,10 +160,6 @@ type Scraper struct {
 	mu      sync.RWMutex
 	targets map[string]*target
 	order   []*target
-}
-
-type job struct {
-	t *target
 }
 
 // target is one target's scrape state. One scrape at a time runs per
@@ -200,11 +196,9 @@ type target struct {
 
 	// Set up by start, read by the slot workers, finished by the last one.
 	// at is the round's tick, the sample's time: one sample a second
-	// (the scrape interval) however late each scrape ends. Knative records
-	// a scrape when it ends, which under load puts two in one second's
-	// bucket, which sums them, and none in the next: a window of five
-	// buckets holding six samples reads 6/5 of the load (seen as steady
-	// targets moving 4 → 5 → 4 at 3,000 targets on two cores).
+	// however late each scrape ends. (Stamped at its end, as Knative does,
+	// a late scrape lands two samples in one second's bucket and none in
+	// the next, and a window reads high.)
 	at, start time.Time
 	pods      []Pod
 	order     []Pod
@@ -246,7 +240,7 @@ func newScraper(cfg Config, rec Recorder, m *Metrics, log *zap.Logger, now func(
 		log:     log,
 		limit:   logkey.NewLimiter(time.Minute),
 		now:     now,
-		jobs:    make(chan job, 4*cfg.Workers),
+		jobs:    make(chan *target, 4*cfg.Workers),
 		targets: map[string]*target{},
 	}
 }
@@ -290,10 +284,8 @@ func (s *Scraper) Len() int {
 }
 
 // maxRoundLateness bounds, in intervals, how late a scrape round may
-// start: on two busy cores at 3,000 targets a round now and then took more
-// than two seconds, and each round lost moved steady targets by a step for
-// a window's length. Later than this its samples would come after the
-// decider's ticks that need them.
+// start: later, its samples would come after the decider's ticks that need
+// them.
 const maxRoundLateness = 3
 
 // Run starts the workers and scrapes every interval until ctx ends.
@@ -370,7 +362,7 @@ func (s *Scraper) scrapeAll(ctx context.Context, at time.Time, wg *sync.WaitGrou
 		}
 		for i := range t.n {
 			select {
-			case s.jobs <- job{t: t}:
+			case s.jobs <- t:
 			case <-ctx.Done():
 				// Slots never queued count as failed, so the scrape ends
 				// once the queued ones do.
@@ -458,8 +450,8 @@ func (s *Scraper) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case j := <-s.jobs:
-			s.slot(j.t, x)
+		case t := <-s.jobs:
+			s.slot(t, x)
 		}
 	}
 }
@@ -478,16 +470,7 @@ func (s *Scraper) slot(t *target, x *exchange) {
 			return
 		}
 		p := t.order[i]
-		began := time.Now()
-		st, raw, err := fetch(s.client, x, p.Addr, t.req, t.cur.Format, s.cfg.Timeout)
-		s.metrics.podLatency.Observe(time.Since(began).Seconds())
-		if x.dials > 0 {
-			s.metrics.dials.Add(float64(x.dials))
-			x.dials = 0
-		}
-		if err == nil && t.cur.Format.Kind == FormatText {
-			st, err = t.textStat(p.Name, raw, s.now())
-		}
+		st, err := s.read(t, x, p.Addr, t.req, p.Name)
 		if err != nil {
 			s.podFailed(t, p, err)
 			continue
@@ -507,23 +490,11 @@ func (s *Scraper) slot(t *target, x *exchange) {
 // answer; after serviceTries the place counts as failed.
 func (s *Scraper) serviceSlot(t *target, x *exchange) {
 	for range serviceTries {
-		began := time.Now()
-		st, raw, err := fetch(s.client, x, t.cur.Service, t.svcReq, t.cur.Format, s.cfg.Timeout)
-		s.metrics.podLatency.Observe(time.Since(began).Seconds())
-		if x.dials > 0 {
-			s.metrics.dials.Add(float64(x.dials))
-			x.dials = 0
-		}
-		if err == nil && t.cur.Format.Kind == FormatText {
-			// A Service hides which pod answered: a gauge reads as it is,
-			// a counter has no per-pod rate.
-			st, err = t.textStat(t.cur.Service, raw, s.now())
-		}
+		// A Service hides which pod answered: a gauge reads as it is, a
+		// counter has no per-pod rate.
+		st, err := s.read(t, x, t.cur.Service, t.svcReq, t.cur.Service)
 		if err != nil {
-			fe := &fetchError{}
-			if !errors.As(err, &fe) {
-				fe = &fetchError{reason: ReasonConnect, err: err}
-			}
+			fe := asFetchError(err)
 			s.metrics.failures.WithLabelValues(fe.reason).Inc()
 			if s.limit.Allow(t.cur.Ref.Key()+" via "+t.cur.Service, s.now()) {
 				t.log.Warn("scrape through the Service failed", zap.String("service", t.cur.Service), logkey.Reason(fe.reason), zap.Error(fe.err))
@@ -551,6 +522,22 @@ func (s *Scraper) serviceSlot(t *target, x *exchange) {
 	s.slotDone(t, false, x)
 }
 
+// read fetches one pod's stat from addr; a text value's counter is kept
+// under pod.
+func (s *Scraper) read(t *target, x *exchange, addr string, req request, pod string) (PodStat, error) {
+	began := time.Now()
+	st, raw, err := fetch(s.client, x, addr, req, t.cur.Format, s.cfg.Timeout)
+	s.metrics.podLatency.Observe(time.Since(began).Seconds())
+	if x.dials > 0 {
+		s.metrics.dials.Add(float64(x.dials))
+		x.dials = 0
+	}
+	if err == nil && t.cur.Format.Kind == FormatText {
+		st, err = t.textStat(pod, raw, s.now())
+	}
+	return st, err
+}
+
 func (t *target) textStat(pod string, v float64, now time.Time) (PodStat, error) {
 	f := t.cur.Format
 	if f.Counter {
@@ -575,10 +562,7 @@ func (t *target) textStat(pod string, v float64, now time.Time) (PodStat, error)
 }
 
 func (s *Scraper) podFailed(t *target, p Pod, err error) {
-	fe := &fetchError{}
-	if !errors.As(err, &fe) {
-		fe = &fetchError{reason: ReasonConnect, err: err}
-	}
+	fe := asFetchError(err)
 	reason := fe.reason
 	if fe.mesh {
 		t.meshRefused.Store(true)
@@ -662,7 +646,7 @@ func (s *Scraper) fallBack(t *target, x *exchange) bool {
 	inline := 0
 	for range t.n {
 		select {
-		case s.jobs <- job{t: t}:
+		case s.jobs <- t:
 		default:
 			inline++
 		}
