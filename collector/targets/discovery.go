@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,29 +235,38 @@ func New(cfg Config, kube kubernetes.Interface, tidal tidalclient.Interface, sin
 		claimed:   map[string]string{},
 		knScrapes: newKnScrapes(),
 	}
-	enqueue := func(prefix string) cache.ResourceEventHandlerFuncs {
-		h := func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			name, err := cache.ObjectToName(obj)
-			if err != nil {
-				utilruntime.HandleError(err)
-				return
-			}
-			d.queue.Add(prefix + name.String())
-		}
-		return cache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, n any) { h(n) }, DeleteFunc: h}
-	}
-	_, _ = crd.Metrics.AddEventHandler(enqueue("m/"))
-	_, _ = crd.PodAutoscalers.AddEventHandler(enqueue("m/")) // a PA and its Metric share a name
-	_, _ = crd.Functions.AddEventHandler(enqueue("f/"))
+	_, _ = crd.Metrics.AddEventHandler(d.enqueue("m/"))
+	_, _ = crd.PodAutoscalers.AddEventHandler(d.enqueue("m/")) // a PA and its Metric share a name
+	_, _ = crd.Functions.AddEventHandler(d.enqueue("f/"))
 	_, _ = d.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { d.podChanged(nil, obj) },
 		UpdateFunc: d.podChanged,
 		DeleteFunc: func(obj any) { d.podChanged(nil, obj) },
 	})
 	return d
+}
+
+// enqueue is the event handler that queues an object's key under prefix.
+func (d *Discovery) enqueue(prefix string) cache.ResourceEventHandlerFuncs {
+	h := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		name, err := cache.ObjectToName(obj)
+		if err != nil {
+			utilruntime.HandleError(err)
+			return
+		}
+		d.queue.Add(prefix + name.String())
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, n any) { h(n) }, DeleteFunc: h}
+}
+
+// enqueueAll queues the key of every object inf holds under prefix.
+func (d *Discovery) enqueueAll(inf cache.SharedIndexInformer, prefix string) {
+	for _, k := range inf.GetStore().ListKeys() {
+		d.queue.Add(prefix + k)
+	}
 }
 
 // SetOwnership sets the ownership filter; call Resync after it changes.
@@ -268,11 +278,9 @@ func (d *Discovery) SetOwnership(owns func(key string) bool) { d.owns = owns }
 // returns only once they have stopped. If Start fails, they have stopped
 // when it returns.
 func (d *Discovery) Start(ctx context.Context) error {
-	synced := []cache.InformerSynced{d.podInformer.HasSynced}
+	var synced []cache.InformerSynced
 	for _, inf := range append(d.crd.all(), d.podInformer) {
 		d.informers.Go(func() { inf.RunWithContext(ctx) })
-	}
-	for _, inf := range d.crd.all() {
 		synced = append(synced, inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
@@ -305,16 +313,10 @@ func (d *Discovery) Run(ctx context.Context) error {
 
 // Resync re-evaluates every target (after the ownership changed).
 func (d *Discovery) Resync() {
-	for _, m := range d.crd.Metrics.GetStore().ListKeys() {
-		d.queue.Add("m/" + m)
-	}
-	for _, f := range d.crd.Functions.GetStore().ListKeys() {
-		d.queue.Add("f/" + f)
-	}
+	d.enqueueAll(d.crd.Metrics, "m/")
+	d.enqueueAll(d.crd.Functions, "f/")
 	if d.crd.Knative != nil {
-		for _, k := range d.crd.Knative.GetStore().ListKeys() {
-			d.queue.Add("k/" + k)
-		}
+		d.enqueueAll(d.crd.Knative, "k/")
 	}
 	d.mu.Lock()
 	for k := range d.active {
@@ -444,7 +446,7 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 			return nil
 		}
 		d.scraper.Remove(ref)
-		d.setSelector(key, ns, m.Spec.Selector, nil)
+		d.setSelector(key, ns, nil, 0)
 		if perr != nil {
 			return d.lagRefused(ref, perr)
 		}
@@ -463,23 +465,19 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 	}
 	if m.Spec.Selector == nil {
 		d.scraper.Remove(ref)
-		d.setSelector(key, ns, nil, nil)
+		d.setSelector(key, ns, nil, 0)
 		return nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(m.Spec.Selector)
 	if err != nil {
 		return d.scrapeRefused(ref, fmt.Errorf("metric %s/%s selector: %w", ns, name, err))
 	}
-	src := d.setSelector(key, ns, m.Spec.Selector, sel)
 	port := int32(9090)
 	if m.Spec.ScrapePort != nil {
 		port = *m.Spec.ScrapePort
 	}
-	if src.port != fmt.Sprint(port) {
-		src = d.replacePods(key, ns, sel, port)
-	}
-	n := int32(len(src.ReadyPods(nil)))
-	d.sink.SetReadyPods(ref, n)
+	src := d.setSelector(key, ns, sel, port)
+	d.sink.SetReadyPods(ref, int32(len(src.ReadyPods(nil))))
 	if m.Spec.ScrapeTarget == "" {
 		// Knative's TBC=-1 case: nothing is scraped, pushed stats count.
 		d.scraper.Remove(ref)
@@ -617,9 +615,7 @@ func (d *Discovery) claim(key string, ref *commonv1.TargetRef, r rank) bool {
 	if winner == key {
 		// Every active source has a claim on its own target (a source
 		// whose target changes is released first), so the sources to
-		// displace are among this target's claims: one or two, not every
-		// active target (a scan of those cost a fifth of the collector's
-		// CPU at 11,000 targets).
+		// displace are among this target's claims, not every active one.
 		for k := range c {
 			if _, on := d.active[k]; on && k != key {
 				displaced = append(displaced, k)
@@ -694,7 +690,9 @@ func functionControlled(pa *autoscalingv1alpha1.PodAutoscaler) bool {
 	return c != nil && c.Kind == "Function" && c.APIVersion == functionsv1alpha1.SchemeGroupVersion.String()
 }
 
-func (d *Discovery) setSelector(key, ns string, ls *metav1.LabelSelector, sel labels.Selector) *podSource {
+// setSelector has source key follow the pods sel matches, scraped at port,
+// and returns their source; a nil sel stops following pods.
+func (d *Discovery) setSelector(key, ns string, sel labels.Selector, port int32) *podSource {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.active[key]
@@ -702,17 +700,9 @@ func (d *Discovery) setSelector(key, ns string, ls *metav1.LabelSelector, sel la
 		d.followLocked(key, a, nil, nil)
 		return nil
 	}
-	if a.pods == nil || a.sel.String() != sel.String() {
-		d.followLocked(key, a, sel, newPodSource(d.podInformer.GetIndexer(), ns, sel, 9090))
+	if a.pods == nil || a.sel.String() != sel.String() || a.pods.port != strconv.Itoa(int(port)) {
+		d.followLocked(key, a, sel, newPodSource(d.podInformer.GetIndexer(), ns, sel, port))
 	}
-	return a.pods
-}
-
-func (d *Discovery) replacePods(key, ns string, sel labels.Selector, port int32) *podSource {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	a := d.active[key]
-	d.followLocked(key, a, sel, newPodSource(d.podInformer.GetIndexer(), ns, sel, port))
 	return a.pods
 }
 

@@ -10,11 +10,9 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
@@ -114,9 +112,7 @@ func (d *Discovery) SetKnativeConfig(s *knativeconfig.Snapshot) {
 	if d.crd.Knative == nil {
 		return
 	}
-	for _, k := range d.crd.Knative.GetStore().ListKeys() {
-		d.queue.Add("k/" + k)
-	}
+	d.enqueueAll(d.crd.Knative, "k/")
 }
 
 // knativeAutoscaler is config-autoscaler as in effect now.
@@ -164,17 +160,7 @@ func (d *Discovery) useKnative(kn knclient.Interface) {
 		d.cfg.Knative.Classes = []string{knautoscaling.ClassKPA}
 	}
 	inf := knclient.NewPodAutoscalerInformer(kn, d.cfg.Namespaces, d.cfg.Resync)
-	h := func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		name, err := cache.ObjectToName(obj)
-		if err != nil {
-			return
-		}
-		d.queue.Add("k/" + name.String())
-	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, n any) { h(n) }, DeleteFunc: h})
+	_, _ = inf.AddEventHandler(d.enqueue("k/"))
 	d.crd.Knative = inf
 }
 
@@ -230,9 +216,8 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 	}
 	// The Revision's pods, as Knative's autoscaler counts them, scraped at
 	// 9090, queue-proxy's autoscaling metrics port ("http-autometric").
-	ls := &metav1.LabelSelector{MatchLabels: map[string]string{knautoscaling.LabelRevision: pa.Revision()}}
-	sel := labels.SelectorFromSet(ls.MatchLabels)
-	src := d.setSelector(key, ns, ls, sel)
+	sel := labels.SelectorFromSet(labels.Set{knautoscaling.LabelRevision: pa.Revision()})
+	src := d.setSelector(key, ns, sel, 9090)
 	d.sink.SetReadyPods(ref, int32(len(src.ReadyPods(nil))))
 	// Knative's reconciler labels its series with the PodAutoscaler's name
 	// and its Revision's labels, which may be empty.
