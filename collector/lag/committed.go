@@ -13,12 +13,9 @@ import (
 )
 
 // groupCommits is one consumer group's committed offsets as one OffsetFetch
-// answered them, or the group's error.
-//
-// kadm's FetchManyOffsets answers the same request with a map per group and
-// per topic and an 80-byte entry per partition; at riff's 100 ms interval
-// for 1,000 groups that was a fifth of a lag round's allocations. Here a
-// round's partitions share one array, each group a sorted slice of it.
+// answered them, or the group's error. Unlike kadm's FetchManyOffsets (maps
+// per group and topic), a round's partitions share one array, each group a
+// sorted slice of it: riff reads every 100 ms.
 type groupCommits struct {
 	// err is the group's error, or of its whole shard, as kadm reports it
 	// (authorization failures as *kadm.AuthError). A group may have an

@@ -35,16 +35,14 @@ type partitionEnd struct {
 }
 
 // endLister lists topics' end offsets for one cluster. kadm's
-// ListEndOffsets reads the topics' metadata first, and at riff's 100 ms
-// interval for 1,000 topics turning that metadata into kadm's maps was a
-// quarter of the collector's allocations. Between full listings it asks the
-// brokers for the end offsets of the partitions the last listing of each
-// topic found (a partition added since shows at the next, within
-// partitionsMaxAge), into one array per round; anything but a clean answer
-// (an error of a shard or a partition, a partition gone) is answered by a
-// full listing instead, so every error reads as kadm reports it. Each
-// topic keeps its own listing time, so a KEDA poll's listing of one topic
-// leaves the others' as they were.
+// ListEndOffsets reads the topics' metadata first, costly at riff's 100 ms
+// interval. Between full listings it asks the brokers for the end offsets
+// of the partitions the last listing of each topic found (a partition added
+// since shows at the next, within partitionsMaxAge), into one array per
+// round; anything but a clean answer (an error of a shard or a partition, a
+// partition gone) is answered by a full listing instead, so every error
+// reads as kadm reports it. Each topic keeps its own listing time, so a
+// KEDA poll's listing of one topic leaves the others' as they were.
 type endLister struct {
 	cl  *kgo.Client
 	adm *kadm.Client

@@ -253,7 +253,10 @@ func (f *Fetcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			f.fetchDue(ctx, &wg)
+			f.mu.Lock()
+			work := f.dueLocked(f.now())
+			f.mu.Unlock()
+			f.start(ctx, work, &wg)
 		}
 	}
 }
@@ -284,13 +287,6 @@ func (f *Fetcher) busyLocked() bool {
 		}
 	}
 	return false
-}
-
-func (f *Fetcher) fetchDue(ctx context.Context, wg *sync.WaitGroup) {
-	f.mu.Lock()
-	work := f.dueLocked(f.now())
-	f.mu.Unlock()
-	f.start(ctx, work, wg)
 }
 
 // dueLocked marks the clusters with due targets busy and returns them with
@@ -347,11 +343,9 @@ func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.
 		return nil, fmt.Errorf("%w %s", ErrUnknownTarget, ref.Key())
 	}
 	r := f.measure(ctx, c, []*Target{spec})[0]
-	if r.err != nil {
-		f.fail(spec, r.reason, r.err.Error())
+	if !f.record(spec, r) {
 		return nil, fmt.Errorf("%s: %w", r.reason, r.err)
 	}
-	f.rec.Record(spec.Ref, r.sample)
 	return r.sample, nil
 }
 
@@ -359,12 +353,19 @@ func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.
 // offsets of every due topic of one cluster, then records each target.
 func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster, ts []*Target) {
 	for i, r := range f.measure(ctx, c, ts) {
-		if r.err != nil {
-			f.fail(ts[i], r.reason, r.err.Error())
-			continue
-		}
-		f.rec.Record(ts[i].Ref, r.sample)
+		f.record(ts[i], r)
 	}
+}
+
+// record hands t's result to the recorder: its sample, or its error state
+// (false).
+func (f *Fetcher) record(t *Target, r measured) bool {
+	if r.err != nil {
+		f.fail(t, r.reason, r.err.Error())
+		return false
+	}
+	f.rec.Record(t.Ref, r.sample)
+	return true
 }
 
 // measured is one target's result of a fetch: a sample, or the reason and

@@ -22,15 +22,10 @@ type BrokerPolicy struct {
 
 // Allows reports whether the collector may dial addr (host:port).
 func (p BrokerPolicy) Allows(addr string) bool {
-	if slices.Contains(p.Listed, addr) {
-		return true
-	}
-	for _, pat := range p.Patterns {
-		if ok, _ := path.Match(pat, addr); ok {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(p.Listed, addr) || slices.ContainsFunc(p.Patterns, func(pat string) bool {
+		ok, _ := path.Match(pat, addr)
+		return ok
+	})
 }
 
 // Refused returns the first of brokers the policy refuses, if any.
@@ -54,15 +49,8 @@ func (p BrokerPolicy) Cluster(c Cluster) (Cluster, error) {
 	if b, refused := p.Refused(c.Brokers); refused {
 		return c, fmt.Errorf("broker %q: %w: want one of --kafka-brokers or a match of --allowed-brokers", commonv1.Prefix(b), ErrBrokerNotAllowed)
 	}
-	if c.Auth.TokenURL != "" {
+	if c.Auth.TokenURL != "" || slices.ContainsFunc(c.Brokers, func(b string) bool { return !slices.Contains(p.Listed, b) }) {
 		c.Allow = p.Allows
-		return c, nil
-	}
-	for _, b := range c.Brokers {
-		if !slices.Contains(p.Listed, b) {
-			c.Allow = p.Allows
-			break
-		}
 	}
 	return c, nil
 }

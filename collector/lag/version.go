@@ -3,6 +3,7 @@ package lag
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,28 +22,30 @@ var (
 // 1.0; 0, MINOR, PATCH before (the fourth part names no protocol change).
 type release [3]int
 
-func (r release) less(o release) bool {
-	for i := range r {
-		if r[i] != o[i] {
-			return r[i] < o[i]
-		}
-	}
-	return false
-}
+func (r release) less(o release) bool { return slices.Compare(r[:], o[:]) < 0 }
 
 func parseRelease(s string) (release, bool) {
-	var r release
+	parts := strings.Split(s, ".")
 	// As sarama: a leading 0 is a release before 1.0, which has four parts.
 	switch {
 	case strings.HasPrefix(s, "0"):
 		if !versionBefore1.MatchString(s) {
-			return r, false
+			return release{}, false
 		}
-		s = strings.Join(strings.Split(s, ".")[:3], ".")
+		parts = parts[:3]
 	case !versionSince1.MatchString(s):
+		return release{}, false
+	}
+	return releaseOf(parts)
+}
+
+// releaseOf reads two or three numbers as a release.
+func releaseOf(parts []string) (release, bool) {
+	var r release
+	if len(parts) < 2 || len(parts) > 3 {
 		return r, false
 	}
-	for i, p := range strings.Split(s, ".") {
+	for i, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil {
 			return r, false
@@ -90,17 +93,5 @@ func MaxVersions(v string) (*kversion.Versions, error) {
 
 // knownRelease reads one of kversion.VersionStrings: v4.4, v0.10.2.
 func knownRelease(name string) (release, bool) {
-	var r release
-	parts := strings.Split(strings.TrimPrefix(name, "v"), ".")
-	if len(parts) < 2 || len(parts) > 3 {
-		return r, false
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return r, false
-		}
-		r[i] = n
-	}
-	return r, true
+	return releaseOf(strings.Split(strings.TrimPrefix(name, "v"), "."))
 }
