@@ -116,9 +116,6 @@ type Inline struct {
 // serve answers call for trigger k of the ScaledObject namespace/name here
 // when this replica measures it, else at the replica that does.
 func (in *Inline) serve(ctx context.Context, namespace, name string, md map[string]string, k *Kafka, call Call) (*commonv1.TargetRef, *Poll, error) {
-	if in.Triggers == nil {
-		return nil, nil, errNoInline
-	}
 	ref := k.Target(namespace, name)
 	owner, mine := "", true
 	if in.Owners != nil {
@@ -135,7 +132,7 @@ func (in *Inline) serve(ctx context.Context, namespace, name string, md map[stri
 		return nil, nil, status.Errorf(codes.Unavailable, "target %s: no collector replica holds its bucket yet; retry", ref.Key())
 	}
 	resp, err := in.Peers.EnsureKEDATarget(ctx, owner, &collectorv1.EnsureKEDATargetRequest{
-		Namespace: namespace, Name: name, ScalerMetadata: md, Call: callProto(call),
+		Namespace: namespace, Name: name, ScalerMetadata: md, Call: callProtos[call],
 	})
 	if err != nil {
 		// The owner's answer, with its code: a bad trigger is refused the
@@ -176,26 +173,18 @@ func inlineStatus(ref *commonv1.TargetRef, err error) error {
 	return status.Errorf(codes.Unavailable, "%s: %s", what, msg)
 }
 
-func callProto(c Call) collectorv1.KEDACall {
-	switch c {
-	case CallGetMetrics:
-		return collectorv1.KEDACall_KEDA_CALL_GET_METRICS
-	case CallIsActive:
-		return collectorv1.KEDACall_KEDA_CALL_IS_ACTIVE
-	case CallActivity:
-		return collectorv1.KEDACall_KEDA_CALL_ACTIVITY
-	}
-	return collectorv1.KEDACall_KEDA_CALL_ENSURE
+// callProtos are the Calls' wire values.
+var callProtos = map[Call]collectorv1.KEDACall{
+	CallEnsure: collectorv1.KEDACall_KEDA_CALL_ENSURE, CallGetMetrics: collectorv1.KEDACall_KEDA_CALL_GET_METRICS,
+	CallIsActive: collectorv1.KEDACall_KEDA_CALL_IS_ACTIVE, CallActivity: collectorv1.KEDACall_KEDA_CALL_ACTIVITY,
 }
 
+// callOf is the Call of a wire value; any other is CallEnsure.
 func callOf(c collectorv1.KEDACall) Call {
-	switch c {
-	case collectorv1.KEDACall_KEDA_CALL_GET_METRICS:
-		return CallGetMetrics
-	case collectorv1.KEDACall_KEDA_CALL_IS_ACTIVE:
-		return CallIsActive
-	case collectorv1.KEDACall_KEDA_CALL_ACTIVITY:
-		return CallActivity
+	for call, p := range callProtos {
+		if p == c {
+			return call
+		}
 	}
 	return CallEnsure
 }
@@ -229,8 +218,8 @@ func (s *TargetService) EnsureKEDATarget(ctx context.Context, req *collectorv1.E
 	k := trig.Kafka
 	// Any collector replica shares the policy: a forward is checked as
 	// KEDA's own call was.
-	if b, refused := s.inline.Triggers.cfg.Brokers.Refused(k.Brokers); refused {
-		return nil, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--kafka-brokers, --allowed-brokers)").Error())
+	if err := refusedBrokers(s.inline.Triggers.cfg.Brokers, k); err != nil {
+		return nil, err
 	}
 	if s.inline.Owners != nil {
 		if owner, mine := s.inline.Owners.Owner(k.Target(req.GetNamespace(), req.GetName())); !mine {

@@ -194,10 +194,12 @@ func (t *Triggers) Serve(ctx context.Context, namespace, name string, k *Kafka, 
 		p := tr.last
 		return tr.ref, &p, nil
 	}
-	p, err := t.pollLocked(ctx, tr)
+	// A poll: the reader records the offsets for the decider too.
+	p, err := t.read(ctx, tr, tr.scaler)
 	if err != nil {
 		return tr.ref, nil, err
 	}
+	tr.last, tr.polled = p, true
 	return tr.ref, &p, nil
 }
 
@@ -272,17 +274,6 @@ func (t *Triggers) lagTarget(ref *commonv1.TargetRef, k *Kafka) lag.Target {
 		// own interval, for the decider that answers them.
 		OnDemand: k.KEDAMode(),
 	}
-}
-
-// pollLocked makes one poll: it reads the offsets now (the reader records
-// them for the decider too) and runs KEDA's arithmetic on them.
-func (t *Triggers) pollLocked(ctx context.Context, tr *trigger) (Poll, error) {
-	p, err := t.read(ctx, tr, tr.scaler)
-	if err != nil {
-		return Poll{}, err
-	}
-	tr.last, tr.polled = p, true
-	return p, nil
 }
 
 // read reads tr's offsets now, within Config.MaxPolls reads in flight, and

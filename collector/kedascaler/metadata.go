@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -247,13 +248,8 @@ func Parse(namespace string, md map[string]string) (Trigger, error) {
 // drops KEDA's own keys. An unknown key is refused: a misspelt key would
 // otherwise be a setting silently not applied.
 func normalize(md map[string]string) (map[string]string, error) {
-	keys := make([]string, 0, len(md))
-	for k := range md {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // the same first error every time
 	out := make(map[string]string, len(md))
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(md)) { // the same first error every time
 		v := md[k]
 		if slices.Contains(ignoredKeys, k) {
 			continue
@@ -444,15 +440,10 @@ func parseKafka(vals map[string]string) (Kafka, error) {
 // measurementHash hashes what defines a trigger's measurement, the same
 // on every collector replica.
 func measurementHash(k *Kafka) string {
-	names := make([]string, 0, len(k.Params))
-	for name := range k.Params {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 	h := sha256.New()
 	// Quoted fields cannot run into each other.
 	fmt.Fprintf(h, "%q|%q|%q|%q", k.Brokers, k.Group, k.Topic, k.Mode)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(k.Params)) {
 		fmt.Fprintf(h, "|%q=%q", name, k.Params[name])
 	}
 	return hex.EncodeToString(h.Sum(nil)[:hashBytes])

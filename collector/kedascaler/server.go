@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/logkey"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -135,11 +136,20 @@ func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 		if err := commonv1.ValidateSubdomain("scaledObjectRef.name", ref.GetName()); err != nil {
 			return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
 		}
-		if b, refused := s.cfg.Brokers.Refused(k.Brokers); refused {
-			return Trigger{}, status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--kafka-brokers, --allowed-brokers)").Error())
+		if err := refusedBrokers(s.cfg.Brokers, k); err != nil {
+			return Trigger{}, err
 		}
 	}
 	return trig, nil
+}
+
+// refusedBrokers is INVALID_ARGUMENT naming the first of k's brokers the
+// policy refuses, or nil.
+func refusedBrokers(p lag.BrokerPolicy, k *Kafka) error {
+	if b, refused := p.Refused(k.Brokers); refused {
+		return status.Error(codes.InvalidArgument, commonv1.Invalid(field(KeyBootstrapServers), b, "brokers this collector may reach (--kafka-brokers, --allowed-brokers)").Error())
+	}
+	return nil
 }
 
 // follow finds the target a follow trigger follows.
@@ -168,7 +178,8 @@ func (s *Server) kafka(ctx context.Context, ref *externalscaler.ScaledObjectRef,
 	if s.inline.Triggers == nil {
 		return nil, nil, errNoInline
 	}
-	if err := s.allowPoll(ref.GetNamespace()); err != nil {
+	// Each may read Kafka, here or at another replica.
+	if err := s.take(s.polls, ref.GetNamespace(), s.cfg.PollRate, s.cfg.PollBurst, "poll-rate", "inline Kafka calls", "--keda-poll-rate"); err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
@@ -176,11 +187,13 @@ func (s *Server) kafka(ctx context.Context, ref *externalscaler.ScaledObjectRef,
 	return s.inline.serve(ctx, ref.GetNamespace(), ref.GetName(), ref.GetScalerMetadata(), k, call)
 }
 
-// take takes a token from key's bucket in buckets, making it on first use.
-func (s *Server) take(buckets map[string]*rate.Limiter, key string, r float64, burst int) bool {
+// take takes a token from namespace ns's bucket in buckets, making it on
+// first use; without one the call is refused, counted under reason, as
+// more what-calls than flag allows.
+func (s *Server) take(buckets map[string]*rate.Limiter, ns string, r float64, burst int, reason, what, flag string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := buckets[key]
+	l, ok := buckets[ns]
 	if !ok {
 		if len(buckets) >= maxCallers {
 			for k := range buckets {
@@ -189,22 +202,21 @@ func (s *Server) take(buckets map[string]*rate.Limiter, key string, r float64, b
 			}
 		}
 		l = rate.NewLimiter(rate.Limit(r), burst)
-		buckets[key] = l
+		buckets[ns] = l
 	}
-	return l.Allow()
+	if l.Allow() {
+		return nil
+	}
+	s.refused.WithLabelValues(reason).Inc()
+	return status.Errorf(codes.ResourceExhausted, "%s for the ScaledObjects of namespace %q: more than %s (%g per second, bursts of %d); retry later",
+		what, commonv1.Prefix(ns), flag, r, burst)
 }
 
 // admit takes a token from the bucket of the ScaledObject's namespace:
 // every call and stream costs a decider call or a Kafka read, and one
 // tenant's ScaledObjects must not spend what KEDA needs for another's.
 func (s *Server) admit(ref *externalscaler.ScaledObjectRef) error {
-	ns := ref.GetNamespace()
-	if s.take(s.calls, ns, s.cfg.CallRate, s.cfg.CallBurst) {
-		return nil
-	}
-	s.refused.WithLabelValues("namespace-rate").Inc()
-	return status.Errorf(codes.ResourceExhausted, "KEDA calls for the ScaledObjects of namespace %q: more than --keda-namespace-call-rate (%g per second, bursts of %d); retry later",
-		commonv1.Prefix(ns), s.cfg.CallRate, s.cfg.CallBurst)
+	return s.take(s.calls, ref.GetNamespace(), s.cfg.CallRate, s.cfg.CallBurst, "namespace-rate", "KEDA calls", "--keda-namespace-call-rate")
 }
 
 // admitTrigger is admit, then checkMetricType: the ScaledObject is read
@@ -214,27 +226,6 @@ func (s *Server) admitTrigger(ctx context.Context, ref *externalscaler.ScaledObj
 		return err
 	}
 	return s.checkMetricType(ctx, ref, trig)
-}
-
-// allowPoll takes a token from the inline Kafka bucket of namespace ns:
-// each inline Kafka call may read Kafka, here or at another replica.
-func (s *Server) allowPoll(ns string) error {
-	if s.take(s.polls, ns, s.cfg.PollRate, s.cfg.PollBurst) {
-		return nil
-	}
-	s.refused.WithLabelValues("poll-rate").Inc()
-	return status.Errorf(codes.ResourceExhausted, "inline Kafka calls for the ScaledObjects of namespace %q: more than --keda-poll-rate (%g per second, bursts of %d); retry later",
-		commonv1.Prefix(ns), s.cfg.PollRate, s.cfg.PollBurst)
-}
-
-// latest is the target's latest decision, or the status KEDA gets: never a
-// zero standing in for "not known".
-func (s *Server) latest(ctx context.Context, what string, target *commonv1.TargetRef) (*commonv1.Decision, error) {
-	d, err := s.decisions.Latest(ctx, target)
-	if err == nil {
-		return d, nil
-	}
-	return nil, decisionStatus(what, target, err)
 }
 
 func decisionStatus(what string, target *commonv1.TargetRef, err error) error {
@@ -276,22 +267,30 @@ func (s *Server) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectR
 	return &externalscaler.IsActiveResponse{Result: d.GetDesiredReplicas() > 0}, nil
 }
 
-// decision is the latest decision for a trigger answered from the decider
-// (follow, and inline Kafka in the riff modes, whose target is made sure of
-// first).
-func (s *Server) decision(ctx context.Context, ref *externalscaler.ScaledObjectRef, trig Trigger) (*commonv1.Decision, error) {
+// target is the target a trigger answered from the decider names (follow,
+// and inline Kafka in the riff modes, whose target is made sure of first),
+// and what errors call it.
+func (s *Server) target(ctx context.Context, ref *externalscaler.ScaledObjectRef, trig Trigger) (string, *commonv1.TargetRef, error) {
 	if k := trig.Kafka; k != nil {
 		target, _, err := s.kafka(ctx, ref, k, CallEnsure)
-		if err != nil {
-			return nil, err
-		}
-		return s.latest(ctx, inlineName(ref), target)
+		return inlineName(ref), target, err
 	}
 	target, err := s.follow(*trig.Follow)
+	return trig.Follow.String(), target, err
+}
+
+// decision is the latest decision for a trigger answered from the decider,
+// or the status KEDA gets: never a zero standing in for "not known".
+func (s *Server) decision(ctx context.Context, ref *externalscaler.ScaledObjectRef, trig Trigger) (*commonv1.Decision, error) {
+	what, target, err := s.target(ctx, ref, trig)
 	if err != nil {
 		return nil, err
 	}
-	return s.latest(ctx, trig.Follow.String(), target)
+	d, err := s.decisions.Latest(ctx, target)
+	if err != nil {
+		return nil, decisionStatus(what, target, err)
+	}
+	return d, nil
 }
 
 // metricSpec is the trigger's one metric. Against a target of 1 the HPA's
@@ -299,17 +298,12 @@ func (s *Server) decision(ctx context.Context, ref *externalscaler.ScaledObjectR
 // (follow, riff modes); in keda mode it is KEDA's own: the capped total
 // lag against lagThreshold.
 func metricSpec(trig Trigger) *externalscaler.GetMetricSpecResponse {
-	if k := trig.Kafka; k != nil {
-		target := int64(1)
-		if k.KEDAMode() {
-			target = k.Config.LagThreshold
-		}
-		return &externalscaler.GetMetricSpecResponse{MetricSpecs: []*externalscaler.MetricSpec{{
-			MetricName: k.MetricName(), TargetSize: target, TargetSizeFloat: float64(target),
-		}}}
+	target := int64(1)
+	if k := trig.Kafka; k != nil && k.KEDAMode() {
+		target = k.Config.LagThreshold
 	}
 	return &externalscaler.GetMetricSpecResponse{MetricSpecs: []*externalscaler.MetricSpec{{
-		MetricName: trig.Follow.MetricName(), TargetSize: 1, TargetSizeFloat: 1,
+		MetricName: metricNameOf(trig), TargetSize: target, TargetSizeFloat: float64(target),
 	}}}
 }
 
@@ -443,26 +437,15 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 	if err := s.admitTrigger(ctx, ref, trig); err != nil {
 		return err
 	}
-	var (
-		what   string
-		target *commonv1.TargetRef
-	)
-	switch k := trig.Kafka; {
-	case k != nil && k.KEDAMode():
+	if k := trig.Kafka; k != nil && k.KEDAMode() {
 		if s.inline.Triggers == nil {
 			return errNoInline
 		}
 		return s.streamActivity(ref, k, st)
-	case k != nil:
-		if target, _, err = s.kafka(ctx, ref, k, CallEnsure); err != nil {
-			return err
-		}
-		what = inlineName(ref)
-	default:
-		if target, err = s.follow(*trig.Follow); err != nil {
-			return err
-		}
-		what = trig.Follow.String()
+	}
+	what, target, err := s.target(ctx, ref, trig)
+	if err != nil {
+		return err
 	}
 	caller, ns := s.caller(ctx), ref.GetNamespace()
 	if err := s.acquire(caller, ns); err != nil {
