@@ -186,28 +186,14 @@ func (d *Discovery) syncKnative(key, ns, name string) error {
 		ann = maps.Clone(ann)
 		ann[knautoscaling.AnnotationClass] = knautoscaling.ClassKPA
 	}
-	spec := &deciderv1.TargetSpec{
-		Target:               ref,
-		Strategy:             commonv1.Strategy_STRATEGY_KPA,
-		Annotations:          prefixed(ann, kpaPrefix),
-		ContainerConcurrency: int32(min(pa.Spec.ContainerConcurrency, kpaconfig.MaxContainerConcurrency)),
-		KeepAliveState:       keepAliveState(autoscalingv1alpha1.DecisionFromAnnotations(pa.Status.Annotations)),
-	}
-	if ka, ok := ann[kpaconfig.AnnotationKeepAlive]; ok {
-		spec.Annotations[kpaconfig.AnnotationKeepAlive] = ka
-	}
+	spec := kpaTargetSpec(ref, ann, int32(min(pa.Spec.ContainerConcurrency, kpaconfig.MaxContainerConcurrency)), string(pa.Spec.Reachability),
+		autoscalingv1alpha1.DecisionFromAnnotations(pa.Status.Annotations))
 	kr := &deciderv1.KnativeRevision{Revision: pa.Revision(), Configuration: pa.Labels[knautoscaling.LabelConfiguration],
 		Service: pa.Labels[knautoscaling.LabelService]}
 	if commonv1.IsSubdomain(kr.Revision) && commonv1.IsSubdomain(kr.Configuration) && (kr.Service == "" || commonv1.IsSubdomain(kr.Service)) {
 		// Knative's own autoscaler labels its metrics so, and exports none
 		// for a PodAutoscaler without a configuration label.
 		spec.KnativeRevision = kr
-	}
-	switch pa.Spec.Reachability {
-	case knautoscaling.ReachabilityReachable:
-		spec.Reachability = deciderv1.Reachability_REACHABILITY_REACHABLE
-	case knautoscaling.ReachabilityUnreachable:
-		spec.Reachability = deciderv1.Reachability_REACHABILITY_UNREACHABLE
 	}
 	rev, rerr := kpaconfig.NewRevision(d.knativeAutoscaler(), kpaconfig.DefaultDeployment(), ann, pa.Spec.ContainerConcurrency,
 		pa.Spec.Reachability != knautoscaling.ReachabilityUnreachable)

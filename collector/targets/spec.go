@@ -45,23 +45,27 @@ func targetRef(pa *autoscalingv1alpha1.PodAutoscaler) *commonv1.TargetRef {
 	return &commonv1.TargetRef{Namespace: pa.Namespace, Name: r.Name, ApiVersion: r.APIVersion, Kind: r.Kind}
 }
 
-// kpaSpec is the decider's spec of a KPA PodAutoscaler: its Knative
-// annotations verbatim, container concurrency and reachability.
+// kpaSpec is the decider's spec of a KPA PodAutoscaler (kpaTargetSpec),
+// with its metric.
 func kpaSpec(pa *autoscalingv1alpha1.PodAutoscaler) *deciderv1.TargetSpec {
-	s := &deciderv1.TargetSpec{
-		Target:               targetRef(pa),
-		Strategy:             commonv1.Strategy_STRATEGY_KPA,
-		Annotations:          prefixed(pa.Annotations, kpaPrefix),
-		ContainerConcurrency: int32(pa.Spec.ContainerConcurrency),
-	}
+	s := kpaTargetSpec(targetRef(pa), pa.Annotations, int32(pa.Spec.ContainerConcurrency), string(pa.Spec.Reachability), pa.Status.LastDecision)
 	if pa.Spec.Metric != "" {
 		s.Annotations[kpaPrefix+"metric"] = string(pa.Spec.Metric)
 	}
-	if ka, ok := pa.Annotations[kpaconfig.AnnotationKeepAlive]; ok {
+	return s
+}
+
+// kpaTargetSpec is the decider's spec of a KPA target, tidal's or Knative's
+// PodAutoscaler (whose reachability values are the same): the Knative
+// annotations of ann verbatim and its keep-alive one, container
+// concurrency, reachability, and the keep-alive memory of its last decision.
+func kpaTargetSpec(ref *commonv1.TargetRef, ann map[string]string, cc int32, reachability string, last *autoscalingv1alpha1.PodAutoscalerDecision) *deciderv1.TargetSpec {
+	s := &deciderv1.TargetSpec{Target: ref, Strategy: commonv1.Strategy_STRATEGY_KPA, Annotations: prefixed(ann, kpaPrefix),
+		ContainerConcurrency: cc, KeepAliveState: keepAliveState(last)}
+	if ka, ok := ann[kpaconfig.AnnotationKeepAlive]; ok {
 		s.Annotations[kpaconfig.AnnotationKeepAlive] = ka
 	}
-	s.KeepAliveState = keepAliveState(pa.Status.LastDecision)
-	switch pa.Spec.Reachability {
+	switch autoscalingv1alpha1.Reachability(reachability) {
 	case autoscalingv1alpha1.ReachabilityReachable:
 		s.Reachability = deciderv1.Reachability_REACHABILITY_REACHABLE
 	case autoscalingv1alpha1.ReachabilityUnreachable:
