@@ -94,10 +94,9 @@ type upKey struct{ addr, namespace string }
 type upstream struct {
 	key    upKey
 	cancel context.CancelFunc
-	// subs are the watches on this stream by target key. Guarded by
-	// Remote.mu.
+	// subs are the watches on this stream by target key, none empty.
+	// Guarded by Remote.mu.
 	subs map[string]map[*watch]struct{}
-	n    int
 }
 
 type watch struct {
@@ -220,7 +219,6 @@ func (r *Remote) placeLocked(w *watch) error {
 		up.subs[w.key] = map[*watch]struct{}{}
 	}
 	up.subs[w.key][w] = struct{}{}
-	up.n++
 	w.up = up
 	return nil
 }
@@ -239,7 +237,7 @@ func (r *Remote) leaveLocked(w *watch) {
 			delete(up.subs, w.key)
 		}
 	}
-	if up.n--; up.n == 0 {
+	if len(up.subs) == 0 {
 		up.cancel()
 		delete(r.ups, up.key)
 	}
