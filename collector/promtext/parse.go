@@ -38,11 +38,7 @@ func Sum(body []byte, name string) (sum float64, n int, err error) {
 	for len(body) > 0 {
 		line++
 		var l []byte
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			l, body = body[:i], body[i+1:]
-		} else {
-			l, body = body, nil
-		}
+		l, body, _ = bytes.Cut(body, []byte{'\n'})
 		l = bytes.TrimSuffix(trimLeft(l), []byte{'\r'})
 		if len(l) == 0 || l[0] == '#' {
 			continue
@@ -77,31 +73,31 @@ func parseSample(b []byte) (float64, error) {
 		}
 		b = trimLeft(b)
 	}
-	end := 0
-	for end < len(b) && b[end] != ' ' && b[end] != '\t' {
-		end++
-	}
-	if end == 0 {
+	value, b := token(b)
+	if len(value) == 0 {
 		return 0, errors.New("missing value")
 	}
-	v, err := parseFloat(b[:end])
+	v, err := parseFloat(value)
 	if err != nil {
 		return 0, err
 	}
-	b = trimLeft(b[end:])
-	if len(b) > 0 {
-		end = 0
-		for end < len(b) && b[end] != ' ' && b[end] != '\t' {
-			end++
+	if ts, rest := token(trimLeft(b)); len(ts) > 0 {
+		if _, err := strconv.ParseInt(string(ts), 10, 64); err != nil {
+			return 0, fmt.Errorf("timestamp %q: want integer milliseconds", clip(ts))
 		}
-		if _, err := strconv.ParseInt(string(b[:end]), 10, 64); err != nil {
-			return 0, fmt.Errorf("timestamp %q: want integer milliseconds", clip(b[:end]))
-		}
-		if rest := trimLeft(b[end:]); len(rest) > 0 {
+		if rest = trimLeft(rest); len(rest) > 0 {
 			return 0, fmt.Errorf("unexpected %q after the timestamp", clip(rest))
 		}
 	}
 	return v, nil
+}
+
+// token splits b at its first space or tab.
+func token(b []byte) (tok, rest []byte) {
+	if i := bytes.IndexAny(b, " \t"); i >= 0 {
+		return b[:i], b[i:]
+	}
+	return b, nil
 }
 
 // skipLabels consumes `name="value",...}` and returns what follows.
@@ -182,19 +178,9 @@ func parseFloat(b []byte) (float64, error) {
 
 // clip is the part of a bad token an error quotes: a pod's body or a
 // tenant's metric name may be long, an error must stay short.
-func clip(b []byte) []byte {
-	if len(b) > 32 {
-		return b[:32]
-	}
-	return b
-}
+func clip(b []byte) []byte { return b[:min(len(b), 32)] }
 
-func trimLeft(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
-		b = b[1:]
-	}
-	return b
-}
+func trimLeft(b []byte) []byte { return bytes.TrimLeft(b, " \t") }
 
 func isNameByte(c byte) bool {
 	return c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
