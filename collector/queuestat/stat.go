@@ -114,33 +114,26 @@ func Unmarshal(b []byte) (Stat, error) {
 			b = b[n:]
 			continue
 		}
+		var v uint64
 		switch typ {
 		case protowire.BytesType:
-			v, n := protowire.ConsumeString(b)
-			if n < 0 {
-				return Stat{}, fmt.Errorf("stat: field %d (%s): %w", num, fieldNames[num], protowire.ParseError(n))
-			}
-			if !utf8.ValidString(v) {
+			var name string
+			if name, n = protowire.ConsumeString(b); n >= 0 && !utf8.ValidString(name) {
 				// Quote a prefix: a pod's name is not ours to echo whole.
-				return Stat{}, fmt.Errorf("stat: field %d (%s): invalid UTF-8 %q (%d bytes)", num, fieldNames[num], v[:min(len(v), 32)], len(v))
+				return Stat{}, fmt.Errorf("stat: field %d (%s): invalid UTF-8 %q (%d bytes)", num, fieldNames[num], name[:min(len(name), 32)], len(name))
 			}
-			s.PodName = v
-			b = b[n:]
+			s.PodName = name
 		case protowire.Fixed64Type:
-			v, n := protowire.ConsumeFixed64(b)
-			if n < 0 {
-				return Stat{}, fmt.Errorf("stat: field %d (%s): %w", num, fieldNames[num], protowire.ParseError(n))
-			}
+			v, n = protowire.ConsumeFixed64(b)
 			*s.float(num) = math.Float64frombits(v)
-			b = b[n:]
 		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return Stat{}, fmt.Errorf("stat: field %d (%s): %w", num, fieldNames[num], protowire.ParseError(n))
-			}
+			v, n = protowire.ConsumeVarint(b)
 			s.Timestamp = int64(v)
-			b = b[n:]
 		}
+		if n < 0 {
+			return Stat{}, fmt.Errorf("stat: field %d (%s): %w", num, fieldNames[num], protowire.ParseError(n))
+		}
+		b = b[n:]
 	}
 	return s, nil
 }
