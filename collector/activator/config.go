@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,14 +113,6 @@ func (c *Config) Validate(p string) error {
 
 // allowed reports whether a caller at addr may connect.
 func (c *Config) allowed(addr netip.Addr) bool {
-	if len(c.AllowedNets) == 0 {
-		return true
-	}
 	addr = addr.Unmap()
-	for _, n := range c.AllowedNets {
-		if n.Contains(addr) {
-			return true
-		}
-	}
-	return false
+	return len(c.AllowedNets) == 0 || slices.ContainsFunc(c.AllowedNets, func(n netip.Prefix) bool { return n.Contains(addr) })
 }
