@@ -12,15 +12,12 @@ import (
 // for concurrent use: its owner locks.
 //
 // Samples are kept as flat records in a ring, not as the protobuf messages
-// they arrive in: a message with its Timestamp and optional fields is four
-// heap objects and about 210 bytes, a record is 56 bytes, and a partition's
-// lag 40 bytes instead of a message's 80 and more (none when it repeats the
-// last sample's). A ring grows by a quarter when full and shrinks to a
-// quarter above its count when half empty, so a settled one holds its
-// span of retention in at most twice, and mostly 1.25 times, the room its
-// samples need: power-of-two rings left most of a 2-minute span (121 samples
-// and the ready-pod changes) in 256 slots. At 10,000 targets the history is
-// most of the collector's heap.
+// they arrive in (four heap objects each), and a sample that repeats the
+// last one's partition lags shares them: the history is most of the
+// collector's heap. A ring grows by a quarter when full and shrinks to a
+// quarter above its count when half empty, so a settled one holds its span
+// of retention in at most twice, and mostly 1.25 times, the room its
+// samples need.
 type History struct {
 	// Retention is how far behind the newest sample samples are kept.
 	Retention time.Duration
