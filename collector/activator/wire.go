@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -261,14 +262,9 @@ func fixedFloat(v []byte) float64 {
 // checkCounts applies PushStats's bounds to a stat's numbers, under
 // Knative's field names.
 func checkCounts(field string, s *Stat) error {
-	if err := commonv1.ValidateCount(field+".average_concurrent_requests", s.AverageConcurrency); err != nil {
-		return err
-	}
-	if err := commonv1.ValidateCountPart(field+".average_proxied_concurrent_requests", s.AverageProxiedConcurrency, s.AverageConcurrency); err != nil {
-		return err
-	}
-	if err := commonv1.ValidateCount(field+".request_count", s.RequestCount); err != nil {
-		return err
-	}
-	return commonv1.ValidateCountPart(field+".proxied_request_count", s.ProxiedRequestCount, s.RequestCount)
+	return cmp.Or( // the first error
+		commonv1.ValidateCount(field+".average_concurrent_requests", s.AverageConcurrency),
+		commonv1.ValidateCountPart(field+".average_proxied_concurrent_requests", s.AverageProxiedConcurrency, s.AverageConcurrency),
+		commonv1.ValidateCount(field+".request_count", s.RequestCount),
+		commonv1.ValidateCountPart(field+".proxied_request_count", s.ProxiedRequestCount, s.RequestCount))
 }
