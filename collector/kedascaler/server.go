@@ -1,6 +1,7 @@
 package kedascaler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,10 +131,7 @@ func (s *Server) trigger(ref *externalscaler.ScaledObjectRef) (Trigger, error) {
 			field(KeyNamespace), f, commonv1.Prefix(f.Namespace), commonv1.Prefix(ref.GetNamespace()))
 	}
 	if k := trig.Kafka; k != nil {
-		if err := commonv1.ValidateLabel("scaledObjectRef.namespace", ref.GetNamespace()); err != nil {
-			return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
-		}
-		if err := commonv1.ValidateSubdomain("scaledObjectRef.name", ref.GetName()); err != nil {
+		if err := cmp.Or(commonv1.ValidateLabel("scaledObjectRef.namespace", ref.GetNamespace()), commonv1.ValidateSubdomain("scaledObjectRef.name", ref.GetName())); err != nil {
 			return Trigger{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 		if err := refusedBrokers(s.cfg.Brokers, k); err != nil {
@@ -381,37 +379,37 @@ func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsR
 	}}}, nil
 }
 
-// acquire takes a stream's place under the bounds; release gives it back.
-func (s *Server) acquire(caller, ns string) error {
+// acquire takes a place under the bounds for a stream of ctx's caller for
+// the ScaledObjects of namespace ns; release gives it back.
+func (s *Server) acquire(ctx context.Context, ns string) (release func(), err error) {
+	caller := s.caller(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.streams >= s.cfg.MaxStreams:
 		s.refused.WithLabelValues("server-limit").Inc()
-		return status.Errorf(codes.ResourceExhausted, "KEDA stream refused: %d streams are open on this collector (--keda-max-streams); close one or retry later", s.cfg.MaxStreams)
+		return nil, status.Errorf(codes.ResourceExhausted, "KEDA stream refused: %d streams are open on this collector (--keda-max-streams); close one or retry later", s.cfg.MaxStreams)
 	case s.perCaller[caller] >= s.cfg.MaxStreamsPerCaller:
 		s.refused.WithLabelValues("caller-limit").Inc()
-		return status.Errorf(codes.ResourceExhausted, "KEDA stream refused: this caller has %d streams open (--keda-max-streams-per-caller); close one or retry later", s.cfg.MaxStreamsPerCaller)
+		return nil, status.Errorf(codes.ResourceExhausted, "KEDA stream refused: this caller has %d streams open (--keda-max-streams-per-caller); close one or retry later", s.cfg.MaxStreamsPerCaller)
 	case s.perNamespace[ns] >= s.cfg.MaxStreamsPerNamespace:
 		s.refused.WithLabelValues("namespace-limit").Inc()
-		return status.Errorf(codes.ResourceExhausted, "KEDA stream refused: the ScaledObjects of namespace %q have %d streams open (--keda-max-streams-per-namespace); close one or retry later", commonv1.Prefix(ns), s.cfg.MaxStreamsPerNamespace)
+		return nil, status.Errorf(codes.ResourceExhausted, "KEDA stream refused: the ScaledObjects of namespace %q have %d streams open (--keda-max-streams-per-namespace); close one or retry later", commonv1.Prefix(ns), s.cfg.MaxStreamsPerNamespace)
 	}
 	s.streams++
 	s.perCaller[caller]++
 	s.perNamespace[ns]++
-	return nil
-}
-
-func (s *Server) release(caller, ns string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.streams--
-	if s.perCaller[caller]--; s.perCaller[caller] <= 0 {
-		delete(s.perCaller, caller)
-	}
-	if s.perNamespace[ns]--; s.perNamespace[ns] <= 0 {
-		delete(s.perNamespace, ns)
-	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.streams--
+		if s.perCaller[caller]--; s.perCaller[caller] <= 0 {
+			delete(s.perCaller, caller)
+		}
+		if s.perNamespace[ns]--; s.perNamespace[ns] <= 0 {
+			delete(s.perNamespace, ns)
+		}
+	}, nil
 }
 
 // StreamIsActive sends the target's activity at once when it is known,
@@ -447,11 +445,11 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 	if err != nil {
 		return err
 	}
-	caller, ns := s.caller(ctx), ref.GetNamespace()
-	if err := s.acquire(caller, ns); err != nil {
+	release, err := s.acquire(ctx, ref.GetNamespace())
+	if err != nil {
 		return err
 	}
-	defer s.release(caller, ns)
+	defer release()
 	w, err := s.decisions.Watch(target)
 	if err != nil {
 		if errors.Is(err, ErrTooManyWatches) {
@@ -511,11 +509,11 @@ func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st extern
 	if err != nil {
 		return err
 	}
-	caller, ns := s.caller(ctx), ref.GetNamespace()
-	if err := s.acquire(caller, ns); err != nil {
+	release, err := s.acquire(ctx, ref.GetNamespace())
+	if err != nil {
 		return err
 	}
-	defer s.release(caller, ns)
+	defer release()
 	if err := st.Send(spec); err != nil {
 		return err
 	}
@@ -533,11 +531,11 @@ func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st extern
 // error would make KEDA wait before it opens the next.
 func (s *Server) streamActivity(ref *externalscaler.ScaledObjectRef, k *Kafka, st externalscaler.ExternalScaler_StreamIsActiveServer) error {
 	ctx := st.Context()
-	caller, ns := s.caller(ctx), ref.GetNamespace()
-	if err := s.acquire(caller, ns); err != nil {
+	release, err := s.acquire(ctx, ref.GetNamespace())
+	if err != nil {
 		return err
 	}
-	defer s.release(caller, ns)
+	defer release()
 	tick := time.NewTicker(s.cfg.StreamPoll)
 	defer tick.Stop()
 	var sent, active bool
@@ -550,7 +548,7 @@ func (s *Server) streamActivity(ref *externalscaler.ScaledObjectRef, k *Kafka, s
 			}
 			sent, active = true, p.Active
 		case err != nil && ctx.Err() == nil:
-			s.log.Debug("KEDA stream: activity not read", zap.String("scaledObject", ns+"/"+ref.GetName()), zap.Error(err))
+			s.log.Debug("KEDA stream: activity not read", zap.String("scaledObject", ref.GetNamespace()+"/"+ref.GetName()), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
