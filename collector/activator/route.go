@@ -48,7 +48,7 @@ func (r *Router) Route(ctx context.Context, at time.Time, stats []Stat) Counts {
 	var (
 		refs  = make([]*commonv1.TargetRef, 0, len(stats))
 		mine  = make([]Stat, 0, len(stats))
-		other map[string]*collectorv1.ForwardActivatorStatsRequest
+		other = map[string]*collectorv1.ForwardActivatorStatsRequest{}
 	)
 	for i := range stats {
 		s := &stats[i]
@@ -73,9 +73,6 @@ func (r *Router) Route(ctx context.Context, at time.Time, stats []Stat) Counts {
 			// the new one.
 			r.metrics.count(outcomeNoOwner, 1)
 		default:
-			if other == nil {
-				other = map[string]*collectorv1.ForwardActivatorStatsRequest{}
-			}
 			req := other[owner]
 			if req == nil {
 				req = &collectorv1.ForwardActivatorStatsRequest{ArrivalTime: timestamppb.New(at)}
