@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -102,29 +103,23 @@ func ready(p *corev1.Pod) bool {
 func WatchDNS(ctx context.Context, host string, port int, interval time.Duration, update Update, log *zap.Logger) {
 	var last []string
 	var r net.Resolver
-	for {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		ips, err := r.LookupHost(ctx, host)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() == nil {
+				log.Warn("decider DNS lookup failed; keeping the last endpoints", zap.String("host", host), zap.Error(err))
 			}
-			log.Warn("decider DNS lookup failed; keeping the last endpoints", zap.String("host", host), zap.Error(err))
-		} else {
-			addrs := make([]string, len(ips))
-			for i, ip := range ips {
-				addrs[i] = net.JoinHostPort(ip, strconv.Itoa(port))
-			}
-			slices.Sort(addrs)
-			if !slices.Equal(addrs, last) {
-				last = addrs
-				log.Info("decider endpoints", zap.Strings("deciders", addrs))
-				update(addrs)
-			}
-		}
-		select {
-		case <-ctx.Done():
 			return
-		case <-time.After(interval):
 		}
-	}
+		addrs := make([]string, len(ips))
+		for i, ip := range ips {
+			addrs[i] = net.JoinHostPort(ip, strconv.Itoa(port))
+		}
+		slices.Sort(addrs)
+		if !slices.Equal(addrs, last) {
+			last = addrs
+			log.Info("decider endpoints", zap.Strings("deciders", addrs))
+			update(addrs)
+		}
+	}, interval)
 }
