@@ -249,20 +249,12 @@ func (r *Remote) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx = ctx
 	r.mu.Unlock()
-	t := time.NewTicker(r.cfg.OwnerCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			r.mu.Lock()
-			r.stopped = true
-			r.mu.Unlock()
-			r.wg.Wait()
-			return nil
-		case <-t.C:
-			r.checkOwners()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { r.checkOwners() }, r.cfg.OwnerCheck)
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.wg.Wait()
+	return nil
 }
 
 // checkOwners moves every watch whose target changed owner (a decider came

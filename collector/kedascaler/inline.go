@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/logkey"
@@ -306,16 +307,8 @@ func (t *Triggers) read(ctx context.Context, tr *trigger, sc KafkaScaler) (Poll,
 // replica now owns (which goes on from what the decider holds), until ctx
 // ends.
 func (t *Triggers) Run(ctx context.Context) error {
-	tick := time.NewTicker(t.cfg.OwnerCheck)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			t.sweep()
-		}
-	}
+	wait.UntilWithContext(ctx, func(context.Context) { t.sweep() }, t.cfg.OwnerCheck)
+	return nil
 }
 
 func (t *Triggers) sweep() {
