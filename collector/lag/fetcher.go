@@ -456,17 +456,12 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 			out[i] = measured{reason: reason, err: err}
 			continue
 		}
-		var (
-			s      *commonv1.MetricSample
-			reason string
-			err    error
-		)
+		r := &out[i]
 		if t.AllTopics && t.Topic == "" {
-			s, reason, err = sampleTopics(ends, endsErr, commits[t.Group], allOf[i], now)
+			r.sample, r.reason, r.err = sampleTopics(ends, endsErr, commits[t.Group], allOf[i], now)
 		} else {
-			s, reason, err = sample(ends, endsErr, commits[t.Group], topicOf[i], now)
+			r.sample, r.reason, r.err = sample(ends, endsErr, commits[t.Group], topicOf[i], now)
 		}
-		out[i] = measured{sample: s, reason: reason, err: err}
 	}
 	return out
 }
