@@ -182,9 +182,7 @@ func isTimeout(err error) bool {
 func (c *client) take(addr string) net.Conn {
 	c.mu.Lock()
 	ic, ok := c.idle[addr]
-	if ok {
-		delete(c.idle, addr)
-	}
+	delete(c.idle, addr)
 	c.mu.Unlock()
 	if !ok {
 		return nil
