@@ -108,10 +108,9 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 		h.start = h.slot(1)
 		h.n--
 	}
-	if h.n == len(h.ring) {
-		h.resize(roomFor(h.n + 1))
-	} else if len(h.ring) > minRing && h.n < len(h.ring)/2 {
-		// A shorter retention or a slower source: give the room back.
+	// Grow when full; give room back when half empty (a shorter retention
+	// or a slower source).
+	if h.n == len(h.ring) || len(h.ring) > minRing && h.n < len(h.ring)/2 {
 		h.resize(roomFor(h.n + 1))
 	}
 	i := h.slot(h.n)
@@ -301,7 +300,7 @@ func (h *History) LastTime() (time.Time, bool) {
 
 // Clone copies a sample; cheaper than proto.Clone for this flat message.
 func Clone(s *commonv1.MetricSample) *commonv1.MetricSample {
-	c := &commonv1.MetricSample{
+	return &commonv1.MetricSample{
 		Time:                      s.GetTime(), // timestamps are never changed in place
 		Source:                    s.GetSource(),
 		AverageConcurrency:        s.GetAverageConcurrency(),
@@ -312,5 +311,4 @@ func Clone(s *commonv1.MetricSample) *commonv1.MetricSample {
 		ReadyPods:                 s.ReadyPods,
 		PartitionCount:            s.PartitionCount,
 	}
-	return c
 }
