@@ -191,12 +191,10 @@ const (
 
 // active is what one source object has set up.
 type active struct {
-	ref    *commonv1.TargetRef
-	ns     string
-	sel    labels.Selector // nil: no pods followed
-	pods   *podSource
-	ready  int32
-	lagged bool
+	ref  *commonv1.TargetRef
+	ns   string
+	sel  labels.Selector // nil: no pods followed
+	pods *podSource
 	// kn labels a Knative PodAutoscaler's series (knmetrics.go); nil for
 	// other sources.
 	kn *knRevision
@@ -455,11 +453,9 @@ func (d *Discovery) syncMetric(ctx context.Context, key, ns, name string) error 
 			return d.lagRefused(ref, err)
 		}
 		d.fetcher.Set(lag.Target{Ref: ref, Cluster: cluster, Topic: m.Spec.Lag.Topic, Group: m.Spec.Lag.ConsumerGroup, Interval: interval})
-		d.setLagged(key, true)
 		return nil
 	}
 	d.fetcher.Remove(ref)
-	d.setLagged(key, false)
 	if !d.setSpec(key, kpaSpec(pa), retention(m)) {
 		return nil
 	}
@@ -520,7 +516,6 @@ func (d *Discovery) syncFunction(key, ns, name string) error {
 	}
 	// riff's consumer group is the function's name (riff's function controller).
 	d.fetcher.Set(lag.Target{Ref: ref, Cluster: lag.Cluster{Brokers: d.cfg.KafkaBrokers}, Topic: fn.Spec.Input, Group: fn.Name, Interval: interval})
-	d.setLagged(key, true)
 	return nil
 }
 
@@ -640,7 +635,7 @@ func (d *Discovery) claim(key string, ref *commonv1.TargetRef, r rank) bool {
 	}
 	if !ok {
 		d.mu.Lock()
-		d.active[key] = &active{ref: ref, ns: ref.GetNamespace(), ready: -1}
+		d.active[key] = &active{ref: ref, ns: ref.GetNamespace()}
 		d.mu.Unlock()
 	}
 	return true
@@ -722,14 +717,6 @@ func (d *Discovery) followLocked(key string, a *active, sel labels.Selector, src
 	}
 	d.selectors.Set(key, a.ns, sel)
 	d.following[target] = a
-}
-
-func (d *Discovery) setLagged(key string, on bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if a := d.active[key]; a != nil {
-		a.lagged = on
-	}
 }
 
 // standDown tears down what source key set up for its target, if anything,
