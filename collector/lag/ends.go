@@ -3,6 +3,7 @@ package lag
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -75,11 +76,7 @@ func (l *endLister) list(ctx context.Context, topics []string, now time.Time) (e
 	if l.parts == nil {
 		l.parts = make(map[string]listedParts, len(listed))
 	}
-	for topic, p := range l.parts {
-		if now.Sub(p.at) >= partitionsMaxAge {
-			delete(l.parts, topic)
-		}
-	}
+	maps.DeleteFunc(l.parts, func(_ string, p listedParts) bool { return now.Sub(p.at) >= partitionsMaxAge })
 	for topic, ps := range listed {
 		te := topicEnds{parts: make([]partitionEnd, 0, len(ps))}
 		clean := true
