@@ -318,11 +318,6 @@ func (s *Server) GetMetricSpec(ctx context.Context, ref *externalscaler.ScaledOb
 	if err := s.admit(ref); err != nil {
 		return nil, err
 	}
-	return s.metricSpecOf(ctx, ref)
-}
-
-// metricSpecOf is GetMetricSpec within a call already admitted.
-func (s *Server) metricSpecOf(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.GetMetricSpecResponse, error) {
 	trig, err := s.trigger(ref)
 	if err != nil {
 		return nil, err
@@ -502,10 +497,7 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st external
 // a trigger's spec never changes (new metadata is a new trigger).
 func (s *Server) StreamMetricSpec(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamMetricSpecServer) error {
 	ctx := st.Context()
-	if err := s.admit(ref); err != nil {
-		return err
-	}
-	spec, err := s.metricSpecOf(ctx, ref)
+	spec, err := s.GetMetricSpec(ctx, ref)
 	if err != nil {
 		return err
 	}
