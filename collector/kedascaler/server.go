@@ -217,13 +217,18 @@ func (s *Server) admit(ref *externalscaler.ScaledObjectRef) error {
 	return s.take(s.calls, ref.GetNamespace(), s.cfg.CallRate, s.cfg.CallBurst, "namespace-rate", "KEDA calls", "--keda-namespace-call-rate")
 }
 
-// admitTrigger is admit, then checkMetricType: the ScaledObject is read
-// within the namespace's calls.
-func (s *Server) admitTrigger(ctx context.Context, ref *externalscaler.ScaledObjectRef, trig Trigger) error {
-	if err := s.admit(ref); err != nil {
-		return err
+// admitted reads ref's trigger, then admits the call and checks the
+// trigger's metricType: the ScaledObject is read within the namespace's
+// calls.
+func (s *Server) admitted(ctx context.Context, ref *externalscaler.ScaledObjectRef) (Trigger, error) {
+	trig, err := s.trigger(ref)
+	if err != nil {
+		return Trigger{}, err
 	}
-	return s.checkMetricType(ctx, ref, trig)
+	if err := s.admit(ref); err != nil {
+		return Trigger{}, err
+	}
+	return trig, s.checkMetricType(ctx, ref, trig)
 }
 
 func decisionStatus(what string, target *commonv1.TargetRef, err error) error {
@@ -244,11 +249,8 @@ func decisionStatus(what string, target *commonv1.TargetRef, err error) error {
 // IsActive says whether the trigger wants the workload running: tidal's
 // desired replicas > 0 (follow, riff modes), or KEDA's activity (keda).
 func (s *Server) IsActive(ctx context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
-	trig, err := s.trigger(ref)
+	trig, err := s.admitted(ctx, ref)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.admitTrigger(ctx, ref, trig); err != nil {
 		return nil, err
 	}
 	if k := trig.Kafka; k != nil && k.KEDAMode() {
@@ -342,11 +344,8 @@ var errNoInline = status.Error(codes.Unimplemented, "this collector does not ser
 // refused before anything is read, so it costs no poll.
 func (s *Server) GetMetrics(ctx context.Context, req *externalscaler.GetMetricsRequest) (*externalscaler.GetMetricsResponse, error) {
 	ref := req.GetScaledObjectRef()
-	trig, err := s.trigger(ref)
+	trig, err := s.admitted(ctx, ref)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.admitTrigger(ctx, ref, trig); err != nil {
 		return nil, err
 	}
 	name := metricNameOf(trig)
@@ -423,11 +422,8 @@ func (s *Server) acquire(ctx context.Context, ns string) (release func(), err er
 // mode streams KEDA's own activity (streamActivity).
 func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, st externalscaler.ExternalScaler_StreamIsActiveServer) error {
 	ctx := st.Context()
-	trig, err := s.trigger(ref)
+	trig, err := s.admitted(ctx, ref)
 	if err != nil {
-		return err
-	}
-	if err := s.admitTrigger(ctx, ref, trig); err != nil {
 		return err
 	}
 	if k := trig.Kafka; k != nil && k.KEDAMode() {
