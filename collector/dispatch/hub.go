@@ -644,7 +644,6 @@ func (h *Hub) disconnect(addr string) {
 type batchSet struct {
 	replay []*deciderv1.IngestRequest
 	live   []*deciderv1.IngestRequest
-	urgent bool
 }
 
 // take empties the outbox into batches of at most maxSamples samples each
@@ -729,7 +728,6 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		}
 		ob.sendConfig = false
 	}
-	bs.urgent = ob.urgent
 	ob.urgent = false
 	ob.depth = 0
 	h.metrics.depth.WithLabelValues(addr).Set(0)
