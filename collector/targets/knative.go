@@ -4,8 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -74,34 +72,13 @@ func (k *KnativeConfig) registerFlags(p string, fs *flag.FlagSet) {
 		return nil
 	})
 	fs.Func(p+"knative-config-autoscaler", "Directory holding Knative's config-autoscaler keys, one file per key, in effect with --knative until the ConfigMap in --knative-namespace is read; unset means Knative's defaults.", func(dir string) error {
-		data, err := readConfigDir(dir)
+		data, err := knativeconfig.ReadConfigDir(dir)
 		if err != nil {
 			return err
 		}
 		k.Autoscaler, err = kpaconfig.ParseConfig(data)
 		return err
 	})
-}
-
-// readConfigDir reads a mounted ConfigMap: one file per key, dot-files and
-// directories (the kubelet's ..data links) skipped.
-func readConfigDir(dir string) (map[string]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("read config directory: %w", err)
-	}
-	out := map[string]string{}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("read config key %s: %w", e.Name(), err)
-		}
-		out[e.Name()] = strings.TrimSpace(string(b))
-	}
-	return out, nil
 }
 
 // SetKnativeConfig makes s the Knative configuration every Knative
