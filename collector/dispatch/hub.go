@@ -42,7 +42,8 @@ const maxFailures = 16
 
 // Failure is one failed measurement, for GetWindow.
 type Failure struct {
-	Time    time.Time
+	Time time.Time
+	// Pod is empty when the whole scrape failed.
 	Pod     string
 	Reason  string
 	Message string

@@ -194,8 +194,8 @@ func mallocs() uint64 {
 
 type nopRecorder struct{}
 
-func (nopRecorder) Record(*commonv1.TargetRef, *commonv1.MetricSample) {}
-func (nopRecorder) Failed(_ *commonv1.TargetRef, f Failure)            { panic(f.Message) }
+func (nopRecorder) Record(*commonv1.TargetRef, *commonv1.MetricSample) bool { return true }
+func (nopRecorder) Failed(_ *commonv1.TargetRef, f Failure)                 { panic(f.Message) }
 
 type staticPods []Pod
 

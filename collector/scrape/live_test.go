@@ -23,14 +23,6 @@ import (
 	"github.com/tidalscale/tidal/test/gathered"
 )
 
-// hubRecorder records into a dispatch.Hub as the collector binary does.
-type hubRecorder struct{ hub *dispatch.Hub }
-
-func (r hubRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) { r.hub.Record(ref, s) }
-func (r hubRecorder) Failed(ref *commonv1.TargetRef, f Failure) {
-	r.hub.Failed(ref, dispatch.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
-}
-
 // liveFleet sets targets of 1 to 5 pods each (as make scale's load levels
 // give them) over addrs on s and in hub, and returns how many pods one round
 // scrapes.
@@ -85,7 +77,7 @@ func BenchmarkScrapeLive(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg.Interval = time.Hour
-	s := New(cfg, hubRecorder{hub}, NewMetrics(reg), zap.NewNop())
+	s := New(cfg, hub, NewMetrics(reg), zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = s.Run(ctx); close(done) }()

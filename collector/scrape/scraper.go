@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tidalscale/tidal/collector/dispatch"
 	"github.com/tidalscale/tidal/logkey"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -122,19 +123,14 @@ type Target struct {
 // Service before it counts as failed (Knative's scraperMaxRetries).
 const serviceTries = 10
 
-// Failure is one failed measurement.
-type Failure struct {
-	Time time.Time
-	// Pod is empty when the whole scrape failed.
-	Pod     string
-	Reason  string
-	Message string
-}
+// Failure is one failed measurement, as the hub keeps it.
+type Failure = dispatch.Failure
 
-// Recorder receives the outcome of every scrape.
+// Recorder receives the outcome of every scrape (the collector's hub).
 type Recorder interface {
-	// Record takes a scrape's sample; the recorder keeps it.
-	Record(ref *commonv1.TargetRef, s *commonv1.MetricSample)
+	// Record takes a scrape's sample and keeps it; false if the target
+	// is no longer known.
+	Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) bool
 	// Failed reports a pod that could not be read, or (Pod empty) a scrape
 	// that recorded nothing.
 	Failed(ref *commonv1.TargetRef, f Failure)

@@ -57,10 +57,11 @@ type recorder struct {
 	failures []Failure
 }
 
-func (r *recorder) Record(_ *commonv1.TargetRef, s *commonv1.MetricSample) {
+func (r *recorder) Record(_ *commonv1.TargetRef, s *commonv1.MetricSample) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.samples = append(r.samples, s)
+	return true
 }
 
 func (r *recorder) Failed(_ *commonv1.TargetRef, f Failure) {
@@ -215,10 +216,11 @@ type orderRecorder struct {
 	names []string
 }
 
-func (r *orderRecorder) Record(ref *commonv1.TargetRef, _ *commonv1.MetricSample) {
+func (r *orderRecorder) Record(ref *commonv1.TargetRef, _ *commonv1.MetricSample) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.names = append(r.names, ref.GetName())
+	return true
 }
 
 func (r *orderRecorder) Failed(*commonv1.TargetRef, Failure) {}

@@ -47,13 +47,6 @@ type replica struct {
 	wg      sync.WaitGroup
 }
 
-type scrapeRec struct{ hub *dispatch.Hub }
-
-func (r scrapeRec) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) { r.hub.Record(ref, s) }
-func (r scrapeRec) Failed(ref *commonv1.TargetRef, f scrape.Failure) {
-	r.hub.Failed(ref, dispatch.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
-}
-
 func startReplica(t *testing.T, c *cluster.Cluster, cfg Config, owns func(*Discovery) func(string) bool) *replica {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -62,7 +55,7 @@ func startReplica(t *testing.T, c *cluster.Cluster, cfg Config, owns func(*Disco
 	var sc scrape.Config
 	sc.RegisterFlagsWithPrefix("", flag.NewFlagSet("t", flag.PanicOnError))
 	sc.Interval = time.Hour // driven by ScrapeNow
-	r.scraper = scrape.New(sc, scrapeRec{r.hub}, scrape.NewMetrics(reg), log)
+	r.scraper = scrape.New(sc, r.hub, scrape.NewMetrics(reg), log)
 	r.fetcher = lag.New(lag.Config{Tick: time.Hour, Timeout: 2 * time.Second}, r.hub, lag.NewMetrics(reg), log)
 	tidal, err := tidalclient.NewForConfig(c.Config())
 	if err != nil {

@@ -30,7 +30,7 @@ func TestRunReturnsOnceItsInformersStopped(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		log := zap.NewNop()
 		hub := dispatch.New(dispatch.Config{Retention: time.Minute, HighWater: 1 << 16}, dispatch.NewMetrics(reg), log)
-		d := New(Config{}, c.Client, tidal, hub, scrape.New(scrape.Config{}, scrapeRec{hub}, scrape.NewMetrics(reg), log),
+		d := New(Config{}, c.Client, tidal, hub, scrape.New(scrape.Config{}, hub, scrape.NewMetrics(reg), log),
 			lag.New(lag.Config{Tick: time.Hour, Timeout: time.Second}, hub, lag.NewMetrics(reg), log), log)
 		ctx, cancel := context.WithCancel(context.Background())
 		if err := d.Start(ctx); err != nil {

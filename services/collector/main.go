@@ -34,7 +34,6 @@ import (
 	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
-	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/services/kube"
 	"github.com/tidalscale/tidal/services/server"
 	"github.com/tidalscale/tidal/shard/bucket"
@@ -214,7 +213,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	streams := dispatch.NewStreams(cfg.stream, hub, log, dial)
-	scraper := scrape.New(cfg.scrape, scrapeRecorder{hub}, scrape.NewMetrics(reg), log)
+	scraper := scrape.New(cfg.scrape, hub, scrape.NewMetrics(reg), log)
 	fetcher := lag.New(cfg.lag, hub, lag.NewMetrics(reg), log)
 
 	// Every component runs in g: one failure stops them all, and run
@@ -372,17 +371,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	// pushed stats before a decider is reachable: ready once primed.
 	srv.SetReady(true)
 	return g.Wait()
-}
-
-// scrapeRecorder adapts the hub to the scraper's Recorder.
-type scrapeRecorder struct{ hub *dispatch.Hub }
-
-func (r scrapeRecorder) Record(ref *commonv1.TargetRef, s *commonv1.MetricSample) {
-	r.hub.Record(ref, s)
-}
-
-func (r scrapeRecorder) Failed(ref *commonv1.TargetRef, f scrape.Failure) {
-	r.hub.Failed(ref, dispatch.Failure{Time: f.Time, Pod: f.Pod, Reason: f.Reason, Message: f.Message})
 }
 
 // parseAddrs parses a comma-separated list of host:port addresses.
