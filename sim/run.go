@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/tidalscale/tidal/actuator/kparules"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/decider/engine"
@@ -530,19 +532,12 @@ func (r *runner) reconcile(t time.Time) {
 	if len(res.Requeue) > 0 {
 		r.enqueue(t.Add(slices.Min(res.Requeue)))
 	}
-	if res.ActiveChanged || !equalScale(prevDesired, r.statusDesired) {
+	if res.ActiveChanged || !ptr.Equal(prevDesired, r.statusDesired) {
 		r.enqueue(t.Add(ownWriteRequeue))
 	}
 	if res.Patch != nil {
 		r.setReplicas(*res.Patch, t)
 	}
-}
-
-func equalScale(a, b *int32) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }
 
 // setReplicas is a write of the Deployment's replicas and what its
