@@ -32,12 +32,10 @@ import (
 	"github.com/tidalscale/tidal/actuator/controller"
 	"github.com/tidalscale/tidal/actuator/podautoscaler"
 	"github.com/tidalscale/tidal/actuator/scale"
-	"github.com/tidalscale/tidal/actuator/writebudget"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
 	"github.com/tidalscale/tidal/apis/knative/duck"
 	knnetworking "github.com/tidalscale/tidal/apis/knative/networking/v1alpha1"
-	"github.com/tidalscale/tidal/strategy/kpaconfig"
 )
 
 // Config configures the controller.
@@ -47,16 +45,8 @@ type Config struct {
 	Classes []string
 	// Namespaces are the namespaces watched; empty means every one.
 	Namespaces []string
-	// Autoscaler, Deployment, Live, Workers, TargetRetry, StatusInterval,
-	// Claims and Status are as in podautoscaler.Config.
-	Autoscaler     kpaconfig.Config
-	Deployment     kpaconfig.DeploymentConfig
-	Live           func() (kpaconfig.Config, kpaconfig.DeploymentConfig)
-	Workers        int
-	TargetRetry    time.Duration
-	StatusInterval time.Duration
-	Claims         *writebudget.Claims
-	Status         *podautoscaler.StatusMetrics
+	// Config is what tidal's PodAutoscaler controller takes too.
+	podautoscaler.Config
 	// Resync is the informers' resync period; 0 means none.
 	Resync time.Duration
 	// ClusterDomain is the suffix of Service host names the activator probe
@@ -112,19 +102,15 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, client k
 		sksInformer: knclient.NewServerlessServiceInformer(client, cfg.Namespaces, cfg.Resync),
 	}
 	c, err := podautoscaler.NewReconciler(podautoscaler.Spec[*knautoscaling.PodAutoscaler, *knnetworking.ServerlessService]{
-		Kind:           k,
-		Name:           "knative podautoscaler",
-		GVK:            knautoscaling.Kind,
-		Informer:       k.paInformer,
-		Handles:        func(pa *knautoscaling.PodAutoscaler) bool { return slices.Contains(cfg.Classes, pa.Class()) },
-		Synced:         []cache.InformerSynced{k.sksInformer.HasSynced},
-		Run:            []cache.SharedIndexInformer{k.paInformer, k.sksInformer},
-		Workers:        cfg.Workers,
-		TargetRetry:    cfg.TargetRetry,
-		ProbeRetry:     probeRetry,
-		StatusInterval: cfg.StatusInterval,
-		Status:         cfg.Status,
-		Claims:         cfg.Claims,
+		Kind:       k,
+		Name:       "knative podautoscaler",
+		GVK:        knautoscaling.Kind,
+		Informer:   k.paInformer,
+		Handles:    func(pa *knautoscaling.PodAutoscaler) bool { return slices.Contains(cfg.Classes, pa.Class()) },
+		Synced:     []cache.InformerSynced{k.sksInformer.HasSynced},
+		Run:        []cache.SharedIndexInformer{k.paInformer, k.sksInformer},
+		Config:     cfg.Config,
+		ProbeRetry: probeRetry,
 	}, log, clk, kubeInformers.Core().V1().Pods().Informer(), scaler, recorder)
 	if err != nil {
 		return nil, nil, err

@@ -123,8 +123,8 @@ func newHarness(t *testing.T, classes ...string) *harness {
 	act := newActivator(t)
 	recorder, broadcaster := podautoscaler.NewEventRecorder(c.Client)
 	clk := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
-	cfg := Config{Classes: classes, Autoscaler: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), Workers: 2,
-		TargetRetry: time.Second, ProbeTransport: act.transport()}
+	cfg := Config{Classes: classes, ProbeTransport: act.transport(), Config: podautoscaler.Config{
+		Autoscaler: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), Workers: 2, TargetRetry: time.Second}}
 	ctrl, k, err := newController(cfg, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)), clk, kn, kubeInf, scaler, recorder)
 	if err != nil {
 		t.Fatal(err)

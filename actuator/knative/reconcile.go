@@ -88,10 +88,7 @@ func (k *kind) Revision(pa *knautoscaling.PodAutoscaler) (kpaconfig.Revision, er
 		ann = maps.Clone(ann)
 		ann[knautoscaling.AnnotationClass] = knautoscaling.ClassKPA
 	}
-	as, dep := k.cfg.Autoscaler, k.cfg.Deployment
-	if k.cfg.Live != nil {
-		as, dep = k.cfg.Live()
-	}
+	as, dep := k.cfg.KPA()
 	return kpaconfig.NewRevision(as, dep, ann, pa.Spec.ContainerConcurrency,
 		pa.Spec.Reachability != knautoscaling.ReachabilityUnreachable)
 }

@@ -593,7 +593,7 @@ func TestStatusFields(t *testing.T) {
 func TestDueAfter(t *testing.T) {
 	const interval = time.Second
 	first := time.Unix(1000, 0)
-	r := &Reconciler[*autoscalingv1alpha1.PodAutoscaler, struct{}]{spec: Spec[*autoscalingv1alpha1.PodAutoscaler, struct{}]{StatusInterval: interval}}
+	r := &Reconciler[*autoscalingv1alpha1.PodAutoscaler, struct{}]{spec: Spec[*autoscalingv1alpha1.PodAutoscaler, struct{}]{Config: Config{StatusInterval: interval}}}
 	for _, tc := range []struct {
 		name            string
 		at              time.Duration // after first

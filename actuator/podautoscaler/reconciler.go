@@ -206,39 +206,16 @@ type Spec[P Object[P], C any] struct {
 	// Gone, when set, is called for a PodAutoscaler this replica owns
 	// that no longer exists.
 	Gone func(ctx context.Context, name cache.ObjectName) error
-	// Workers is the number of reconcile workers.
-	Workers int
-	// TargetRetry is how long to wait before looking again for a missing
-	// scale target.
-	TargetRetry time.Duration
-	// queueClock drives the workqueue's delays (tests step a fake one);
-	// nil means the real clock.
-	queueClock clock.WithTicker
+	// Config holds what both kinds' controllers are configured with; the
+	// reconciler reads Workers, TargetRetry, StatusInterval, Status and
+	// Claims.
+	Config
 	// ProbeRetry is how soon a pass whose activator probe failed runs
 	// again.
 	ProbeRetry time.Duration
 	// Fallback, when set, applies the decisions for targets no
 	// PodAutoscaler names.
 	Fallback *scale.Applier
-	// StatusInterval, when above 0, coalesces the writes that report
-	// changes: a Scaled Event only when the direction of scaling changes,
-	// and, while replicas share PodAutoscalers through Leases (SetOwnership)
-	// and this replica made the last status write it knows of, status
-	// once its changes pause for an interval and its pods caught up (at
-	// most three intervals after the first), with everything applied
-	// meanwhile (see writeStatus). 0 records every decision and reports
-	// every change at once.
-	StatusInterval time.Duration
-	// Status, when set, counts status writes by kind and why they were
-	// made, and what started the waits of coalesced ones
-	// (NewStatusMetrics).
-	Status *StatusMetrics
-	// Claims, when set, spends the client's API budget by priority
-	// (writebudget): a decider's decision waits in the class its change
-	// makes (a wake from zero first) and a worker's reconcile as a
-	// scale-down, and a newer decision for a PodAutoscaler takes the place
-	// of a pass still waiting for the budget. Shared by every kind.
-	Claims *writebudget.Claims
 }
 
 // TargetScaler reads and writes targets' scale subresources.

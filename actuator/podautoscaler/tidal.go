@@ -69,7 +69,7 @@ const (
 	ReasonActive         = "Serving"
 )
 
-// Config configures tidal's PodAutoscaler controller.
+// Config configures a PodAutoscaler controller, tidal's or Knative's.
 type Config struct {
 	// Autoscaler is config-autoscaler; Deployment is config-deployment.
 	Autoscaler kpaconfig.Config
@@ -82,15 +82,36 @@ type Config struct {
 	// TargetRetry is how long to wait before looking again for a missing
 	// scale target.
 	TargetRetry time.Duration
-	// StatusInterval coalesces the writes that report changes (Spec).
+	// StatusInterval, when above 0, coalesces the writes that report
+	// changes: a Scaled Event only when the direction of scaling changes,
+	// and, while replicas share PodAutoscalers through Leases (SetOwnership)
+	// and this replica made the last status write it knows of, status
+	// once its changes pause for an interval and its pods caught up (at
+	// most three intervals after the first), with everything applied
+	// meanwhile (see writeStatus). 0 records every decision and reports
+	// every change at once.
 	StatusInterval time.Duration
-	// Claims spends the API budget by priority (Spec); nil for none.
-	Claims *writebudget.Claims
-	// Status counts status writes and their waits (Spec); nil for none.
+	// Status, when set, counts status writes by kind and why they were
+	// made, and what started the waits of coalesced ones
+	// (NewStatusMetrics).
 	Status *StatusMetrics
+	// Claims, when set, spends the client's API budget by priority
+	// (writebudget): a decider's decision waits in the class its change
+	// makes (a wake from zero first) and a worker's reconcile as a
+	// scale-down, and a newer decision for a PodAutoscaler takes the place
+	// of a pass still waiting for the budget. Shared by every kind.
+	Claims *writebudget.Claims
 	// queueClock drives the workqueue's delays (tests step a fake one);
 	// nil means the real clock.
 	queueClock clock.WithTicker
+}
+
+// KPA returns config-autoscaler and config-deployment as in effect now.
+func (c Config) KPA() (kpaconfig.Config, kpaconfig.DeploymentConfig) {
+	if c.Live != nil {
+		return c.Live()
+	}
+	return c.Autoscaler, c.Deployment
 }
 
 // Controller reconciles tidal's PodAutoscalers; the companion object of
@@ -124,18 +145,13 @@ func newController(cfg Config, log *zap.Logger, clk clock.PassiveClock, tidal ti
 	metricInformer := tidalInformers.Autoscaling().V1alpha1().Metrics()
 	k := &tidalKind{cfg: cfg, tidal: tidal, scaler: scaler, pas: paInformer.Lister(), metrics: metricInformer.Lister()}
 	spec := Spec[*autoscalingv1alpha1.PodAutoscaler, *autoscalingv1alpha1.Metric]{
-		Kind:           k,
-		Name:           "podautoscaler",
-		GVK:            autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"),
-		Informer:       paInformer.Informer(),
-		Synced:         []cache.InformerSynced{metricInformer.Informer().HasSynced},
-		Gone:           k.deleteOrphanMetric,
-		Workers:        cfg.Workers,
-		TargetRetry:    cfg.TargetRetry,
-		queueClock:     cfg.queueClock,
-		StatusInterval: cfg.StatusInterval,
-		Status:         cfg.Status,
-		Claims:         cfg.Claims,
+		Kind:     k,
+		Name:     "podautoscaler",
+		GVK:      autoscalingv1alpha1.SchemeGroupVersion.WithKind("PodAutoscaler"),
+		Informer: paInformer.Informer(),
+		Synced:   []cache.InformerSynced{metricInformer.Informer().HasSynced},
+		Gone:     k.deleteOrphanMetric,
+		Config:   cfg,
 	}
 	if fs, ok := scaler.(scale.Scaler); ok {
 		spec.Fallback = scale.New(fs, clk.Now)
@@ -215,10 +231,7 @@ func (k *tidalKind) Decision(pa *autoscalingv1alpha1.PodAutoscaler) *Decision {
 
 // Revision resolves the PodAutoscaler's KPA settings.
 func (k *tidalKind) Revision(pa *autoscalingv1alpha1.PodAutoscaler) (kpaconfig.Revision, error) {
-	as, dep := k.cfg.Autoscaler, k.cfg.Deployment
-	if k.cfg.Live != nil {
-		as, dep = k.cfg.Live()
-	}
+	as, dep := k.cfg.KPA()
 	rev, err := kpaconfig.NewRevision(as, dep, pa.Annotations, pa.Spec.ContainerConcurrency,
 		pa.Spec.Reachability != autoscalingv1alpha1.ReachabilityUnreachable)
 	if err != nil {

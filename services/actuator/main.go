@@ -314,17 +314,17 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 			return s.Autoscaler, s.Deployment
 		}
 	}
-	statusMetrics := podautoscaler.NewStatusMetrics(reg)
-	pas, err := podautoscaler.New(podautoscaler.Config{
+	paCfg := podautoscaler.Config{
 		Autoscaler:     ascfg,
 		Deployment:     depcfg,
 		Live:           liveCfg,
 		Workers:        cfg.kube.workers,
 		TargetRetry:    cfg.kube.targetRetry,
 		StatusInterval: cfg.kube.statusInterval,
-		Status:         statusMetrics,
+		Status:         podautoscaler.NewStatusMetrics(reg),
 		Claims:         claims,
-	}, log, tidal, tidalInf, kubeInf, scaler, recorder)
+	}
+	pas, err := podautoscaler.New(paCfg, log, tidal, tidalInf, kubeInf, scaler, recorder)
 	if err != nil {
 		return err
 	}
@@ -335,7 +335,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	}
 	eng := &kubeEngine{pas: pas, functions: fns}
 	if cfg.kube.knative {
-		if eng.knative, err = newKnative(cfg, rc, ascfg, depcfg, liveCfg, kubeInf, scaler, recorder, claims, statusMetrics, log); err != nil {
+		if eng.knative, err = newKnative(cfg, rc, paCfg, kubeInf, scaler, recorder, log); err != nil {
 			return err
 		}
 		// An edit reaches every PodAutoscaler's next reconcile.
@@ -464,9 +464,8 @@ func newAccess(cfg *config, tidalInf tidalinformers.SharedInformerFactory, kubeI
 }
 
 // newKnative returns the reconciler of Knative's PodAutoscalers (--knative).
-func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpaconfig.DeploymentConfig,
-	live func() (kpaconfig.Config, kpaconfig.DeploymentConfig), kubeInf informers.SharedInformerFactory, scaler *scale.Cached, recorder record.EventRecorder,
-	claims *writebudget.Claims, statusMetrics *podautoscaler.StatusMetrics, log *zap.Logger,
+func newKnative(cfg *config, rc *rest.Config, paCfg podautoscaler.Config, kubeInf informers.SharedInformerFactory,
+	scaler *scale.Cached, recorder record.EventRecorder, log *zap.Logger,
 ) (*knative.Controller, error) {
 	kn, err := knclient.New(rc)
 	if err != nil {
@@ -478,17 +477,10 @@ func newKnative(cfg *config, rc *rest.Config, ascfg kpaconfig.Config, depcfg kpa
 	}
 	log.Info("knative mode", zap.Strings("classes", classes))
 	return knative.New(knative.Config{
-		Classes:        classes,
-		Namespaces:     cfg.kube.namespaces,
-		Autoscaler:     ascfg,
-		Deployment:     depcfg,
-		Live:           live,
-		Workers:        cfg.kube.workers,
-		Resync:         cfg.kube.resync,
-		TargetRetry:    cfg.kube.targetRetry,
-		StatusInterval: cfg.kube.statusInterval,
-		Status:         statusMetrics,
-		Claims:         claims,
-		ClusterDomain:  cfg.kube.clusterDomain,
+		Config:        paCfg,
+		Classes:       classes,
+		Namespaces:    cfg.kube.namespaces,
+		Resync:        cfg.kube.resync,
+		ClusterDomain: cfg.kube.clusterDomain,
 	}, log, kn, kubeInf, scaler, recorder)
 }
