@@ -3,18 +3,20 @@ package lag
 import (
 	"fmt"
 	"testing"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // benchSet builds n targets of mode with 12 partitions each, every one with
 // some lag, and the per-target inputs the shell would report.
-func benchSet(b *testing.B, mode Mode, n int) (*Set, []string, []Input) {
+func benchSet(b *testing.B, mode lagconfig.Mode, n int) (*Set, []string, []Input) {
 	b.Helper()
 	s := NewSet()
 	keys := make([]string, n)
 	ins := make([]Input, n)
-	cfg := DefaultConfig(mode)
+	cfg := lagconfig.DefaultConfig(mode)
 	cfg.DeclaredPartitions = 12
-	cfg.ExcludePersistentLag = mode == ModeKEDA
+	cfg.ExcludePersistentLag = mode == lagconfig.ModeKEDA
 	for i := range keys {
 		keys[i] = fmt.Sprintf("ns-%d/fn-%d", i%100, i)
 		if err := s.Upsert(keys[i], cfg); err != nil {
@@ -51,7 +53,7 @@ func BenchmarkTick(b *testing.B) {
 						advance(&ins[i])
 						_ = s.Observe(keys[i], ins[i])
 					}
-					now = now.Add(DefaultConfig(mode).TickInterval) // every target is due
+					now = now.Add(lagconfig.DefaultConfig(mode).TickInterval) // every target is due
 					out = s.Tick(now, out[:0])
 				}
 				warm() // first tick sizes every buffer
@@ -86,7 +88,7 @@ func BenchmarkTickOnly(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				observe()
-				now = now.Add(DefaultConfig(mode).TickInterval)
+				now = now.Add(lagconfig.DefaultConfig(mode).TickInterval)
 				b.StartTimer()
 				out = s.Tick(now, out[:0])
 			}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // Status says what a Decision is based on.
@@ -187,7 +189,7 @@ const (
 // shows. Partitions aliases the target's buffer until its next tick; Set's
 // Explain hands out a copy.
 type Decision struct {
-	Mode     Mode
+	Mode     lagconfig.Mode
 	Faithful bool
 	Time     time.Time
 	Status   Status
@@ -280,11 +282,11 @@ func (d *Decision) Summary() string {
 		fmt.Fprintf(&b, "scale-down stabilized at %d", d.KEDA.Stabilized)
 	}
 	switch d.Mode {
-	case ModeRiffOffset:
+	case lagconfig.ModeRiffOffset:
 		fmt.Fprintf(&b, "; max partition lag %d, policy %d", d.MaxLag, d.Proposal)
-	case ModeRiffQueue:
+	case lagconfig.ModeRiffQueue:
 		fmt.Fprintf(&b, "; queue %d, writes %d, proposal %d", d.QueueLength, d.Writes, d.Proposal)
-	case ModeKEDA:
+	case lagconfig.ModeKEDA:
 		fmt.Fprintf(&b, "; total lag %d, metric %g, recommendation %d", d.KEDA.TotalLagBeforeCap, d.KEDA.Metric, d.KEDA.Recommendation)
 	}
 	if d.CapReason != CapNone {

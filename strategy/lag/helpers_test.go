@@ -5,14 +5,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // epoch is the synthetic clock's zero; tick k happens at epoch + k*tick.
 var epoch = time.Date(2018, 3, 21, 0, 0, 0, 0, time.UTC)
 
 // riffConfig returns a riff config with a Topic resource of n partitions.
-func riffConfig(mode Mode, faithful bool, partitions int32, idle time.Duration) Config {
-	c := DefaultConfig(mode)
+func riffConfig(mode lagconfig.Mode, faithful bool, partitions int32, idle time.Duration) lagconfig.Config {
+	c := lagconfig.DefaultConfig(mode)
 	c.Faithful = faithful
 	c.DeclaredPartitions = partitions
 	c.IdleTimeout = idle
@@ -21,7 +23,7 @@ func riffConfig(mode Mode, faithful bool, partitions int32, idle time.Duration) 
 }
 
 // replay runs ticks 1..n at tick intervals, asking gen for each input.
-func replay(t *testing.T, cfg Config, n int, gen func(k int) Input) []Decision {
+func replay(t *testing.T, cfg lagconfig.Config, n int, gen func(k int) Input) []Decision {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {

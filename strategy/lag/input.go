@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // Partition is one partition of the input topic as the collector sampled it.
@@ -89,7 +91,7 @@ func checkInput(in *Input, seen []uint32, gen uint32) ([]uint32, error) {
 		if p.Topic != "" {
 			return seen, badInput("partition %d of topic %q beside partitions of no topic: want a topic on every partition or on none", p.ID, prefix(p.Topic))
 		}
-		if p.ID < 0 || p.ID >= maxPartitionID || (in.PartitionCount > 0 && p.ID >= in.PartitionCount) {
+		if p.ID < 0 || p.ID >= lagconfig.MaxPartitionID || (in.PartitionCount > 0 && p.ID >= in.PartitionCount) {
 			return seen, badInput("partition id = %d, want in [0, %d)", p.ID, limitID(in.PartitionCount))
 		}
 		if p.End < 0 {
@@ -122,8 +124,8 @@ func checkTopics(in *Input) error {
 		switch {
 		case p.Topic == "":
 			return badInput("partition %d of no topic beside partitions of topics: want a topic on every partition or on none", p.ID)
-		case p.ID < 0 || p.ID >= maxPartitionID:
-			return badInput("topic %q partition id = %d, want in [0, %d)", prefix(p.Topic), p.ID, maxPartitionID)
+		case p.ID < 0 || p.ID >= lagconfig.MaxPartitionID:
+			return badInput("topic %q partition id = %d, want in [0, %d)", prefix(p.Topic), p.ID, lagconfig.MaxPartitionID)
 		case p.End < 0:
 			return badInput("topic %q partition %d: end offset = %d, want >= 0", prefix(p.Topic), p.ID, p.End)
 		case p.HasCommitted && p.Committed < -1:
@@ -149,7 +151,7 @@ func limitID(count int32) int32 {
 	if count > 0 {
 		return count
 	}
-	return maxPartitionID
+	return lagconfig.MaxPartitionID
 }
 
 // committed returns the committed offset and whether there is one, reading

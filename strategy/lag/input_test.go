@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
-var allModes = []Mode{ModeRiffOffset, ModeRiffQueue, ModeKEDA}
+var allModes = []lagconfig.Mode{lagconfig.ModeRiffOffset, lagconfig.ModeRiffQueue, lagconfig.ModeKEDA}
 
 // TestBadInputRejected: inputs no rule can use are rejected with an error
 // naming the field and the value; the previous decision is held, and
@@ -35,7 +37,7 @@ func TestBadInputRejected(t *testing.T) {
 		for _, faithful := range []bool{true, false} {
 			for _, tt := range tests {
 				t.Run(string(mode)+"/"+tt.name, func(t *testing.T) {
-					cfg := DefaultConfig(mode)
+					cfg := lagconfig.DefaultConfig(mode)
 					cfg.Faithful = faithful
 					cfg.DeclaredPartitions = 3
 					s, err := New(cfg)
@@ -69,18 +71,18 @@ func TestBadInputRejected(t *testing.T) {
 func TestCommittedAheadOfEnd(t *testing.T) {
 	for _, mode := range allModes {
 		for _, faithful := range []bool{true, false} {
-			cfg := DefaultConfig(mode)
+			cfg := lagconfig.DefaultConfig(mode)
 			cfg.Faithful, cfg.DeclaredPartitions = faithful, 2
 			d := replay(t, cfg, 1, func(int) Input { return Input{Partitions: parts(10, 30, 15, 0), WritesKnown: true} })[0]
 			want := int64(0)
-			if mode == ModeKEDA && faithful {
+			if mode == lagconfig.ModeKEDA && faithful {
 				want = -20
 			}
 			p := d.Partitions[0]
 			if d.Status != StatusOK || p.Lag != want || p.Rule != LagCommittedAhead {
 				t.Errorf("%s faithful=%v: Status %v, partition 0 %+v, want lag %d, rule committed-ahead", mode, faithful, d.Status, p, want)
 			}
-			if mode != ModeKEDA && d.TotalLag != 15 {
+			if mode != lagconfig.ModeKEDA && d.TotalLag != 15 {
 				t.Errorf("%s faithful=%v: TotalLag = %d, want 15", mode, faithful, d.TotalLag)
 			}
 		}
@@ -93,17 +95,17 @@ func TestMissingCommit(t *testing.T) {
 	for _, committed := range []Partition{{ID: 0, End: 40}, {ID: 0, End: 40, Committed: -1, HasCommitted: true}} {
 		in := Input{Partitions: []Partition{committed}, WritesKnown: true}
 		for _, tt := range []struct {
-			mode Mode
-			edit func(*Config)
+			mode lagconfig.Mode
+			edit func(*lagconfig.Config)
 			want int64
 			rule LagRule
 		}{
-			{ModeRiffOffset, nil, 40, LagNoCommitFromZero},
-			{ModeRiffQueue, nil, 40, LagNoCommitFromZero},
-			{ModeKEDA, nil, 1, LagNoCommitLatest},
-			{ModeKEDA, func(c *Config) { c.OffsetResetPolicy = ResetEarliest }, 40, LagNoCommitEarliest},
+			{lagconfig.ModeRiffOffset, nil, 40, LagNoCommitFromZero},
+			{lagconfig.ModeRiffQueue, nil, 40, LagNoCommitFromZero},
+			{lagconfig.ModeKEDA, nil, 1, LagNoCommitLatest},
+			{lagconfig.ModeKEDA, func(c *lagconfig.Config) { c.OffsetResetPolicy = lagconfig.ResetEarliest }, 40, LagNoCommitEarliest},
 		} {
-			cfg := DefaultConfig(tt.mode)
+			cfg := lagconfig.DefaultConfig(tt.mode)
 			if tt.edit != nil {
 				tt.edit(&cfg)
 			}
@@ -122,7 +124,7 @@ func TestMissingCommit(t *testing.T) {
 func TestPartitionsAppearAndDisappear(t *testing.T) {
 	for _, mode := range allModes {
 		for _, faithful := range []bool{true, false} {
-			cfg := DefaultConfig(mode)
+			cfg := lagconfig.DefaultConfig(mode)
 			cfg.Faithful, cfg.DeclaredPartitions, cfg.ExcludePersistentLag = faithful, 2, true
 			seq := []Input{
 				{Partitions: parts(50, 0, 50, 0), WritesKnown: true},
@@ -139,10 +141,10 @@ func TestPartitionsAppearAndDisappear(t *testing.T) {
 					t.Errorf("%s tick %d: %d partitions explained, want %d", mode, k+1, got, want)
 				}
 			}
-			if mode != ModeKEDA && !faithful && ds[1].PartitionCount != 4 {
+			if mode != lagconfig.ModeKEDA && !faithful && ds[1].PartitionCount != 4 {
 				t.Errorf("%s fixed: PartitionCount after growth = %d, want 4", mode, ds[1].PartitionCount)
 			}
-			if mode == ModeKEDA && ds[2].TotalLagWithPersistent != 40 {
+			if mode == lagconfig.ModeKEDA && ds[2].TotalLagWithPersistent != 40 {
 				t.Errorf("keda: lag with one partition left = %d, want 40", ds[2].TotalLagWithPersistent)
 			}
 		}
@@ -175,13 +177,13 @@ func TestNaNAndBadThresholds(t *testing.T) {
 		{"kpa", nil, `mode "kpa"`},
 	}
 	for _, tt := range tests {
-		_, err := ParseConfig(tt.mode, tt.params)
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tt.wantErr) {
+		_, err := lagconfig.ParseConfig(tt.mode, tt.params)
+		if !errors.Is(err, lagconfig.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("ParseConfig(%s, %v) = %v, want an ErrInvalidConfig naming %s", tt.mode, tt.params, err, tt.wantErr)
 		}
 	}
 	// A Config built in Go is validated too.
-	c := DefaultConfig(ModeKEDA)
+	c := lagconfig.DefaultConfig(lagconfig.ModeKEDA)
 	c.Tolerance = math.NaN()
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `tolerance "NaN"`) {
 		t.Errorf("Validate with NaN tolerance = %v, want an error naming tolerance", err)
@@ -200,9 +202,9 @@ func TestHugeOffsets(t *testing.T) {
 	}
 	for _, mode := range allModes {
 		for _, faithful := range []bool{true, false} {
-			cfg := DefaultConfig(mode)
+			cfg := lagconfig.DefaultConfig(mode)
 			cfg.Faithful, cfg.DeclaredPartitions = faithful, 12
-			if mode == ModeKEDA {
+			if mode == lagconfig.ModeKEDA {
 				cfg.LagThreshold = math.MaxInt64
 			}
 			ds := replay(t, cfg, 40, func(int) Input { return Input{Partitions: ps, WritesKnown: true} })
@@ -213,7 +215,7 @@ func TestHugeOffsets(t *testing.T) {
 			}
 		}
 	}
-	s, _ := New(DefaultConfig(ModeRiffQueue))
+	s, _ := New(lagconfig.DefaultConfig(lagconfig.ModeRiffQueue))
 	if d := s.Decide(nil, epoch); d.Status != StatusNoData {
 		t.Errorf("Decide(nil) Status = %v, want no-data", d.Status)
 	}

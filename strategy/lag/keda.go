@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // kedaLags fills the per-partition lags by KEDA's getLagForPartition rules
@@ -41,14 +43,14 @@ func (s *Scaler) kedaPartitionLag(pl *PartitionLag) {
 		switch {
 		case s.cfg.ScaleToZeroOnInvalidOffset:
 			pl.Lag = 0
-		case s.cfg.OffsetResetPolicy == ResetLatest:
+		case s.cfg.OffsetResetPolicy == lagconfig.ResetLatest:
 			pl.Lag = 1 // keep one consumer so that it commits
 		default:
 			pl.Lag = pl.End // the whole log, assuming it starts at 0
 		}
 		pl.LagWithPersistent = pl.Lag
 		pl.Rule = LagNoCommitLatest
-		if s.cfg.OffsetResetPolicy == ResetEarliest {
+		if s.cfg.OffsetResetPolicy == lagconfig.ResetEarliest {
 			pl.Rule = LagNoCommitEarliest
 		}
 		return

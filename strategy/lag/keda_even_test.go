@@ -1,6 +1,10 @@
 package lag
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
+)
 
 func TestNextFactor(t *testing.T) {
 	tests := []struct {
@@ -30,14 +34,14 @@ func TestNextFactor(t *testing.T) {
 // the CRD's ensureEvenDistributionOfPartitions hit: the collector emits the
 // parameter, and the parser refused it as unknown.
 func TestEnsureEvenDistributionOfPartitions(t *testing.T) {
-	c, err := ParseConfig(string(ModeKEDA), map[string]string{"ensureEvenDistributionOfPartitions": "true", "lagThreshold": "10"})
+	c, err := lagconfig.ParseConfig(string(lagconfig.ModeKEDA), map[string]string{"ensureEvenDistributionOfPartitions": "true", "lagThreshold": "10"})
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}
 	if !c.EnsureEvenDistributionOfPartitions {
 		t.Fatal("EnsureEvenDistributionOfPartitions not set")
 	}
-	_, err = ParseConfig(string(ModeKEDA), map[string]string{"ensureEvenDistributionOfPartitions": "true", "limitToPartitionsWithLag": "true"})
+	_, err = lagconfig.ParseConfig(string(lagconfig.ModeKEDA), map[string]string{"ensureEvenDistributionOfPartitions": "true", "limitToPartitionsWithLag": "true"})
 	if err == nil {
 		t.Error("ensureEvenDistributionOfPartitions with limitToPartitionsWithLag: want an error, as the CRD refuses it")
 	}

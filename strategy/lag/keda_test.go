@@ -1,9 +1,13 @@
 package lag
 
-import "testing"
+import (
+	"testing"
 
-func kedaCfg(faithful bool, edit func(*Config)) Config {
-	c := DefaultConfig(ModeKEDA)
+	"github.com/tidalscale/tidal/strategy/lagconfig"
+)
+
+func kedaCfg(faithful bool, edit func(*lagconfig.Config)) lagconfig.Config {
+	c := lagconfig.DefaultConfig(lagconfig.ModeKEDA)
 	c.Faithful = faithful
 	c.Topic = "in"
 	if edit != nil {
@@ -13,7 +17,7 @@ func kedaCfg(faithful bool, edit func(*Config)) Config {
 }
 
 // polls decides one poll per element, pollingInterval apart.
-func polls(t *testing.T, cfg Config, ps ...[]Partition) []Decision {
+func polls(t *testing.T, cfg lagconfig.Config, ps ...[]Partition) []Decision {
 	t.Helper()
 	return replay(t, cfg, len(ps), func(k int) Input { return Input{Partitions: ps[k-1]} })
 }
@@ -46,7 +50,7 @@ func eq(a, b []int64) bool {
 func TestKEDAParameters(t *testing.T) {
 	tests := []struct {
 		name       string
-		edit       func(*Config)
+		edit       func(*lagconfig.Config)
 		polls      [][]Partition
 		wantMetric float64
 		wantActive bool
@@ -57,41 +61,44 @@ func TestKEDAParameters(t *testing.T) {
 			[][]Partition{parts(10, 5, 20, 10, 30, 20)}, 25, true, []int64{5, 10, 10}, nil},
 		{"lagThreshold 10 caps at partitions x threshold", nil,
 			[][]Partition{parts(40, 0, 40, 0, 40, 0)}, 30, true, nil, nil},
-		{"lagThreshold 40 leaves 120 uncapped", func(c *Config) { c.LagThreshold = 40 },
+		{"lagThreshold 40 leaves 120 uncapped", func(c *lagconfig.Config) { c.LagThreshold = 40 },
 			[][]Partition{parts(40, 0, 40, 0, 40, 0)}, 120, true, nil, nil},
 		{"integer division: 29 over 2 partitions is not capped", nil,
 			[][]Partition{parts(15, 0, 14, 0)}, 29, true, nil, nil},
-		{"activationLagThreshold is strict: 50 is inactive", func(c *Config) { c.ActivationLagThreshold = 50 },
+		{"activationLagThreshold is strict: 50 is inactive", func(c *lagconfig.Config) { c.ActivationLagThreshold = 50 },
 			[][]Partition{parts(25, 0, 25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)}, 50, false, nil, nil},
-		{"activationLagThreshold: 51 is active", func(c *Config) { c.ActivationLagThreshold = 50 },
+		{"activationLagThreshold: 51 is active", func(c *lagconfig.Config) { c.ActivationLagThreshold = 50 },
 			[][]Partition{parts(26, 0, 25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)}, 51, true, nil, nil},
-		{"activation uses the uncapped total", func(c *Config) { c.ActivationLagThreshold = 50 },
+		{"activation uses the uncapped total", func(c *lagconfig.Config) { c.ActivationLagThreshold = 50 },
 			[][]Partition{parts(60, 0)}, 10, true, nil, nil},
-		{"allowIdleConsumers lifts the cap", func(c *Config) { c.AllowIdleConsumers = true },
+		{"allowIdleConsumers lifts the cap", func(c *lagconfig.Config) { c.AllowIdleConsumers = true },
 			[][]Partition{parts(100, 0, 50, 0)}, 150, true, nil, nil},
-		{"ensureEvenDistributionOfPartitions: 25 over 4 partitions stands for 3 → 4 consumers", func(c *Config) { c.EnsureEvenDistributionOfPartitions = true },
+		{"ensureEvenDistributionOfPartitions: 25 over 4 partitions stands for 3 → 4 consumers", func(c *lagconfig.Config) { c.EnsureEvenDistributionOfPartitions = true },
 			[][]Partition{parts(25, 0, 0, 0, 0, 0, 0, 0)}, 40, true, nil, nil},
-		{"ensureEvenDistributionOfPartitions: 12 over 6 partitions → 2 consumers", func(c *Config) { c.EnsureEvenDistributionOfPartitions = true },
+		{"ensureEvenDistributionOfPartitions: 12 over 6 partitions → 2 consumers", func(c *lagconfig.Config) { c.EnsureEvenDistributionOfPartitions = true },
 			[][]Partition{parts(12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)}, 20, true, nil, nil},
-		{"ensureEvenDistributionOfPartitions keeps the cap with allowIdleConsumers", func(c *Config) { c.EnsureEvenDistributionOfPartitions = true; c.AllowIdleConsumers = true },
+		{"ensureEvenDistributionOfPartitions keeps the cap with allowIdleConsumers", func(c *lagconfig.Config) { c.EnsureEvenDistributionOfPartitions = true; c.AllowIdleConsumers = true },
 			[][]Partition{parts(100, 0, 50, 0)}, 20, true, nil, nil},
-		{"limitToPartitionsWithLag caps at lagging partitions", func(c *Config) { c.LimitToPartitionsWithLag = true },
+		{"limitToPartitionsWithLag caps at lagging partitions", func(c *lagconfig.Config) { c.LimitToPartitionsWithLag = true },
 			[][]Partition{parts(100, 0, 5, 5, 5, 5, 5, 5)}, 10, true, []int64{100, 0, 0, 0}, nil},
-		{"excludePersistentLag: first sighting counts", func(c *Config) { c.ExcludePersistentLag = true; c.LagThreshold = 100 },
+		{"excludePersistentLag: first sighting counts", func(c *lagconfig.Config) { c.ExcludePersistentLag = true; c.LagThreshold = 100 },
 			[][]Partition{parts(100, 10, 200, 150)}, 140, true, []int64{90, 50}, []int64{90, 50}},
-		{"excludePersistentLag: unmoved commit counts for activation only", func(c *Config) { c.ExcludePersistentLag = true; c.LagThreshold = 100 },
+		{"excludePersistentLag: unmoved commit counts for activation only", func(c *lagconfig.Config) { c.ExcludePersistentLag = true; c.LagThreshold = 100 },
 			[][]Partition{parts(100, 10, 200, 150), parts(120, 10, 260, 200)}, 60, true, []int64{0, 60}, []int64{110, 60}},
-		{"excludePersistentLag: all stuck is still active", func(c *Config) { c.ExcludePersistentLag = true },
+		{"excludePersistentLag: all stuck is still active", func(c *lagconfig.Config) { c.ExcludePersistentLag = true },
 			[][]Partition{parts(100, 10), parts(100, 10)}, 0, true, []int64{0}, []int64{90}},
 		{"offsetResetPolicy latest charges 1", nil,
 			[][]Partition{parts(500, -1, 20, 10)}, 11, true, []int64{1, 10}, nil},
-		{"offsetResetPolicy earliest charges the log", func(c *Config) { c.OffsetResetPolicy = ResetEarliest; c.AllowIdleConsumers = true },
+		{"offsetResetPolicy earliest charges the log", func(c *lagconfig.Config) { c.OffsetResetPolicy = lagconfig.ResetEarliest; c.AllowIdleConsumers = true },
 			[][]Partition{parts(500, -1, 20, 10)}, 510, true, []int64{500, 10}, nil},
-		{"scaleToZeroOnInvalidOffset (latest)", func(c *Config) { c.ScaleToZeroOnInvalidOffset = true },
+		{"scaleToZeroOnInvalidOffset (latest)", func(c *lagconfig.Config) { c.ScaleToZeroOnInvalidOffset = true },
 			[][]Partition{parts(500, -1, 500, -1)}, 0, false, []int64{0, 0}, nil},
-		{"scaleToZeroOnInvalidOffset (earliest)", func(c *Config) { c.ScaleToZeroOnInvalidOffset = true; c.OffsetResetPolicy = ResetEarliest },
+		{"scaleToZeroOnInvalidOffset (earliest)", func(c *lagconfig.Config) {
+			c.ScaleToZeroOnInvalidOffset = true
+			c.OffsetResetPolicy = lagconfig.ResetEarliest
+		},
 			[][]Partition{parts(500, -1, 30, 10)}, 20, true, []int64{0, 20}, nil},
-		{"partitionLimitation", func(c *Config) { c.PartitionLimitation = []int32{0, 2} },
+		{"partitionLimitation", func(c *lagconfig.Config) { c.PartitionLimitation = []int32{0, 2} },
 			[][]Partition{parts(200, 0, 900, 0, 100, 0)}, 20, true, []int64{200, 0, 100}, nil},
 		{"negative lag is summed (faithful)", nil,
 			[][]Partition{parts(10, 30, 15, 0)}, 0, false, []int64{-20, 15}, nil},
@@ -140,7 +147,7 @@ func TestKEDAFixed(t *testing.T) {
 // metric: 0->1 on activity, ceil(metric/threshold), tolerance, scale-down
 // stabilization, cooldown to zero.
 func TestKEDAReplicas(t *testing.T) {
-	cfg := kedaCfg(false, func(c *Config) { c.AllowIdleConsumers = true })
+	cfg := kedaCfg(false, func(c *lagconfig.Config) { c.AllowIdleConsumers = true })
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +195,7 @@ func TestKEDAReplicas(t *testing.T) {
 }
 
 func TestKEDAMaxReplicas(t *testing.T) {
-	cfg := kedaCfg(false, func(c *Config) { c.AllowIdleConsumers = true; c.MaxReplicas = 3 })
+	cfg := kedaCfg(false, func(c *lagconfig.Config) { c.AllowIdleConsumers = true; c.MaxReplicas = 3 })
 	ds := polls(t, cfg, parts(1000, 0), parts(1000, 0))
 	if got := ds[1].Desired; got != 3 {
 		t.Errorf("Desired = %d, want 3 (maxReplicaCount)", got)

@@ -90,6 +90,10 @@ func OffsetPolicy(maxLag int64, m int32, lagForOne, lagForMax int64) int32 {
 	return 0
 }
 
+// smoothingWeight is riff's smoother weight (the same constant in v0.0.5
+// and v0.0.6).
+const smoothingWeight float32 = 0.05
+
 // smooth is riff's smoother step: an EMA with weight 0.05 in float32, rounded
 // half up, except that a positive target at 0 replicas gives 1 at once and
 // resets the memory to 1.

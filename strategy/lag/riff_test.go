@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 func TestOffsetPolicy(t *testing.T) {
@@ -27,7 +29,7 @@ func TestOffsetPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := OffsetPolicy(tt.maxLag, tt.m, DefaultConfig(ModeRiffOffset).LagForOne, DefaultConfig(ModeRiffOffset).LagForMax); got != tt.want {
+			if got := OffsetPolicy(tt.maxLag, tt.m, lagconfig.DefaultConfig(lagconfig.ModeRiffOffset).LagForOne, lagconfig.DefaultConfig(lagconfig.ModeRiffOffset).LagForMax); got != tt.want {
 				t.Errorf("OffsetPolicy(%d, %d) = %d, want %d", tt.maxLag, tt.m, got, tt.want)
 			}
 		})
@@ -84,29 +86,29 @@ func TestRiffScenarios(t *testing.T) {
 	const s2, s10 = 2 * time.Second, 10 * time.Second
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  lagconfig.Config
 		n    int
 		gen  func(k int) Input
 		want string
 	}{
-		{"offset backlog ramps to the cap", riffConfig(ModeRiffOffset, true, 3, s10), 60, backlog(3, 50, true), "1-6:1, 7-28:2, 29-60:3"},
-		{"queue backlog ramps to the cap", riffConfig(ModeRiffQueue, true, 3, s10), 60, backlog(3, 50, true), "1-6:1, 7-28:2, 29-60:3"},
+		{"offset backlog ramps to the cap", riffConfig(lagconfig.ModeRiffOffset, true, 3, s10), 60, backlog(3, 50, true), "1-6:1, 7-28:2, 29-60:3"},
+		{"queue backlog ramps to the cap", riffConfig(lagconfig.ModeRiffQueue, true, 3, s10), 60, backlog(3, 50, true), "1-6:1, 7-28:2, 29-60:3"},
 		// riff v0.0.5: no offset moved since the previous tick, no scale-up.
-		{"offset stalled consumer holds", riffConfig(ModeRiffOffset, true, 3, s10), 60, backlog(3, 50, false), "1-60:1"},
-		{"offset stalled consumer holds (fixed)", riffConfig(ModeRiffOffset, false, 3, s10), 60, backlog(3, 50, false), "1-60:1"},
-		{"queue stalled consumer ramps", riffConfig(ModeRiffQueue, true, 3, s10), 60, backlog(3, 50, false), "1-6:1, 7-28:2, 29-60:3"},
+		{"offset stalled consumer holds", riffConfig(lagconfig.ModeRiffOffset, true, 3, s10), 60, backlog(3, 50, false), "1-60:1"},
+		{"offset stalled consumer holds (fixed)", riffConfig(lagconfig.ModeRiffOffset, false, 3, s10), 60, backlog(3, 50, false), "1-60:1"},
+		{"queue stalled consumer ramps", riffConfig(lagconfig.ModeRiffQueue, true, 3, s10), 60, backlog(3, 50, false), "1-6:1, 7-28:2, 29-60:3"},
 		// riff: no Topic resource caps at 1; the fixed mode uses the
 		// partitions the collector reports.
-		{"no topic resource caps at 1", riffConfig(ModeRiffQueue, true, 0, s10), 40, backlog(4, 50, true), "1-40:1"},
-		{"no topic resource (fixed) uses real partitions", riffConfig(ModeRiffQueue, false, 0, s10), 40, backlog(4, 50, true), "1-4:1, 5-14:2, 15-35:3, 36-40:4"},
+		{"no topic resource caps at 1", riffConfig(lagconfig.ModeRiffQueue, true, 0, s10), 40, backlog(4, 50, true), "1-40:1"},
+		{"no topic resource (fixed) uses real partitions", riffConfig(lagconfig.ModeRiffQueue, false, 0, s10), 40, backlog(4, 50, true), "1-4:1, 5-14:2, 15-35:3, 36-40:4"},
 		// riff: the idle timeout's 10 s default, zero lag from tick 6.
-		{"offset default idle timeout", riffConfig(ModeRiffOffset, true, 1, s10), 150, burst(6), "1-118:1, 119-150:0"},
-		{"queue default idle timeout", riffConfig(ModeRiffQueue, true, 1, s10), 150, burst(6), "1-118:1, 119-150:0"},
+		{"offset default idle timeout", riffConfig(lagconfig.ModeRiffOffset, true, 1, s10), 150, burst(6), "1-118:1, 119-150:0"},
+		{"queue default idle timeout", riffConfig(lagconfig.ModeRiffQueue, true, 1, s10), 150, burst(6), "1-118:1, 119-150:0"},
 		// riff: sparse traffic flaps in v0.0.6, not in v0.0.5.
-		{"queue sparse trickle flaps", riffConfig(ModeRiffQueue, true, 1, s2), 150, trickle,
+		{"queue sparse trickle flaps", riffConfig(lagconfig.ModeRiffQueue, true, 1, s2), 150, trickle,
 			"1-36:1, 37-40:0, 41-76:1, 77-80:0, 81-116:1, 117-120:0, 121-150:1"},
-		{"offset sparse trickle keeps the pod", riffConfig(ModeRiffOffset, true, 1, s2), 150, trickle, "1-150:1"},
-		{"queue sparse trickle (fixed) keeps the pod", riffConfig(ModeRiffQueue, false, 1, s2), 150, trickle, "1-150:1"},
+		{"offset sparse trickle keeps the pod", riffConfig(lagconfig.ModeRiffOffset, true, 1, s2), 150, trickle, "1-150:1"},
+		{"queue sparse trickle (fixed) keeps the pod", riffConfig(lagconfig.ModeRiffQueue, false, 1, s2), 150, trickle, "1-150:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +144,7 @@ func trickle(k int) Input {
 }
 
 func TestTick97msIdle1000(t *testing.T) {
-	cfg := riffConfig(ModeRiffQueue, true, 1, time.Second)
+	cfg := riffConfig(lagconfig.ModeRiffQueue, true, 1, time.Second)
 	cfg.TickInterval = 97 * time.Millisecond
 	if got, want := ranges(replay(t, cfg, 40, burst(2))), "1-25:1, 26-40:0"; got != want {
 		t.Errorf("desired = %s, want %s", got, want)
@@ -158,7 +160,7 @@ func TestHotPartition(t *testing.T) {
 		in.Partitions = parts(int64(100+20*k), int64(50+10*k), 500, 500, 500, 500, 500, 500)
 		return in
 	}
-	for _, mode := range []Mode{ModeRiffOffset, ModeRiffQueue} {
+	for _, mode := range []lagconfig.Mode{lagconfig.ModeRiffOffset, lagconfig.ModeRiffQueue} {
 		faithful := replay(t, riffConfig(mode, true, 4, 10*time.Second), 60, hot)
 		if got, want := ranges(faithful), "1-4:1, 5-14:2, 15-35:3, 36-60:4"; got != want {
 			t.Errorf("%s faithful: desired = %s, want %s", mode, got, want)
@@ -187,7 +189,7 @@ func TestStaleStatus(t *testing.T) {
 		}
 		return in
 	}
-	for _, mode := range []Mode{ModeRiffOffset, ModeRiffQueue} {
+	for _, mode := range []lagconfig.Mode{lagconfig.ModeRiffOffset, lagconfig.ModeRiffQueue} {
 		got := replay(t, riffConfig(mode, true, 3, 10*time.Second), 70, gen)
 		if r, want := ranges(got), "1-6:1, 7-28:2, 29-29:3, 30-35:1, 36-57:2, 58-70:3"; r != want {
 			t.Errorf("%s faithful: desired = %s, want %s", mode, r, want)
@@ -207,7 +209,7 @@ func TestStaleStatus(t *testing.T) {
 // 0. riff records its request as applied and never calls Scale again; the
 // fixed modes ask for it on every tick until it lands.
 func TestFailedScaleRetried(t *testing.T) {
-	for _, mode := range []Mode{ModeRiffOffset, ModeRiffQueue} {
+	for _, mode := range []lagconfig.Mode{lagconfig.ModeRiffOffset, lagconfig.ModeRiffQueue} {
 		// Faithful: no Deployment event arrives because nothing changed.
 		got := replay(t, riffConfig(mode, true, 1, 10*time.Second), 10, backlog(1, 5, true))
 		for k, d := range got {
@@ -237,17 +239,17 @@ func TestKafkaError(t *testing.T) {
 	idle := func(k int) Input {
 		return Input{Partitions: parts(0, 0, 0, 0), WritesKnown: true, FetchFailed: k >= 5 && k <= 15}
 	}
-	faithful := replay(t, riffConfig(ModeRiffQueue, true, 2, time.Second), 60, idle)
+	faithful := replay(t, riffConfig(lagconfig.ModeRiffQueue, true, 2, time.Second), 60, idle)
 	if got, want := ranges(faithful), "1-4:0, 5-38:1, 39-60:0"; got != want {
 		t.Errorf("faithful: desired = %s, want %s", got, want)
 	}
 	if got := faithful[4].QueueLength; got != -1 {
 		t.Errorf("faithful tick 5: QueueLength = %d, want -1", got)
 	}
-	for _, mode := range []Mode{ModeRiffOffset, ModeRiffQueue, ModeKEDA} {
+	for _, mode := range []lagconfig.Mode{lagconfig.ModeRiffOffset, lagconfig.ModeRiffQueue, lagconfig.ModeKEDA} {
 		cfg := riffConfig(mode, false, 2, time.Second)
-		if mode == ModeKEDA {
-			cfg = DefaultConfig(ModeKEDA)
+		if mode == lagconfig.ModeKEDA {
+			cfg = lagconfig.DefaultConfig(lagconfig.ModeKEDA)
 		}
 		fixed := replay(t, cfg, 60, idle)
 		if got, want := ranges(fixed), "1-60:0"; got != want {
@@ -275,7 +277,7 @@ func TestKafkaError(t *testing.T) {
 // state and waits the idle timeout.
 func TestInputTopicChange(t *testing.T) {
 	for _, faithful := range []bool{true, false} {
-		cfg := riffConfig(ModeRiffQueue, faithful, 3, 2*time.Second)
+		cfg := riffConfig(lagconfig.ModeRiffQueue, faithful, 3, 2*time.Second)
 		s, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -319,7 +321,7 @@ func TestInputTopicChange(t *testing.T) {
 }
 
 func TestExplainOffset(t *testing.T) {
-	got := replay(t, riffConfig(ModeRiffOffset, true, 3, 2*time.Second), 40, burst(5))
+	got := replay(t, riffConfig(lagconfig.ModeRiffOffset, true, 3, 2*time.Second), 40, burst(5))
 	d := got[20] // smoothed to 0 at tick ~19: counting down
 	if !d.Idle.Counting || !d.Idle.Holding || d.Idle.Held != 1 || d.Reason != ReasonIdleHold {
 		t.Errorf("tick 21: Idle = %+v, Reason = %v, want a running countdown holding 1", d.Idle, d.Reason)

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // Scaler is the state of one target. It is not safe for concurrent use;
 // Set serialises access.
 type Scaler struct {
-	cfg Config
+	cfg lagconfig.Config
 
 	// started is false until the first tick with data.
 	started bool
@@ -65,7 +67,7 @@ type recommendation struct {
 }
 
 // New returns a Scaler for cfg, which must be valid.
-func New(cfg Config) (*Scaler, error) {
+func New(cfg lagconfig.Config) (*Scaler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -74,14 +76,14 @@ func New(cfg Config) (*Scaler, error) {
 	return s, nil
 }
 
-// Config returns the target's configuration.
-func (s *Scaler) Config() Config { return s.cfg }
+// lagconfig.Config returns the target's configuration.
+func (s *Scaler) Config() lagconfig.Config { return s.cfg }
 
 // Reconfigure applies a new configuration and keeps the state, except where
 // the original reset it: faithful riff-queue rebuilds its chain (smoothing
 // memory and delayer) when the topic changes, as riff did on an input change.
 // A topic change forgets per-partition history in every mode.
-func (s *Scaler) Reconfigure(cfg Config) error {
+func (s *Scaler) Reconfigure(cfg lagconfig.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -90,7 +92,7 @@ func (s *Scaler) Reconfigure(cfg Config) error {
 		// A new algorithm starts afresh from the replica count it inherits.
 		*s = Scaler{current: s.current, lags: s.lags, seen: s.seen, gen: s.gen}
 	} else if topicChanged {
-		if cfg.Mode == ModeRiffQueue && cfg.Faithful {
+		if cfg.Mode == lagconfig.ModeRiffQueue && cfg.Faithful {
 			s.memory = 0
 			s.dValue, s.dPrevious, s.dDeadline = 0, 0, time.Time{}
 		}
@@ -102,10 +104,10 @@ func (s *Scaler) Reconfigure(cfg Config) error {
 	return nil
 }
 
-func (s *Scaler) setConfig(cfg Config) {
+func (s *Scaler) setConfig(cfg lagconfig.Config) {
 	s.cfg = cfg
 	s.cfg.PartitionLimitation = append([]int32(nil), cfg.PartitionLimitation...)
-	if cfg.Mode == ModeKEDA {
+	if cfg.Mode == lagconfig.ModeKEDA {
 		// One slot per tick of the window, plus the current one.
 		n := int(cfg.ScaleDownStabilization/cfg.TickInterval) + 2
 		n = min(n, 4096)
@@ -136,7 +138,7 @@ func (s *Scaler) Decide(in *Input, now time.Time) Decision {
 	}
 	if d.ObservedKnown {
 		switch {
-		case s.cfg.Faithful || s.cfg.Mode == ModeKEDA:
+		case s.cfg.Faithful || s.cfg.Mode == lagconfig.ModeKEDA:
 			// riff's informer overwrites actualReplicas; the HPA reads the
 			// scale subresource.
 			s.current = in.Replicas
@@ -160,7 +162,7 @@ func (s *Scaler) Decide(in *Input, now time.Time) Decision {
 	}
 	if !fetchFailed && in.Partitions[0].Topic != "" {
 		switch {
-		case s.cfg.Mode != ModeKEDA:
+		case s.cfg.Mode != lagconfig.ModeKEDA:
 			return s.hold(d, StatusBadInput, badInput("partitions of several topics: %s reads one input topic", s.cfg.Mode))
 		case len(s.cfg.PartitionLimitation) > 0:
 			// KEDA applies partitionLimitation only to the topic it names.
@@ -168,13 +170,13 @@ func (s *Scaler) Decide(in *Input, now time.Time) Decision {
 		}
 	}
 	switch {
-	case fetchFailed && s.cfg.Mode == ModeRiffQueue && s.cfg.Faithful:
+	case fetchFailed && s.cfg.Mode == lagconfig.ModeRiffQueue && s.cfg.Faithful:
 		s.queue(&d, in, now, true) // riff counted the error as a queue of 1
 	case fetchFailed:
 		return s.hold(d, StatusNoData, errFetchFailed)
-	case s.cfg.Mode == ModeRiffOffset:
+	case s.cfg.Mode == lagconfig.ModeRiffOffset:
 		s.offset(&d, in, now)
-	case s.cfg.Mode == ModeRiffQueue:
+	case s.cfg.Mode == lagconfig.ModeRiffQueue:
 		s.queue(&d, in, now, false)
 	default:
 		s.keda(&d, in, now)
@@ -228,15 +230,15 @@ func (s *Scaler) finish(d *Decision) {
 // idleState reports the running countdown without changing it.
 func (s *Scaler) idleState(now time.Time) Idle {
 	switch s.cfg.Mode {
-	case ModeRiffOffset:
+	case lagconfig.ModeRiffOffset:
 		if s.hasZeroSince {
 			return Idle{Counting: true, Deadline: s.zeroSince.Add(s.cfg.IdleTimeout)}
 		}
-	case ModeRiffQueue:
+	case lagconfig.ModeRiffQueue:
 		if s.dValue == 0 && now.Before(s.dDeadline) {
 			return Idle{Counting: true, Deadline: s.dDeadline}
 		}
-	case ModeKEDA:
+	case lagconfig.ModeKEDA:
 		if !s.hasActive {
 			return Idle{}
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // Result is the compact per-target output of Set.Tick.
@@ -54,7 +56,7 @@ func NewSet() *Set {
 
 // Upsert adds a target or reconfigures an existing one (keeping its state as
 // Scaler.Reconfigure does).
-func (s *Set) Upsert(key string, cfg Config) error {
+func (s *Set) Upsert(key string, cfg lagconfig.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i, ok := s.index[key]; ok {
@@ -183,7 +185,7 @@ func (s *Set) Rebuild(key string, history []Observation) error {
 
 // Rebuild returns a Scaler whose state is the result of replaying history
 // through a fresh Scaler for cfg. Times must not go backwards.
-func Rebuild(cfg Config, history []Observation) (*Scaler, error) {
+func Rebuild(cfg lagconfig.Config, history []Observation) (*Scaler, error) {
 	sc, err := New(cfg)
 	if err != nil {
 		return nil, err

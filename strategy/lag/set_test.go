@@ -6,18 +6,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 func TestSetTickAllTargets(t *testing.T) {
 	s := NewSet()
 	for _, mode := range allModes {
-		cfg := DefaultConfig(mode)
+		cfg := lagconfig.DefaultConfig(mode)
 		cfg.DeclaredPartitions = 2
 		if err := s.Upsert(string(mode), cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Upsert("bad", Config{Mode: "kpa"}); err == nil || !strings.Contains(err.Error(), "target bad") {
+	if err := s.Upsert("bad", lagconfig.Config{Mode: "kpa"}); err == nil || !strings.Contains(err.Error(), "target bad") {
 		t.Errorf("Upsert with a bad mode = %v, want an error naming the target", err)
 	}
 	if err := s.Observe("nope", Input{}); err == nil {
@@ -59,10 +61,10 @@ func TestSetTickAllTargets(t *testing.T) {
 			t.Errorf("%s unobserved: %+v (%v), want no-data holding 1", r.Key, r, d.Err)
 		}
 	}
-	if !s.Remove(string(ModeRiffQueue)) || s.Remove(string(ModeRiffQueue)) || s.Len() != 2 {
+	if !s.Remove(string(lagconfig.ModeRiffQueue)) || s.Remove(string(lagconfig.ModeRiffQueue)) || s.Len() != 2 {
 		t.Errorf("Remove: Len = %d, want 2 and a second Remove to report false", s.Len())
 	}
-	if _, ok := s.Explain(string(ModeKEDA)); !ok {
+	if _, ok := s.Explain(string(lagconfig.ModeKEDA)); !ok {
 		t.Error("Explain lost the target moved by Remove")
 	}
 }
@@ -72,7 +74,7 @@ func TestSetTickAllTargets(t *testing.T) {
 func TestRebuild(t *testing.T) {
 	for _, mode := range allModes {
 		for _, faithful := range []bool{true, false} {
-			cfg := DefaultConfig(mode)
+			cfg := lagconfig.DefaultConfig(mode)
 			cfg.Faithful, cfg.DeclaredPartitions, cfg.ExcludePersistentLag = faithful, 3, true
 			live := NewSet()
 			if err := live.Upsert("t", cfg); err != nil {
@@ -123,8 +125,8 @@ func TestRebuild(t *testing.T) {
 // decides riff targets every tick and keda targets every 30 s.
 func TestSetIntervals(t *testing.T) {
 	s := NewSet()
-	for _, mode := range []Mode{ModeRiffQueue, ModeKEDA} {
-		if err := s.Upsert(string(mode), DefaultConfig(mode)); err != nil {
+	for _, mode := range []lagconfig.Mode{lagconfig.ModeRiffQueue, lagconfig.ModeKEDA} {
+		if err := s.Upsert(string(mode), lagconfig.DefaultConfig(mode)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,17 +138,17 @@ func TestSetIntervals(t *testing.T) {
 			counts[r.Key]++
 		}
 	}
-	if got := counts[string(ModeRiffQueue)]; got != 3000 {
+	if got := counts[string(lagconfig.ModeRiffQueue)]; got != 3000 {
 		t.Errorf("riff-queue decided %d times in 3000 ticks, want 3000", got)
 	}
-	if got := counts[string(ModeKEDA)]; got < 10 || got > 11 {
+	if got := counts[string(lagconfig.ModeKEDA)]; got < 10 || got > 11 {
 		t.Errorf("keda decided %d times in 300 s, want 10 or 11 (every 30 s)", got)
 	}
 }
 
 func ExampleSet() {
 	set := NewSet()
-	cfg, err := ParseConfig("riff-queue", map[string]string{"idleTimeoutMs": "2000", "topic": "orders"})
+	cfg, err := lagconfig.ParseConfig("riff-queue", map[string]string{"idleTimeoutMs": "2000", "topic": "orders"})
 	if err != nil {
 		panic(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // inTopic names the topic of every partition of ps.
@@ -23,18 +25,18 @@ func inTopic(topic string, ps []Partition) []Partition {
 // excludePersistentLag's memory per topic and partition.
 func TestKEDASeveralTopics(t *testing.T) {
 	two := func(a, b []Partition) []Partition { return append(inTopic("orders", a), inTopic("refunds", b)...) }
-	cfg := kedaCfg(true, func(c *Config) { c.Topic, c.LagThreshold = "", 10 })
+	cfg := kedaCfg(true, func(c *lagconfig.Config) { c.Topic, c.LagThreshold = "", 10 })
 	ds := polls(t, cfg, two(parts(30, 0, 20, 10), parts(15, 5)))
 	if d := ds[0]; d.Status != StatusOK || d.KEDA.Metric != 30 || !d.KEDA.Active || d.TotalLag != 50 || d.PartitionCount != 3 {
 		t.Errorf("sum of two topics: %+v; want 50 over 3 partitions, capped at 3 x 10", d)
 	}
-	if d := polls(t, kedaCfg(true, func(c *Config) { c.Topic, c.LagThreshold = "", 100 }), two(parts(30, 0, 20, 10), parts(15, 5)))[0]; d.KEDA.Metric != 50 {
+	if d := polls(t, kedaCfg(true, func(c *lagconfig.Config) { c.Topic, c.LagThreshold = "", 100 }), two(parts(30, 0, 20, 10), parts(15, 5)))[0]; d.KEDA.Metric != 50 {
 		t.Errorf("uncapped sum: metric %v; want 50", d.KEDA.Metric)
 	}
 
 	// Partition 0 of each topic: the same id, different commits. Only
 	// orders' commit stands still between the polls.
-	persistent := kedaCfg(true, func(c *Config) { c.Topic, c.LagThreshold, c.ExcludePersistentLag = "", 100, true })
+	persistent := kedaCfg(true, func(c *lagconfig.Config) { c.Topic, c.LagThreshold, c.ExcludePersistentLag = "", 100, true })
 	ds = polls(t, persistent,
 		two(parts(30, 10), parts(30, 5)),
 		two(parts(40, 10), parts(40, 6)))
@@ -68,13 +70,13 @@ func TestKEDASeveralTopics(t *testing.T) {
 func TestSeveralTopicsRefused(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  lagconfig.Config
 		in   []Partition
 		want string
 	}{
-		{"riff reads one topic", func() Config { c := DefaultConfig(ModeRiffQueue); c.Topic = ""; return c }(),
+		{"riff reads one topic", func() lagconfig.Config { c := lagconfig.DefaultConfig(lagconfig.ModeRiffQueue); c.Topic = ""; return c }(),
 			append(inTopic("a", parts(5, 0)), inTopic("b", parts(5, 0))...), "reads one input topic"},
-		{"partitionLimitation names one topic's", kedaCfg(false, func(c *Config) { c.Topic, c.PartitionLimitation = "", []int32{0} }),
+		{"partitionLimitation names one topic's", kedaCfg(false, func(c *lagconfig.Config) { c.Topic, c.PartitionLimitation = "", []int32{0} }),
 			append(inTopic("a", parts(5, 0)), inTopic("b", parts(5, 0))...), "partitionLimitation"},
 		{"a topic on some partitions only", kedaCfg(false, nil),
 			append(parts(5, 0), inTopic("b", parts(5, 0))[0]), "on every partition or on none"},

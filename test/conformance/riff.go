@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/strategy/lag"
+	"github.com/tidalscale/tidal/strategy/lagconfig"
 )
 
 // riffFamilies replays ../shared/vectors/riff: riff's function controller
@@ -72,9 +73,9 @@ type riffExpect struct {
 }
 
 // riffModes maps a riff version to the algorithm it shipped (riff-offset until v0.0.5, riff-queue from v0.0.6).
-var riffModes = map[string]lag.Mode{
-	"v0.0.3": lag.ModeRiffOffset, "v0.0.4": lag.ModeRiffOffset, "v0.0.5": lag.ModeRiffOffset,
-	"v0.0.6": lag.ModeRiffQueue, "v0.0.7": lag.ModeRiffQueue, "v0.0.x": lag.ModeRiffQueue,
+var riffModes = map[string]lagconfig.Mode{
+	"v0.0.3": lagconfig.ModeRiffOffset, "v0.0.4": lagconfig.ModeRiffOffset, "v0.0.5": lagconfig.ModeRiffOffset,
+	"v0.0.6": lagconfig.ModeRiffQueue, "v0.0.7": lagconfig.ModeRiffQueue, "v0.0.x": lagconfig.ModeRiffQueue,
 }
 
 func replayRiff(raw []byte) error {
@@ -104,8 +105,8 @@ func replayRiff(raw []byte) error {
 
 // riffConfig translates a Function spec and the Topic resources into a
 // faithful Config, applying riff's CRD defaults as its informer handlers did.
-func riffConfig(v *riffVector, mode lag.Mode, fn riffFunction) (lag.Config, error) {
-	c := lag.DefaultConfig(mode)
+func riffConfig(v *riffVector, mode lagconfig.Mode, fn riffFunction) (lagconfig.Config, error) {
+	c := lagconfig.DefaultConfig(mode)
 	c.Faithful = true
 	c.Topic = fn.Input
 	c.TickInterval = time.Duration(v.Config.TickMs) * time.Millisecond
@@ -131,7 +132,7 @@ func riffConfig(v *riffVector, mode lag.Mode, fn riffFunction) (lag.Config, erro
 	return c, c.Validate()
 }
 
-func replayRiffVariant(v *riffVector, variant string, mode lag.Mode) error {
+func replayRiffVariant(v *riffVector, variant string, mode lagconfig.Mode) error {
 	fn := v.Config.Function
 	cfg, err := riffConfig(v, mode, fn)
 	if err != nil {

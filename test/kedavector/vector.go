@@ -111,10 +111,10 @@ func (v *Vector) LagThreshold() int64 {
 // LagConfig is tidal's keda mode configured by the vector's keys, through
 // the parser a ScaledObject's metadata goes through: faithful reproduces
 // KEDA's numbers, faults included.
-func (v *Vector) LagConfig(faithful bool) (lag.Config, error) {
+func (v *Vector) LagConfig(faithful bool) (lagconfig.Config, error) {
 	md, err := v.Metadata()
 	if err != nil {
-		return lag.Config{}, err
+		return lagconfig.Config{}, err
 	}
 	md["faithful"] = strconv.FormatBool(faithful)
 	return lagconfig.ParseConfig(string(lagconfig.ModeKEDA), md)
