@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,37 +41,6 @@ type AzureOptions struct {
 	// Parallel replays this many targets at once; 0 or 1 means one at a
 	// time. The results do not depend on it: targets are merged in order.
 	Parallel int
-}
-
-// CompareAzure replays every selected function of an Azure Functions 2019
-// invocations file through every configuration and merges each
-// configuration's results over the functions. The file is read one row at
-// a time. Each function's arrivals are placed with a seed of its own,
-// Options.Seed mixed with its owner, app and function hashes (FNV-1a), so a
-// function's replay does not depend on the rows around it. With
-// Options.Timeline and exactly one function replayed, the results keep its
-// timeline.
-func CompareAzure(r io.Reader, name string, cfgs []Configuration, opts Options, sel AzureOptions) ([]*Result, error) {
-	ar, err := trace.NewAzureReader(r, name)
-	if err != nil {
-		return nil, err
-	}
-	return CompareSource(&azureRows{ar: ar, file: name}, cfgs, opts, sel)
-}
-
-// azureRows adapts an AzureReader to a trace.Source.
-type azureRows struct {
-	ar   *trace.AzureReader
-	file string
-}
-
-func (a *azureRows) Next() (*trace.Target, error) {
-	f, err := a.ar.Next()
-	if err != nil {
-		return nil, err
-	}
-	return &trace.Target{Owner: f.Owner, App: f.App, Function: f.Function, Trigger: f.Trigger, File: a.file, Line: f.Line,
-		Trace: trace.Trace{Name: f.Name(), Width: time.Minute, Counts: slices.Clone(f.Counts)}}, nil
 }
 
 // CompareSource replays every selected target of src (a function, or an

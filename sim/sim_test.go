@@ -155,17 +155,25 @@ func TestLagConfigurations(t *testing.T) {
 	}
 }
 
+// compareAzure replays the functions of one Azure 2019 file as tidal-sim
+// -azure does.
+func compareAzure(t testing.TB, path string, cfgs []Configuration, opts Options, sel AzureOptions) []*Result {
+	t.Helper()
+	src, closeFiles, err := trace.OpenAzure([]string{path}, trace.ByFunction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFiles()
+	rs, err := CompareSource(src, cfgs, opts, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
 func TestCompareAzureSample(t *testing.T) {
-	f, err := os.Open("testdata/azure-sample.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	cfgs := readConfigs(t, "configs.yaml")
-	rs, err := CompareAzure(f, "azure-sample.csv", cfgs, Options{Seed: 1}, AzureOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := compareAzure(t, "testdata/azure-sample.csv", cfgs, Options{Seed: 1}, AzureOptions{})
 	for _, r := range rs {
 		if r.Targets != 4 || r.Duration != 4*24*time.Hour || r.Served != r.Arrived {
 			t.Errorf("%s: %d targets, %s, served %d of %d; want 4 days of 4 functions, all served", r.Config, r.Targets, r.Duration, r.Served, r.Arrived)
@@ -178,12 +186,7 @@ func TestCompareAzureSample(t *testing.T) {
 			k.ColdStarts, k.PodSeconds, d.ColdStarts, d.PodSeconds)
 	}
 	// One function by its hash prefix, with its timeline.
-	f2, _ := os.Open("testdata/azure-sample.csv")
-	defer f2.Close()
-	one, err := CompareAzure(f2, "azure-sample.csv", cfgs[:1], Options{Seed: 1, Timeline: true}, AzureOptions{Limit: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	one := compareAzure(t, "testdata/azure-sample.csv", cfgs[:1], Options{Seed: 1, Timeline: true}, AzureOptions{Limit: 1})
 	if one[0].Targets != 1 || len(one[0].Timeline) != 24*3600 {
 		t.Errorf("one function: %d targets, %d timeline points; want 1 and a point a second", one[0].Targets, len(one[0].Timeline))
 	}
