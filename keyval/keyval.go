@@ -6,6 +6,7 @@ package keyval
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -250,11 +251,7 @@ func (ks *Keys[S]) Known(name string) bool {
 // refusal is the same every time, and returns the keys it does not know,
 // sorted, for the caller to ignore or refuse.
 func (ks *Keys[S]) Parse(s *S, data map[string]string) (unknown []string, err error) {
-	names := make([]string, 0, len(data))
-	for n := range data {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(data))
 	for _, n := range names {
 		i, ok := ks.byName[n]
 		if !ok {

@@ -3,9 +3,10 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -203,7 +204,7 @@ func (c *Configuration) Check() error {
 	if r := c.InitialReplicas; r != nil && (*r < 0 || *r > 10000) {
 		return fmt.Errorf("field initialReplicas %d: want 0 to 10000", *r)
 	}
-	for _, k := range sortedKeys(c.Autoscaler) {
+	for _, k := range slices.Sorted(maps.Keys(c.Autoscaler)) {
 		if !knownAutoscalerKeys[k] {
 			return fmt.Errorf("field autoscaler: unknown config-autoscaler key %s", keyval.Name(k))
 		}
@@ -214,7 +215,7 @@ func (c *Configuration) Check() error {
 	}
 	switch c.Strategy {
 	case StrategyKPA:
-		for _, k := range sortedKeys(c.Annotations) {
+		for _, k := range slices.Sorted(maps.Keys(c.Annotations)) {
 			if !strings.HasPrefix(k, kpaconfig.Prefix) && k != kpaconfig.AnnotationKeepAlive {
 				return fmt.Errorf("field annotations: key %s: a kpa configuration takes %s* keys and %s", keyval.Name(k), kpaconfig.Prefix, kpaconfig.AnnotationKeepAlive)
 			}
@@ -223,7 +224,7 @@ func (c *Configuration) Check() error {
 			return fmt.Errorf("field annotations: %w", err)
 		}
 	case StrategyLag:
-		for _, k := range sortedKeys(c.Annotations) {
+		for _, k := range slices.Sorted(maps.Keys(c.Annotations)) {
 			if !strings.HasPrefix(k, lagconfig.AnnotationPrefix) {
 				return fmt.Errorf("field annotations: key %s: a lag configuration takes %s* keys", keyval.Name(k), lagconfig.AnnotationPrefix)
 			}
@@ -265,7 +266,7 @@ func exactKeys(path string, v any, t reflect.Type) error {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		fields[name] = t.Field(i).Type
 	}
-	for _, k := range sortedKeys(obj) {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		ft, ok := fields[k]
 		if !ok {
 			return fmt.Errorf("%s: unknown field %s", strings.TrimPrefix(path+"."+keyval.Name(k), "."), keyval.Quote(k))
@@ -275,13 +276,4 @@ func exactKeys(path string, v any, t reflect.Type) error {
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -27,9 +27,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	_ "time/tzdata" // CronJob time zones, as the upstream commands do
 
@@ -76,11 +77,7 @@ func main() {
 		run, ok = components[name]
 	}
 	if !ok {
-		names := make([]string, 0, len(components))
-		for n := range components {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(components))
 		fmt.Fprintf(os.Stderr, "usage: kube COMPONENT [flags]\ncomponents: %s\n", strings.Join(names, ", "))
 		os.Exit(2)
 	}

@@ -2,6 +2,7 @@ package collectorv1
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -33,11 +34,7 @@ func (r *EnsureKEDATargetRequest) Validate() error {
 	if n := len(md); n > MaxKEDAMetadata {
 		return commonv1.Invalid("scaler_metadata", fmt.Sprintf("%d entries", n), fmt.Sprintf("at most %d entries", MaxKEDAMetadata))
 	}
-	keys := make([]string, 0, len(md))
-	for k := range md {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // the same first error every time
+	keys := slices.Sorted(maps.Keys(md)) // the same first error every time
 	for _, k := range keys {
 		f := fmt.Sprintf("scaler_metadata[%q]", commonv1.Prefix(k))
 		if len(k) > MaxKEDAMetadataKey {

@@ -7,6 +7,7 @@ package deciderv1
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
@@ -127,11 +128,7 @@ func ValidateAnnotations(field string, ann map[string]string) error {
 	if n := len(ann); n > MaxAnnotations {
 		return commonv1.Invalid(field, fmt.Sprintf("%d entries", n), fmt.Sprintf("at most %d entries", MaxAnnotations))
 	}
-	keys := make([]string, 0, len(ann))
-	for k := range ann {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(ann))
 	total := 0
 	for _, k := range keys {
 		v := ann[k]
