@@ -51,6 +51,18 @@ func Quote(v string) string {
 // 253-byte prefix, '/' and 63-byte name.
 const maxKeyName = 317
 
+// List returns the items of a comma-separated list, trimmed, empty ones
+// dropped ("a, b,," is a and b).
+func List(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
 // Name is key as an error shows it: as it is when plain and no longer than an
 // annotation key may be, else quoted and cut like a value (an unknown key is
 // the tenant's).

@@ -3,6 +3,7 @@ package keyval
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,21 @@ func TestErrorsAreBounded(t *testing.T) {
 	}
 	if got := Unknown("k", "v", "parameter").Error(); got != `k "v": unknown parameter` {
 		t.Errorf("Unknown = %q", got)
+	}
+}
+
+func TestList(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{" , ,", nil},
+		{"a", []string{"a"}},
+		{" a:1, b:2 ,,c ", []string{"a:1", "b:2", "c"}},
+	} {
+		if got := List(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("List(%q) = %q, want %q", tt.in, got, tt.want)
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tidalscale/tidal/keyval"
 )
 
 // Namespaced joins one informer per namespace into one: the informer a
@@ -393,11 +395,8 @@ func (n *Namespaces) String() string {
 // duplicates dropped.
 func (n *Namespaces) Set(v string) error {
 	var out []string
-	for name := range strings.SplitSeq(v, ",") {
-		name = strings.TrimSpace(name)
+	for _, name := range keyval.List(v) {
 		switch {
-		case name == "":
-			continue
 		case len(validation.IsDNS1123Label(name)) > 0:
 			return fmt.Errorf("namespace %q: want a Kubernetes namespace name (a-z, 0-9, '-', at most 63 bytes)", truncate(name))
 		case !slices.Contains(out, name):

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tidalscale/tidal/keyval"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
 
@@ -70,10 +71,7 @@ func (b *BrokerPatterns) String() string {
 // Set implements flag.Value, refusing a malformed pattern.
 func (b *BrokerPatterns) Set(v string) error {
 	var out BrokerPatterns
-	for pat := range strings.SplitSeq(v, ",") {
-		if pat = strings.TrimSpace(pat); pat == "" {
-			continue
-		}
+	for _, pat := range keyval.List(v) {
 		if _, err := path.Match(pat, ""); err != nil {
 			return fmt.Errorf("%q: want host:port patterns (Go path.Match): %w", commonv1.Prefix(pat), err)
 		}

@@ -30,6 +30,7 @@ import (
 	functionslisters "github.com/tidalscale/tidal/apis/generated/listers/functions/v1alpha1"
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
+	"github.com/tidalscale/tidal/keyval"
 	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/kubecache"
 	"github.com/tidalscale/tidal/logkey"
@@ -85,12 +86,7 @@ func (c *Config) BrokerPolicy() lag.BrokerPolicy {
 // RegisterFlagsWithPrefix registers the discovery flags with their defaults.
 func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 	fs.Func(p+"kafka-brokers", "Comma-separated Kafka bootstrap servers of Functions' input topics (as the actuator's --kafka-brokers).", func(v string) error {
-		c.KafkaBrokers = nil
-		for _, b := range strings.Split(v, ",") {
-			if b = strings.TrimSpace(b); b != "" {
-				c.KafkaBrokers = append(c.KafkaBrokers, b)
-			}
-		}
+		c.KafkaBrokers = keyval.List(v)
 		return nil
 	})
 	fs.Var(&c.AllowedBrokers, p+"allowed-brokers", "Comma-separated host:port patterns (Go path.Match, e.g. *.kafka.svc.cluster.local:9092) of the Kafka brokers, besides --kafka-brokers, that lag sources tenants write (a PodAutoscaler's or Metric's spec.lag and its Secret, a KEDA trigger's bootstrapServers) may make the collector connect to, seed and advertised brokers alike; empty means --kafka-brokers alone.")
@@ -569,12 +565,7 @@ func (d *Discovery) lagBrokers(ctx context.Context, ns string, src *autoscalingv
 	if !ok {
 		return c, fmt.Errorf("secret %s/%s: no key %q", ns, ref.Name, ref.Key)
 	}
-	for _, b := range strings.Split(string(raw), ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			c.Brokers = append(c.Brokers, b)
-		}
-	}
-	if len(c.Brokers) == 0 {
+	if c.Brokers = keyval.List(string(raw)); len(c.Brokers) == 0 {
 		return c, fmt.Errorf("secret %s/%s key %q: no brokers", ns, ref.Name, ref.Key)
 	}
 	c.Auth, err = lag.AuthFromSecret(sec.Data)

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/tidalscale/tidal/hack/imagebuild"
+	"github.com/tidalscale/tidal/keyval"
 )
 
 func main() {
@@ -29,8 +30,8 @@ func main() {
 	flag.StringVar(&o.Base, "base", "", "base image for ko to pull, by digest (e.g. a distroless static image); empty builds the static base offline")
 	flag.Parse()
 	o.Dir = "."
-	o.Platforms = splitList(platforms)
-	o.Services = splitList(services)
+	o.Platforms = keyval.List(platforms)
+	o.Services = keyval.List(services)
 	o.Log = os.Stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -51,14 +52,4 @@ func main() {
 		fmt.Printf("%s\t%s\n", img.Reference(), where)
 	}
 	fmt.Fprintf(os.Stderr, "image: chart values pinning these digests: %s/images.yaml\n", o.Out)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }

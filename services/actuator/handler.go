@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +22,7 @@ import (
 	"github.com/tidalscale/tidal/actuator/scale"
 	"github.com/tidalscale/tidal/actuator/writebudget"
 	functionsv1alpha1 "github.com/tidalscale/tidal/apis/functions/v1alpha1"
+	"github.com/tidalscale/tidal/keyval"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
@@ -99,7 +99,7 @@ func (f *functionService) function(ref *actuatorv1.FunctionRef, obj *functionsv1
 		Container:     corev1.Container{Image: spec.GetImage()},
 		Input:         spec.GetInputTopic(),
 		Output:        spec.GetOutputTopic(),
-		Brokers:       splitBrokers(spec.GetBrokers()),
+		Brokers:       keyval.List(spec.GetBrokers()),
 		ConsumerGroup: spec.GetConsumerGroup(),
 	}
 	for _, k := range slices.Sorted(maps.Keys(spec.GetEnv())) {
@@ -109,13 +109,6 @@ func (f *functionService) function(ref *actuatorv1.FunctionRef, obj *functionsv1
 		fn.OwnerUID = obj.UID
 	}
 	return fn
-}
-
-func splitBrokers(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, ",")
 }
 
 // handler serves ActuatorService. Requests arrive validated by the server's

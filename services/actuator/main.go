@@ -33,6 +33,7 @@ import (
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	knclient "github.com/tidalscale/tidal/apis/knative/client"
+	"github.com/tidalscale/tidal/keyval"
 	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/kubecache"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
@@ -161,7 +162,7 @@ func (c *config) Validate() error {
 	if _, err := c.deploymentConfig(); err != nil {
 		return err
 	}
-	for _, b := range splitBrokers(k.brokers) {
+	for _, b := range keyval.List(k.brokers) {
 		if i := strings.LastIndexByte(b, ':'); i <= 0 || i == len(b)-1 {
 			return fmt.Errorf("--kafka-brokers %q: %q is not host:port", k.brokers, b)
 		}
@@ -328,7 +329,7 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
-	dep := deployer.New(deployer.Config{SidecarImage: cfg.kube.sidecarImage, Brokers: splitBrokers(cfg.kube.brokers)}, kube, scaler)
+	dep := deployer.New(deployer.Config{SidecarImage: cfg.kube.sidecarImage, Brokers: keyval.List(cfg.kube.brokers)}, kube, scaler)
 	fns, err := deployer.NewController(dep, log, tidal, tidalInf, kubeInf, recorder, cfg.kube.workers)
 	if err != nil {
 		return err

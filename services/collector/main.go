@@ -31,6 +31,7 @@ import (
 	"github.com/tidalscale/tidal/collector/lag"
 	"github.com/tidalscale/tidal/collector/scrape"
 	"github.com/tidalscale/tidal/collector/targets"
+	"github.com/tidalscale/tidal/keyval"
 	"github.com/tidalscale/tidal/knativeconfig"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
@@ -375,13 +376,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 // parseAddrs parses a comma-separated list of host:port addresses.
 func parseAddrs(v string) ([]string, error) {
-	var out []string
-	for _, a := range strings.Split(v, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			if !isHostPort(a) {
-				return nil, fmt.Errorf("%q: want host:port", a)
-			}
-			out = append(out, a)
+	out := keyval.List(v)
+	for _, a := range out {
+		if !isHostPort(a) {
+			return nil, fmt.Errorf("%q: want host:port", a)
 		}
 	}
 	return out, nil

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidalscale/tidal/identity"
+	"github.com/tidalscale/tidal/keyval"
 	"github.com/tidalscale/tidal/proto/externalscaler"
 	actuatorv1 "github.com/tidalscale/tidal/proto/tidal/actuator/v1"
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
@@ -261,10 +262,7 @@ func (l *idList) Set(v string) error {
 
 func parseIDs(v string) ([]identity.ID, error) {
 	var ids []identity.ID
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
+	for _, s := range keyval.List(v) {
 		id, err := identity.Parse(s)
 		if err != nil {
 			return nil, err
