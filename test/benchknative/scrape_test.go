@@ -278,7 +278,7 @@ type countingRecorder struct {
 	last   atomic.Value
 }
 
-func (r *countingRecorder) Record(*commonv1.TargetRef, *commonv1.MetricSample) {}
+func (r *countingRecorder) Record(*commonv1.TargetRef, *commonv1.MetricSample) bool { return true }
 
 func (r *countingRecorder) Failed(_ *commonv1.TargetRef, f scrape.Failure) {
 	r.failed.Add(1)
