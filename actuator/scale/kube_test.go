@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/tidalscale/tidal/test/cluster"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -156,17 +158,11 @@ func TestKubeScalesCustomResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	tgt := Target{Namespace: ns, Name: "s", APIVersion: "test.tidal.dev/v1", Kind: "Scalable"}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Retried until discovery finds the new kind.
+	testkit.Eventually(t, 10*time.Second, "SetReplicas on a custom resource", func() bool {
 		err = k.SetReplicas(ctx, tgt, 7)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // discovery of the new kind
-	}
-	if err != nil {
-		t.Fatalf("SetReplicas on a custom resource: %v", err)
-	}
+		return err == nil
+	}, func() string { return fmt.Sprintf("SetReplicas on a custom resource: %v", err) })
 	got, err := dyn.Resource(gvr).Namespace(ns).Get(ctx, "s", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	"github.com/tidalscale/tidal/strategy/lagconfig"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/kedavector"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // kedaVectors is KEDA's Kafka scaler vectors (../shared/vectors/keda from
@@ -92,17 +93,12 @@ func TestKEDAInlineKafkaVectors(t *testing.T) {
 // waitServing waits for the collector's health service to say SERVING.
 func waitServing(t *testing.T, conn *grpc.ClientConn) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the collector is not serving after 30 s: %v, %v", r, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var r *healthpb.HealthCheckResponse
+	var err error
+	testkit.Eventually(t, 30*time.Second, "the collector's health service to say SERVING", func() bool {
+		r, err = healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}, func() string { return fmt.Sprintf("last health check: %v, %v", r, err) })
 }
 
 func replayInline(t *testing.T, keda externalscaler.ExternalScalerClient, so string, v *kedavector.Vector, faithful bool) {

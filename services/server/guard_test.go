@@ -423,13 +423,8 @@ func TestMaxConcurrentStreams(t *testing.T) {
 	}()
 	waitEntered := func(n int32) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for dec.entered.Load() != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("watches entered = %d, want %d", dec.entered.Load(), n)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%d watches entered", n), func() bool { return dec.entered.Load() == n },
+			func() string { return fmt.Sprintf("watches entered = %d, want %d", dec.entered.Load(), n) })
 	}
 	watch()
 	watch()

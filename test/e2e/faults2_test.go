@@ -112,16 +112,12 @@ func TestFaultCollectorFailover(t *testing.T) {
 	s.Collectors[owner].Kill()
 	killedAt := time.Now()
 	t.Logf("killed %s, which measured %s/%s, at %s", s.Collectors[owner].Name, k.Namespace, k.Name, killedAt.UTC().Format("15:04:05.000"))
-	var tookOver time.Time
-	for deadline := killedAt.Add(4 * leaseDuration); tookOver.IsZero(); time.Sleep(100 * time.Millisecond) {
-		o := owners(context.Background(), s.Collectors, k.Namespace, k.Name)
-		if last, ok := o[other]; ok && last.After(killedAt) {
-			tookOver = time.Now()
-		} else if time.Now().After(deadline) {
-			t.Logf("%s after the kill, %s measures: %s", time.Since(killedAt).Round(100*time.Millisecond), s.Collectors[other].Name, describeCollector(s.Collectors[other], k.Namespace, k.Name))
-			t.Fatalf("the surviving collector does not measure the target %s after the kill (lease duration %s)", 4*leaseDuration, leaseDuration)
-		}
-	}
+	tookOver := testkit.Eventually(t, 4*leaseDuration, fmt.Sprintf("the surviving collector to measure the target after the kill (lease duration %s)", leaseDuration), func() bool {
+		last, ok := owners(context.Background(), s.Collectors, k.Namespace, k.Name)[other]
+		return ok && last.After(killedAt)
+	}, func() string {
+		return fmt.Sprintf("%s after the kill, %s measures: %s", time.Since(killedAt).Round(100*time.Millisecond), s.Collectors[other].Name, describeCollector(s.Collectors[other], k.Namespace, k.Name))
+	})
 	d := tookOver.Sub(killedAt)
 	t.Logf("%s measured the target %s after the kill (lease duration %s, retry period %s)", s.Collectors[other].Name, d.Round(100*time.Millisecond), leaseDuration, retryPeriod)
 	// A dead holder's Lease runs out at most one lease duration after its

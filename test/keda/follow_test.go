@@ -123,11 +123,10 @@ func followPodAutoscaler(t *testing.T, c *cluster.Cluster, sys *system.System, t
 	// KEDA asks for the spec when it builds the scaler; tidal answers once
 	// the collector's informer has seen the PodAutoscaler.
 	var specs []autoscalingv2.MetricSpec
-	for start := time.Now(); len(specs) == 0; time.Sleep(100 * time.Millisecond) {
-		if specs = scaler.GetMetricSpecForScaling(ctx); len(specs) == 0 && time.Since(start) > 10*time.Second {
-			t.Fatalf("KEDA's GetMetricSpecForScaling gave no spec 10 s after the PodAutoscaler was created (KEDA logs its error above)")
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, "KEDA's GetMetricSpecForScaling to give a spec after the PodAutoscaler was created", func() bool {
+		specs = scaler.GetMetricSpecForScaling(ctx)
+		return len(specs) > 0
+	}, func() string { return "KEDA logs its error above" })
 	metricName := checkSpec(t, specs, cfg.TriggerIndex, fmt.Sprintf("tidal-podautoscaler-%s-%s", ns, paName))
 	var pushed *activityLog
 	if ps, ok := scaler.(scalers.PushScaler); ok {
@@ -502,25 +501,25 @@ func (l *decisionLog) explain(ctx context.Context) int32 {
 // cond.
 func (l *decisionLog) waitFor(t *testing.T, from time.Time, timeout time.Duration, what string, cond func(*commonv1.Decision) bool) seenDecision {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var got seenDecision
+	var last *commonv1.Decision
+	testkit.Eventually(t, timeout, what, func() bool {
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		for _, s := range l.seen {
 			if !s.at.Before(from) && cond(s.dec) {
-				l.mu.Unlock()
-				return s
+				got = s
+				return true
 			}
 		}
-		var last *commonv1.Decision
 		if len(l.seen) > 0 {
 			last = l.seen[len(l.seen)-1].dec
 		}
-		l.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last decision: %d (%q)", timeout, what, last.GetDesiredReplicas(), last.GetReason())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	}, func() string {
+		return fmt.Sprintf("last decision: %d (%q)", last.GetDesiredReplicas(), last.GetReason())
+	})
+	return got
 }
 
 // activityLog records what KEDA's push scaler reports on its active channel.
@@ -576,21 +575,16 @@ func (l *activityLog) events() []activity {
 // that is active.
 func (l *activityLog) waitFor(t *testing.T, timeout time.Duration, what string, active bool) activity {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		evs := l.events()
-		if n := len(evs); n > 0 && evs[n-1].active == active {
-			i := n - 1
-			for i > 0 && evs[i-1].active == active {
-				i--
-			}
-			return evs[i]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; reports: %v", timeout, what, evs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var evs []activity
+	testkit.Eventually(t, timeout, what, func() bool {
+		evs = l.events()
+		return len(evs) > 0 && evs[len(evs)-1].active == active
+	}, func() string { return fmt.Sprintf("reports: %v", evs) })
+	i := len(evs) - 1
+	for i > 0 && evs[i-1].active == active {
+		i--
 	}
+	return evs[i]
 }
 
 // values shows metric values briefly.

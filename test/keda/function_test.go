@@ -85,11 +85,10 @@ func followFunction(t *testing.T, c *cluster.Cluster, sys *system.System, tc *ce
 	obs := newDecisionLog(t, ctx, &wg, sys, ns, fn)
 
 	var specs []autoscalingv2.MetricSpec
-	for start := time.Now(); len(specs) == 0; time.Sleep(100 * time.Millisecond) {
-		if specs = scaler.GetMetricSpecForScaling(ctx); len(specs) == 0 && time.Since(start) > 10*time.Second {
-			t.Fatalf("KEDA's GetMetricSpecForScaling gave no spec 10 s after the Function was created (KEDA logs its error above)")
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, "KEDA's GetMetricSpecForScaling to give a spec after the Function was created", func() bool {
+		specs = scaler.GetMetricSpecForScaling(ctx)
+		return len(specs) > 0
+	}, func() string { return "KEDA logs its error above" })
 	metric := checkSpec(t, specs, cfg.TriggerIndex, fmt.Sprintf("tidal-function-%s-%s", ns, fn))
 
 	// A backlog: tidal decides N > 0, and KEDA reads N, active.

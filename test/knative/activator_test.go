@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidalscale/tidal/test/knative/knactivator"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func has(pred func(sample) bool) func([]sample) bool {
@@ -100,13 +101,7 @@ func TestActivatorRedialsAfterARestart(t *testing.T) {
 	if err := col.proc.Stop(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Drops.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("Knative's activator did not see the collector go")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "Knative's activator to see the collector go", func() bool { return a.Drops.Load() != 0 })
 	if err := col.proc.Start(context.Background(), time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package knative
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	collectorv1 "github.com/tidalscale/tidal/proto/tidal/collector/v1"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/knative/knactivator"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // replica is one collector's activator side in-process: its hub, its
@@ -119,25 +121,21 @@ func TestNonOwnerForwardsToTheOwner(t *testing.T) {
 	defer cancel()
 	go act.Request(ctx, "shop", "b-00002")
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		bs, bs2, as := b.samples("shop/b-00001-deployment"), b.samples("shop/b-00002-deployment"), a.samples("shop/a-00001-deployment")
-		if len(bs) > 0 && len(bs2) > 0 && len(as) > 0 {
-			if bs[0].GetAverageConcurrency() != 2.5 || bs[0].GetRequestCount() != 3 {
-				t.Errorf("b's sample = %v, want concurrency 2.5 and 3 requests", bs[0])
-			}
-			if bs2[0].GetAverageConcurrency() != 1 || bs2[0].GetRequestCount() != 1 {
-				t.Errorf("b's first-request sample = %v, want concurrency 1 and 1 request", bs2[0])
-			}
-			if as[0].GetAverageConcurrency() != 1.5 {
-				t.Errorf("a's sample = %v, want concurrency 1.5", as[0])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: b holds %d and %d samples of its revisions, a %d of its own; want all", len(bs), len(bs2), len(as))
-		}
-		time.Sleep(20 * time.Millisecond)
+	var bs, bs2, as []*commonv1.MetricSample
+	testkit.Eventually(t, 10*time.Second, "samples of all three revisions in their owners' hubs", func() bool {
+		bs, bs2, as = b.samples("shop/b-00001-deployment"), b.samples("shop/b-00002-deployment"), a.samples("shop/a-00001-deployment")
+		return len(bs) > 0 && len(bs2) > 0 && len(as) > 0
+	}, func() string {
+		return fmt.Sprintf("b holds %d and %d samples of its revisions, a %d of its own; want all", len(bs), len(bs2), len(as))
+	})
+	if bs[0].GetAverageConcurrency() != 2.5 || bs[0].GetRequestCount() != 3 {
+		t.Errorf("b's sample = %v, want concurrency 2.5 and 3 requests", bs[0])
+	}
+	if bs2[0].GetAverageConcurrency() != 1 || bs2[0].GetRequestCount() != 1 {
+		t.Errorf("b's first-request sample = %v, want concurrency 1 and 1 request", bs2[0])
+	}
+	if as[0].GetAverageConcurrency() != 1.5 {
+		t.Errorf("a's sample = %v, want concurrency 1.5", as[0])
 	}
 	if a.samples("shop/b-00001-deployment") != nil || b.samples("shop/a-00001-deployment") != nil {
 		t.Error("a replica holds a target it does not own")

@@ -126,17 +126,13 @@ func (c *collector) metric(t *testing.T, series string) float64 {
 // waitMetric waits until series reaches want.
 func (c *collector) waitMetric(t *testing.T, series string, want float64, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := c.metric(t, series)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v after %v, want %v\n%s", series, got, within, want, c.proc.LogTail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var got float64
+	testkit.Eventually(t, within, fmt.Sprintf("%s to reach %v", series, want), func() bool {
+		got = c.metric(t, series)
+		return got == want
+	}, func() string {
+		return fmt.Sprintf("%s = %v, want %v\n%s", series, got, want, c.proc.LogTail(20))
+	})
 }
 
 func statsTotal(outcome string) string {

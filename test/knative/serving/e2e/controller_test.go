@@ -157,27 +157,23 @@ func (k *knProcess) running(t *testing.T) {
 // autoscaler's) has a holder.
 func (k *knProcess) waitLeader(ctx context.Context, t *testing.T, c *cluster.Cluster, lease string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var err error
+	testkit.Eventually(t, within, fmt.Sprintf("Knative's %s to hold a %s Lease", k.name, lease), func() bool {
 		k.running(t)
-		leases, err := c.Client.CoordinationV1().Leases(systemNamespace).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			held := 0
-			for _, l := range leases.Items {
-				// One process of each kind runs at a time.
-				if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && strings.Contains(l.Name, lease) {
-					held++
-				}
-			}
-			if held > 0 {
-				return
+		leases, lerr := c.Client.CoordinationV1().Leases(systemNamespace).List(ctx, metav1.ListOptions{})
+		if err = lerr; err != nil {
+			return false
+		}
+		for _, l := range leases.Items {
+			// One process of each kind runs at a time.
+			if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" && strings.Contains(l.Name, lease) {
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Knative's %s holds no %s Lease after %v (%v)\n%s", k.name, lease, within, err, k.logTail(40))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	}, func() string {
+		return fmt.Sprintf("Knative's %s holds no %s Lease (%v)\n%s", k.name, lease, err, k.logTail(40))
+	})
 }
 
 func (k *knProcess) logTail(n int) string {

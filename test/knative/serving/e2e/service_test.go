@@ -19,6 +19,7 @@ import (
 
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // The config-autoscaler Knative's controller reads from its ConfigMap and
@@ -213,22 +214,19 @@ func managers(entries []metav1.ManagedFieldsEntry, subresource string) []string 
 	return out
 }
 
-// eventually polls cond every 100 ms until it holds, failing t after
-// within with cond's last explanation; Knative's controller must still run.
+// eventually is testkit.Eventually failing t at once if Knative's process
+// kc exits, and after within with cond's last explanation.
 func eventually(t *testing.T, kc *knProcess, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, why := cond()
-		if ok {
-			return
+	var why string
+	testkit.Eventually(t, within, what, func() bool {
+		var ok bool
+		if ok, why = cond(); ok {
+			return true
 		}
 		kc.running(t)
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting %v for %s: %s", within, what, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	}, func() string { return why })
 }
 
 // replicas is one reading of the Deployment.
