@@ -366,7 +366,7 @@ func (r *Reconciler[P, C]) flush(ctx context.Context, name cache.ObjectName) err
 	if err != nil {
 		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
 	}
-	r.written.Put(name, updated.GetResourceVersion(), updated)
+	r.remember(name, updated)
 	r.countWrite(WriteFlush)
 	rep.base = updated
 	return nil

@@ -169,8 +169,25 @@ func TestCoalescedReports(t *testing.T) {
 	if err := h.ctrl.FlushPending(context.Background()); err != nil {
 		t.Fatalf("FlushPending: %v", err)
 	}
-	if d := h.get("web").Status.LastDecision; d == nil || d.Sequence != 7000 {
+	stored := h.get("web")
+	if d := stored.Status.LastDecision; d == nil || d.Sequence != 7000 {
 		t.Errorf("status.lastDecision = %+v after FlushPending, want sequence 7000", d)
+	}
+
+	// What the replica keeps of its last write (the report's base, for as
+	// long as the PodAutoscaler lives) goes without the managed fields the
+	// API server returned with it, as the informer's copies do.
+	if len(stored.ManagedFields) == 0 {
+		t.Fatal("the API server returned no managed fields: the check below proves nothing")
+	}
+	name := cache.ObjectName{Namespace: h.ns, Name: "web"}
+	unlock := h.ctrl.lock(name)
+	base := h.ctrl.reportOf(name).base
+	unlock()
+	if base == nil || base.ResourceVersion != stored.ResourceVersion {
+		t.Errorf("the report's base = %v, want the flush's copy at resourceVersion %s", base, stored.ResourceVersion)
+	} else if len(base.ManagedFields) != 0 {
+		t.Errorf("the report's base keeps %d managed fields entries, want none", len(base.ManagedFields))
 	}
 }
 

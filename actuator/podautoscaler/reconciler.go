@@ -599,7 +599,7 @@ func (r *Reconciler[P, C]) reconcileLatest(ctx context.Context, name cache.Objec
 			if err != nil {
 				return fmt.Errorf("get %s %s: %w", r.spec.Name, name, err)
 			}
-			r.written.Put(name, fresh.GetResourceVersion(), fresh)
+			r.remember(name, fresh)
 		}
 		var err error
 		if pa, err = r.current(name); err != nil || pa == none {
@@ -870,13 +870,24 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 		}
 		return fmt.Errorf("update status of %s %s: %w", r.spec.Name, name, err)
 	}
-	r.written.Put(name, updated.GetResourceVersion(), updated)
+	r.remember(name, updated)
 	r.countWrite(why)
 	if rep != nil {
 		rep.base, rep.epoch, rep.pending, rep.quiet = updated, r.epoch.Load(), none, false
 	}
 	p.PA = updated
 	return nil
+}
+
+// remember keeps pa, the newest copy of name this process read or wrote,
+// for reads until the informer delivers it. Like the informer's copies it
+// goes without its managed fields: no pass reads them, they are about half
+// of a PodAutoscaler as the API server returns it (a status write's
+// response is kept as the report's base for as long as the object lives),
+// and a write without them leaves the server's as they are.
+func (r *Reconciler[P, C]) remember(name cache.ObjectName, pa P) {
+	pa.SetManagedFields(nil)
+	r.written.Put(name, pa.GetResourceVersion(), pa)
 }
 
 // statusDebounce bounds, in status intervals, how long after the first
