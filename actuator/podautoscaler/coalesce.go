@@ -156,9 +156,13 @@ const (
 
 // StatusMetrics counts the status writes by why they were made, and the
 // status fields whose change started each wait of a coalesced one: what an
-// operator reads to tell what makes the writes.
+// operator reads to tell what makes the writes. It also times how long
+// Scale calls wait for their PodAutoscaler's lock, which a worker holds
+// through a status write's round trip: what such writes cost the scale
+// writes behind them.
 type StatusMetrics struct {
 	writes, waits *prometheus.CounterVec
+	lockWait      *prometheus.HistogramVec
 }
 
 // NewStatusMetrics registers the status metrics (Spec.Status).
@@ -173,7 +177,17 @@ func NewStatusMetrics(reg prometheus.Registerer) *StatusMetrics {
 			Name: "tidal_actuator_status_waits_total",
 			Help: "Coalesced PodAutoscaler status writes made due (each waits --status-interval for the changes to pause), by kind and each status field whose change started the wait; a field of lastDecision is named as lastDecision.<field>.",
 		}, []string{"kind", "field"}),
+		lockWait: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tidal_actuator_scale_lock_wait_seconds",
+			Help:    "How long a decider's Scale call waited for its PodAutoscaler's lock, by kind: another pass held it (a worker's status write or an earlier call at the API server).",
+			Buckets: []float64{.001, .005, .025, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"kind"}),
 	}
+}
+
+// LockWait is the histogram of kind's Scale calls' waits for the lock.
+func (m *StatusMetrics) LockWait(kind string) prometheus.Observer {
+	return m.lockWait.WithLabelValues(kind)
 }
 
 // Writes is the count of status writes of kind for why.

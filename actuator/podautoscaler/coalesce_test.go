@@ -191,6 +191,49 @@ func TestCoalescedReports(t *testing.T) {
 	}
 }
 
+// TestScaleLockWait: a Scale call that finds its PodAutoscaler's lock held
+// (a worker's status write at the API server) waits for it, and the wait
+// is timed, so an operator can tell what status writes cost the scale
+// writes behind them.
+func TestScaleLockWait(t *testing.T) {
+	writes := NewStatusMetrics(prometheus.NewRegistry())
+	h := coalescing(t, time.Second, nil, func(c *Config) { c.Status = writes })
+	name := cache.ObjectName{Namespace: h.ns, Name: "web"}
+	waits := func() (uint64, float64) {
+		t.Helper()
+		var m dto.Metric
+		if err := writes.LockWait("podautoscaler").(prometheus.Metric).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+	}
+	n0, sum0 := waits()
+
+	const held = 200 * time.Millisecond
+	unlock := h.ctrl.lock(name)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.ctrl.Scale(context.Background(), Request{Decision: scale.Decision{
+			Target: scale.Target{Namespace: h.ns, Name: "web"}, Desired: 3, Sequence: 1000, Reason: "stable: test"}})
+		done <- err
+	}()
+	// Released only once the call waits for it: the holder and the call.
+	h.eventually("the Scale call waits for the lock", func() bool {
+		h.ctrl.locks.mu.Lock()
+		defer h.ctrl.locks.mu.Unlock()
+		l := h.ctrl.locks.locks[name]
+		return l != nil && l.refs == 2
+	})
+	time.Sleep(held)
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("Scale: %v", err)
+	}
+	if n, sum := waits(); n != n0+1 || sum-sum0 < held.Seconds() {
+		t.Errorf("lock waits timed = %d (%.3f s), want one more, of at least %s", n-n0, sum-sum0, held)
+	}
+}
+
 // TestStatusWaitsForPause: changes that come less than an interval apart
 // (a target stepped a tick at a time) are reported by one status write
 // once they pause, but no later than statusDebounce intervals after the

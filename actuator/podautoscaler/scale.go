@@ -129,8 +129,12 @@ func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result
 // scale applies req to the PodAutoscaler name once the caller may write.
 func (r *Reconciler[P, C]) scale(ctx context.Context, req Request, name cache.ObjectName, op *op) (scale.Result, error) {
 	var none P
+	start := time.Now()
 	unlock := r.lock(name)
 	defer unlock()
+	if r.spec.Status != nil {
+		r.spec.Status.LockWait(r.spec.Name).Observe(time.Since(start).Seconds())
+	}
 
 	op.stamp(req.ExcessBurstCapacity, req.KeepAliveState, req.PredictedIdle, r.clock.Now())
 	// Each attempt compares with the newest copy this process knows; the
