@@ -69,16 +69,23 @@ func (r *Reconciler[P, C]) forget(name cache.ObjectName) {
 
 // withPending returns the copy a pass reads: pa, the newest copy this
 // process knows, or the status this replica kept for it, not written yet.
-// The caller holds name's lock.
+// Once pa is the cache's copy of this replica's last write, the report
+// keeps that as its base. The caller holds name's lock.
 func (r *Reconciler[P, C]) withPending(name cache.ObjectName, pa P) P {
-	if r.spec.StatusInterval <= 0 {
-		return pa
-	}
 	r.reportsMu.Lock()
 	rep := r.reports[name]
 	r.reportsMu.Unlock()
 	var none P
-	if rep == nil || rep.pending == none {
+	if rep == nil {
+		return pa
+	}
+	if rep.base != none && rep.base != pa && rep.base.GetResourceVersion() == pa.GetResourceVersion() {
+		// The cache has delivered this replica's last write: the base is
+		// the cache's copy from now on, not a second one of each
+		// PodAutoscaler for as long as it lives. Neither is ever changed.
+		rep.base = pa
+	}
+	if r.spec.StatusInterval <= 0 || rep.pending == none {
 		return pa
 	}
 	// After a change of ownership the pending status stays: it is what

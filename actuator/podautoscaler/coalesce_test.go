@@ -176,18 +176,35 @@ func TestCoalescedReports(t *testing.T) {
 
 	// What the replica keeps of its last write (the report's base, for as
 	// long as the PodAutoscaler lives) goes without the managed fields the
-	// API server returned with it, as the informer's copies do.
+	// API server returned with it, as the informer's copies do; once the
+	// cache has that write, the base is the cache's copy, not a second one.
 	if len(stored.ManagedFields) == 0 {
 		t.Fatal("the API server returned no managed fields: the check below proves nothing")
 	}
 	name := cache.ObjectName{Namespace: h.ns, Name: "web"}
-	unlock := h.ctrl.lock(name)
-	base := h.ctrl.reportOf(name).base
-	unlock()
-	if base == nil || base.ResourceVersion != stored.ResourceVersion {
-		t.Errorf("the report's base = %v, want the flush's copy at resourceVersion %s", base, stored.ResourceVersion)
-	} else if len(base.ManagedFields) != 0 {
-		t.Errorf("the report's base keeps %d managed fields entries, want none", len(base.ManagedFields))
+	base := func() *autoscalingv1alpha1.PodAutoscaler {
+		unlock := h.ctrl.lock(name)
+		defer unlock()
+		if _, err := h.ctrl.current(name); err != nil {
+			t.Fatal(err)
+		}
+		return h.ctrl.reportOf(name).base
+	}
+	if b := base(); b == nil || b.ResourceVersion != stored.ResourceVersion {
+		t.Errorf("the report's base = %v, want the flush's copy at resourceVersion %s", b, stored.ResourceVersion)
+	} else if len(b.ManagedFields) != 0 {
+		t.Errorf("the report's base keeps %d managed fields entries, want none", len(b.ManagedFields))
+	}
+	h.eventually("the cache has the flush's write", func() bool {
+		pa, err := h.ctrl.kind.Get(name)
+		return err == nil && pa != nil && pa.ResourceVersion == stored.ResourceVersion
+	})
+	cached, err := h.ctrl.kind.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := base(); b != cached {
+		t.Errorf("the report's base after the cache caught up = %p, want the cache's copy %p", b, cached)
 	}
 }
 

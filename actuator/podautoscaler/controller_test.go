@@ -29,6 +29,7 @@ import (
 	autoscalingv1alpha1 "github.com/tidalscale/tidal/apis/autoscaling/v1alpha1"
 	tidalclient "github.com/tidalscale/tidal/apis/generated/clientset/versioned"
 	tidalinformers "github.com/tidalscale/tidal/apis/generated/informers/externalversions"
+	"github.com/tidalscale/tidal/kubecache"
 	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/strategy/kpaconfig"
 	"github.com/tidalscale/tidal/test/cluster"
@@ -94,8 +95,9 @@ func startHarness(t *testing.T, c *cluster.Cluster, ns string, opts harnessOpts)
 	}
 	// Its informers see its namespace alone: the shared cluster holds
 	// other tests' PodAutoscalers, whose writes would count as its own.
-	tidalInf := tidalinformers.NewSharedInformerFactoryWithOptions(tidal, 0, tidalinformers.WithNamespace(ns))
-	kubeInf := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(ns))
+	// They drop managed fields, as the actuator's do.
+	tidalInf := tidalinformers.NewSharedInformerFactoryWithOptions(tidal, 0, tidalinformers.WithNamespace(ns), tidalinformers.WithTransform(kubecache.DropManagedFields))
+	kubeInf := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(ns), informers.WithTransform(kubecache.DropManagedFields))
 	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
 	if err != nil {
 		t.Fatal(err)
