@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/tools/cache"
 )
@@ -16,9 +18,15 @@ import (
 // Ready=True, no deletion timestamp, and an IP (Knative's rule for the pods
 // it scrapes and counts).
 func Ready(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || p.Status.PodIP == "" {
-		return false
-	}
+	return ready(p.Status.Phase, p.DeletionTimestamp, p.Status.PodIP, ReadyCondition(p))
+}
+
+func ready(phase corev1.PodPhase, deleting *metav1.Time, ip string, cond bool) bool {
+	return phase == corev1.PodRunning && deleting == nil && ip != "" && cond
+}
+
+// ReadyCondition reports whether the pod's Ready condition is True.
+func ReadyCondition(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
@@ -27,15 +35,46 @@ func Ready(p *corev1.Pod) bool {
 	return false
 }
 
-// Trim is an informer transform that keeps only the fields tidal reads of a
-// pod (identity, labels, owners, deletion, phase, IP, start time and the
-// Ready condition), so that tens of thousands of pods fit in a small cache.
+// Pod is what an informer's cache keeps of a pod after Trim: its identity,
+// labels, owners and deletion, and what the readiness rule and the scraper
+// read. A *corev1.Pod takes about 1.4 KB with every other field empty, a
+// Pod about a fifth of that: tens of MB less in each of the collector and
+// the actuator at tens of thousands of pods.
+type Pod struct {
+	metav1.ObjectMeta
+	Phase corev1.PodPhase
+	IP    string
+	// ReadyCondition is set when the pod's Ready condition is True.
+	ReadyCondition bool
+	// StartTime is when the kubelet took the pod; nil before.
+	StartTime *metav1.Time
+}
+
+// Ready reports whether the pod counts as ready, by Ready's rule.
+func (p *Pod) Ready() bool { return ready(p.Phase, p.DeletionTimestamp, p.IP, p.ReadyCondition) }
+
+// GetObjectKind is a Pod's part of runtime.Object: it carries no kind.
+func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject is a Pod's part of runtime.Object.
+func (p *Pod) DeepCopyObject() runtime.Object {
+	c := *p
+	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	if p.StartTime != nil {
+		c.StartTime = p.StartTime.DeepCopy()
+	}
+	return &c
+}
+
+// Trim is an informer transform that keeps of a *corev1.Pod only what
+// tidal reads (a *Pod), so that tens of thousands of pods fit in a small
+// cache. Anything else (a tombstone) passes as it is.
 func Trim(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return obj, nil // a tombstone passes as it is
+		return obj, nil
 	}
-	out := &corev1.Pod{
+	return &Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              p.Name,
 			Namespace:         p.Namespace,
@@ -46,15 +85,21 @@ func Trim(obj any) (any, error) {
 			CreationTimestamp: p.CreationTimestamp,
 			DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, StartTime: p.Status.StartTime},
+		Phase:          p.Status.Phase,
+		IP:             p.Status.PodIP,
+		ReadyCondition: ReadyCondition(p),
+		StartTime:      p.Status.StartTime,
+	}, nil
+}
+
+// Of returns the trimmed pod an informer event carries, unwrapping a
+// tombstone; nil when it carries none.
+func Of(obj any) *Pod {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
-			break
-		}
-	}
-	return out, nil
+	p, _ := obj.(*Pod)
+	return p
 }
 
 // IndexLabel is the name of the index AddLabelIndex adds.
@@ -122,7 +167,7 @@ func List(indexer cache.Indexer, ns string, sel labels.Selector) ([]any, error) 
 	return out, nil
 }
 
-// CountReady counts the ready pods in ns that sel matches.
+// CountReady counts the ready pods (trimmed) in ns that sel matches.
 func CountReady(indexer cache.Indexer, ns string, sel labels.Selector) (int32, error) {
 	objs, err := List(indexer, ns, sel)
 	if err != nil {
@@ -130,7 +175,7 @@ func CountReady(indexer cache.Indexer, ns string, sel labels.Selector) (int32, e
 	}
 	var n int32
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok && Ready(p) {
+		if p, ok := o.(*Pod); ok && p.Ready() {
 			n++
 		}
 	}

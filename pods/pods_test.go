@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -27,11 +28,15 @@ func pod(ns, name string, ready bool, ls map[string]string) *corev1.Pod {
 
 func TestListAndCountReady(t *testing.T) {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, IndexLabel: labelIndex})
-	for i := range 4 {
-		_ = idx.Add(pod("a", fmt.Sprintf("web-%d", i), i < 3, map[string]string{"app": "web", "tier": fmt.Sprint(i % 2)}))
+	add := func(p *corev1.Pod) {
+		obj, _ := Trim(p) // as the informer keeps it
+		_ = idx.Add(obj)
 	}
-	_ = idx.Add(pod("a", "db-0", true, map[string]string{"app": "db"}))
-	_ = idx.Add(pod("b", "web-0", true, map[string]string{"app": "web"}))
+	for i := range 4 {
+		add(pod("a", fmt.Sprintf("web-%d", i), i < 3, map[string]string{"app": "web", "tier": fmt.Sprint(i % 2)}))
+	}
+	add(pod("a", "db-0", true, map[string]string{"app": "db"}))
+	add(pod("b", "web-0", true, map[string]string{"app": "web"}))
 
 	tests := []struct {
 		sel       string
@@ -63,19 +68,41 @@ func TestListAndCountReady(t *testing.T) {
 }
 
 func TestTrimKeepsWhatReadyNeeds(t *testing.T) {
-	for _, ready := range []bool{true, false} {
-		p := pod("a", "web-0", ready, map[string]string{"app": "web"})
+	started := metav1.Now()
+	deleting := metav1.Now()
+	for _, tt := range []struct {
+		name string
+		edit func(*corev1.Pod)
+	}{
+		{"ready", func(*corev1.Pod) {}},
+		{"not ready", func(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionFalse }},
+		{"no IP", func(p *corev1.Pod) { p.Status.PodIP = "" }},
+		{"pending", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }},
+		{"deleting", func(p *corev1.Pod) { p.DeletionTimestamp = &deleting }},
+		{"started", func(p *corev1.Pod) { p.Status.StartTime = &started }},
+	} {
+		p := pod("a", "web-0", true, map[string]string{"app": "web"})
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-1"}}
+		tt.edit(p)
 		out, err := Trim(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tp := out.(*corev1.Pod)
-		if Ready(tp) != Ready(p) || tp.Status.PodIP != p.Status.PodIP || tp.Labels["app"] != "web" {
-			t.Errorf("Trim lost what Ready, the IP or the labels need: %+v", tp)
+		tp := Of(out)
+		if tp == nil {
+			t.Fatalf("%s: Trim = %T, want a *Pod", tt.name, out)
 		}
-		if len(tp.Spec.Containers) != 0 || len(tp.Status.Conditions) != 1 {
-			t.Errorf("Trim kept the spec or other conditions: %+v", tp)
+		want := Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+			DeletionTimestamp: p.DeletionTimestamp}, Phase: p.Status.Phase, IP: p.Status.PodIP, ReadyCondition: ReadyCondition(p), StartTime: p.Status.StartTime}
+		if !equality.Semantic.DeepEqual(*tp, want) || tp.Ready() != Ready(p) {
+			t.Errorf("%s: Trim = %+v (ready %v), want %+v (ready %v)", tt.name, *tp, tp.Ready(), want, Ready(p))
 		}
+		if c := tp.DeepCopyObject().(*Pod); !equality.Semantic.DeepEqual(c, tp) || c == tp {
+			t.Errorf("%s: DeepCopyObject = %+v, want an equal copy", tt.name, c)
+		}
+	}
+	if of := Of(cache.DeletedFinalStateUnknown{Key: "a/web-0", Obj: &Pod{}}); of == nil {
+		t.Error("Of(tombstone of a Pod) = nil, want the Pod")
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "a/x"}
 	if out, _ := Trim(tomb); out != any(tomb) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -136,9 +135,9 @@ func TestEventHandlersEnqueue(t *testing.T) {
 	// selects it, after podEventDelay, which gathers a burst of readiness
 	// changes into one reconcile.
 	for _, name := range []string{"p", "p2"} {
-		c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, Labels: map[string]string{"app": "web", "x": "y"}}})
+		c.enqueuePod(&pods.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, Labels: map[string]string{"app": "web", "x": "y"}}})
 	}
-	c.enqueuePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "q", Labels: map[string]string{"app": "db"}}})
+	c.enqueuePod(&pods.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "q", Labels: map[string]string{"app": "db"}}})
 	c.Add(sentinel)
 	if got := next(); got != sentinel {
 		t.Fatalf("reconciled %v before podEventDelay, want nothing but the sentinel", got)

@@ -346,8 +346,8 @@ func NewReconciler[P Object[P], C any](spec Spec[P, C], log *zap.Logger, clk clo
 	_, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: r.enqueuePod,
 		UpdateFunc: func(old, cur any) {
-			o, n := old.(*corev1.Pod), cur.(*corev1.Pod)
-			if o.ResourceVersion != n.ResourceVersion && pods.Ready(o) != pods.Ready(n) {
+			o, n := pods.Of(old), pods.Of(cur)
+			if o != nil && n != nil && o.ResourceVersion != n.ResourceVersion && o.Ready() != n.Ready() {
 				r.enqueuePod(cur)
 			}
 		},
@@ -422,11 +422,8 @@ func targetKey(t scale.Target) (string, error) {
 }
 
 func (r *Reconciler[P, C]) enqueuePod(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	pod := pods.Of(obj)
+	if pod == nil {
 		return
 	}
 	r.selectors.Matching(pod.Namespace, pod.Labels, func(name cache.ObjectName) { r.AddAfter(name, podEventDelay) })

@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -356,7 +355,7 @@ func (d *Discovery) processNext(ctx context.Context) bool {
 // targets it matched lose the pod; when its ResourceVersion is the same,
 // the update is a resync and is dropped.
 func (d *Discovery) podChanged(old, obj any) {
-	p, o := podOf(obj), podOf(old)
+	p, o := pods.Of(obj), pods.Of(old)
 	if p == nil || o != nil && o.ResourceVersion == p.ResourceVersion {
 		return // not a pod, or a resync: nothing changed
 	}
@@ -379,15 +378,6 @@ func (d *Discovery) podChanged(old, obj any) {
 	for _, k := range keys {
 		d.queue.Add(k) // the queue drops a key already queued
 	}
-}
-
-// podOf unwraps a pod event's object; nil if it is no pod.
-func podOf(obj any) *corev1.Pod {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	p, _ := obj.(*corev1.Pod)
-	return p
 }
 
 func (d *Discovery) sync(ctx context.Context, key string) error {

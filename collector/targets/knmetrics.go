@@ -61,11 +61,11 @@ type podCounts struct{ ready, notReady, pending, terminating int }
 func countPods(objs []any) podCounts {
 	var c podCounts
 	for _, o := range objs {
-		p, ok := o.(*corev1.Pod)
+		p, ok := o.(*pods.Pod)
 		if !ok {
 			continue
 		}
-		switch p.Status.Phase {
+		switch p.Phase {
 		case corev1.PodPending:
 			c.pending++
 			c.notReady++
@@ -74,7 +74,7 @@ func countPods(objs []any) podCounts {
 			case p.DeletionTimestamp != nil:
 				c.terminating++
 				c.notReady++
-			case podReadyCondition(p):
+			case p.ReadyCondition: // Knative counts a Running pod ready by it, IP or not
 				c.ready++
 			default:
 				c.notReady++
@@ -82,17 +82,6 @@ func countPods(objs []any) podCounts {
 		}
 	}
 	return c
-}
-
-// podReadyCondition is the pod's Ready condition alone: Knative counts a
-// Running pod ready by it, IP or not.
-func podReadyCondition(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // knPods exports the pod counts of the Knative PodAutoscalers a Discovery

@@ -16,6 +16,7 @@ import (
 	knautoscaling "github.com/tidalscale/tidal/apis/knative/autoscaling/v1alpha1"
 	"github.com/tidalscale/tidal/apis/knative/knativetest"
 	"github.com/tidalscale/tidal/collector/queuestat"
+	"github.com/tidalscale/tidal/pods"
 	"github.com/tidalscale/tidal/test/testkit"
 )
 
@@ -30,7 +31,8 @@ func TestCountPods(t *testing.T) {
 		if deleting {
 			p.DeletionTimestamp = &now
 		}
-		return p
+		trimmed, _ := pods.Trim(p) // as the informer keeps it
+		return trimmed
 	}
 	got := countPods([]any{
 		pod(corev1.PodPending, "", false),

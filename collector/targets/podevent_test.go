@@ -139,12 +139,15 @@ func drain(d *Discovery) {
 }
 
 // podEvent delivers a pod update to d's handler; a nil old is an add.
+// The handler gets them trimmed, as the informer keeps them.
 func podEvent(d *Discovery, old, p *corev1.Pod) {
+	trimmed, _ := pods.Trim(p)
 	if old == nil {
-		d.podChanged(nil, p)
+		d.podChanged(nil, trimmed)
 		return
 	}
-	d.podChanged(old, p)
+	was, _ := pods.Trim(old)
+	d.podChanged(was, trimmed)
 }
 
 // versions is every followed target's pod source version, by source key.
@@ -278,7 +281,8 @@ func TestPodEvents(t *testing.T) {
 			if err := d.podInformer.GetIndexer().Delete(p); err != nil {
 				t.Fatal(err)
 			}
-			d.podChanged(nil, cache.DeletedFinalStateUnknown{Key: ns + "/" + p.Name, Obj: p})
+			trimmed, _ := pods.Trim(p) // the informer's last copy
+			d.podChanged(nil, cache.DeletedFinalStateUnknown{Key: ns + "/" + p.Name, Obj: trimmed})
 		},
 		want:  []string{src(0)},
 		ready: map[int]int32{0: 2, 1: 3, 2: 3},

@@ -6,9 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tidalscale/tidal/collector/scrape"
@@ -19,7 +17,6 @@ import (
 // index only when one of the target's pods changed since the last call.
 type podSource struct {
 	indexer cache.Indexer // the pod cache, with pods' label index
-	lister  corelisters.PodNamespaceLister
 	ns      string
 	sel     labels.Selector
 	port    string
@@ -36,7 +33,7 @@ type podSource struct {
 var _ scrape.PodSource = (*podSource)(nil)
 
 func newPodSource(indexer cache.Indexer, ns string, sel labels.Selector, port int32) *podSource {
-	return &podSource{indexer: indexer, lister: corelisters.NewPodLister(indexer).Pods(ns), ns: ns, sel: sel, port: strconv.Itoa(int(port))}
+	return &podSource{indexer: indexer, ns: ns, sel: sel, port: strconv.Itoa(int(port))}
 }
 
 // changed marks the cached pods stale: one of the target's pods changed.
@@ -51,15 +48,15 @@ func (s *podSource) ReadyPods(dst []scrape.Pod) []scrape.Pod {
 		s.pods = s.pods[:0]
 		objs, _ := pods.List(s.indexer, s.ns, s.sel) // a cache read: fails only without the index
 		for _, o := range objs {
-			p, ok := o.(*corev1.Pod)
-			if !ok || !pods.Ready(p) {
+			p, ok := o.(*pods.Pod)
+			if !ok || !p.Ready() {
 				continue
 			}
 			start := p.CreationTimestamp.Time
-			if p.Status.StartTime != nil {
-				start = p.Status.StartTime.Time
+			if p.StartTime != nil {
+				start = p.StartTime.Time
 			}
-			s.pods = append(s.pods, scrape.Pod{Name: p.Name, Addr: net.JoinHostPort(p.Status.PodIP, s.port), Start: start})
+			s.pods = append(s.pods, scrape.Pod{Name: p.Name, Addr: net.JoinHostPort(p.IP, s.port), Start: start})
 		}
 	}
 	return append(dst, s.pods...)
@@ -67,8 +64,9 @@ func (s *podSource) ReadyPods(dst []scrape.Pod) []scrape.Pod {
 
 // IsReady reports whether the pod is still ready now.
 func (s *podSource) IsReady(name string) bool {
-	p, err := s.lister.Get(name)
-	return err == nil && pods.Ready(p) && s.sel.Matches(labels.Set(p.Labels))
+	obj, _, err := s.indexer.GetByKey(s.ns + "/" + name)
+	p := pods.Of(obj)
+	return err == nil && p != nil && p.Ready() && s.sel.Matches(labels.Set(p.Labels))
 }
 
 // names returns the ready pods' names.
