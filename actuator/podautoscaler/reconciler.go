@@ -878,10 +878,10 @@ func (r *Reconciler[P, C]) writeStatus(ctx context.Context, p *Pass[P, C], force
 
 // remember keeps pa, the newest copy of name this process read or wrote,
 // for reads until the informer delivers it. Like the informer's copies it
-// goes without its managed fields: no pass reads them, they are about half
-// of a PodAutoscaler as the API server returns it (a status write's
-// response is kept as the report's base for as long as the object lives),
-// and a write without them leaves the server's as they are.
+// goes without its managed fields: no pass reads them, they are most of a
+// PodAutoscaler as the API server returns it (a status write's response is
+// the report's base until the cache has it), and a write without them
+// leaves the server's as they are.
 func (r *Reconciler[P, C]) remember(name cache.ObjectName, pa P) {
 	pa.SetManagedFields(nil)
 	r.written.Put(name, pa.GetResourceVersion(), pa)
