@@ -59,7 +59,7 @@ func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind 
 // DeepCopyObject is a Pod's part of runtime.Object.
 func (p *Pod) DeepCopyObject() runtime.Object {
 	c := *p
-	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	p.DeepCopyInto(&c.ObjectMeta)
 	if p.StartTime != nil {
 		c.StartTime = p.StartTime.DeepCopy()
 	}
