@@ -164,7 +164,6 @@ type target struct {
 	// spec is the latest spec; cur is the one the running scrape uses.
 	spec atomic.Pointer[Target]
 	cur  Target
-	log  *zap.Logger
 	busy atomic.Bool
 	done func()
 	// req is the GET of cur, built for the spec reqFor; svcReq the same
@@ -251,9 +250,7 @@ func (s *Scraper) Set(t Target) {
 		return
 	}
 	nt := &target{
-		log:      s.log.With(logkey.Target(key)),
-		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		counters: map[string]counterReading{},
+		rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	nt.spec.Store(&t)
 	s.targets[key] = nt
@@ -400,6 +397,7 @@ func (s *Scraper) begin(t *target, at time.Time) bool {
 		s.end(t)
 		return false
 	}
+	t.forgetCounters()
 	if t.service {
 		t.serviceSample()
 	} else {
@@ -407,6 +405,27 @@ func (s *Scraper) begin(t *target, at time.Time) bool {
 		t.resetSlots()
 	}
 	return true
+}
+
+// forgetCounters drops the counter readings of pods no longer ready, so
+// the readings stay bounded by the pods a target has as pods come and go.
+// A pod that turns ready again starts over from a first reading.
+func (t *target) forgetCounters() {
+	t.counterM.Lock()
+	defer t.counterM.Unlock()
+	if len(t.counters) <= len(t.pods) {
+		return
+	}
+	ready := make(map[string]bool, len(t.pods)+1)
+	ready[t.cur.Service] = true // the key of readings through the Service
+	for _, p := range t.pods {
+		ready[p.Name] = true
+	}
+	for pod := range t.counters {
+		if !ready[pod] {
+			delete(t.counters, pod)
+		}
+	}
 }
 
 // serviceSample sets up a sample of the ready pods read through the Service.
@@ -493,7 +512,7 @@ func (s *Scraper) serviceSlot(t *target, x *exchange) {
 			fe := asFetchError(err)
 			s.metrics.failures.WithLabelValues(fe.reason).Inc()
 			if s.limit.Allow(t.cur.Ref.Key()+" via "+t.cur.Service, s.now()) {
-				t.log.Warn("scrape through the Service failed", zap.String("service", t.cur.Service), logkey.Reason(fe.reason), zap.Error(fe.err))
+				s.log.Warn("scrape through the Service failed", logkey.Target(t.cur.Ref.Key()), zap.String("service", t.cur.Service), logkey.Reason(fe.reason), zap.Error(fe.err))
 			}
 			continue
 		}
@@ -539,6 +558,9 @@ func (t *target) textStat(pod string, v float64, now time.Time) (PodStat, error)
 	if f.Counter {
 		t.counterM.Lock()
 		prev, ok := t.counters[pod]
+		if t.counters == nil {
+			t.counters = map[string]counterReading{} // only counter targets pay for it
+		}
 		t.counters[pod] = counterReading{at: now, v: v}
 		t.counterM.Unlock()
 		switch {
@@ -572,7 +594,7 @@ func (s *Scraper) podFailed(t *target, p Pod, err error) {
 	now := s.now()
 	s.rec.Failed(t.cur.Ref, Failure{Time: now, Pod: p.Name, Reason: reason, Message: fe.err.Error()})
 	if s.limit.Allow(t.cur.Ref.GetNamespace()+"/"+p.Name, now) {
-		t.log.Warn("pod scrape failed", logkey.Pod(p.Name), logkey.Reason(reason), zap.Error(fe.err))
+		s.log.Warn("pod scrape failed", logkey.Target(t.cur.Ref.Key()), logkey.Pod(p.Name), logkey.Reason(reason), zap.Error(fe.err))
 	}
 }
 
@@ -603,8 +625,8 @@ func (s *Scraper) slotDone(t *target, ok bool, x *exchange) {
 		t.ok.Store(int32(ok + fill))
 		t.short.Store(ok+fill < t.n)
 		if t.cur.Mesh == MeshAuto && !t.short.Load() && !t.viaService.Swap(true) {
-			t.log.Info("direct pod scraping off, scraping through the Service: every pod refused as a mesh's proxy does",
-				zap.String("service", t.cur.Service))
+			s.log.Info("direct pod scraping off, scraping through the Service: every pod refused as a mesh's proxy does",
+				logkey.Target(t.cur.Ref.Key()), zap.String("service", t.cur.Service))
 		}
 	}
 	if t.short.Load() {
@@ -634,8 +656,8 @@ func (s *Scraper) fallBack(t *target, x *exchange) bool {
 		return false
 	}
 	if s.limit.Allow(t.cur.Ref.Key()+" fallback", s.now()) {
-		t.log.Warn("no pod scraped directly, every one refused as a mesh's proxy does: trying the Service",
-			zap.Int("pods", len(t.pods)), zap.String("service", t.cur.Service))
+		s.log.Warn("no pod scraped directly, every one refused as a mesh's proxy does: trying the Service",
+			logkey.Target(t.cur.Ref.Key()), zap.Int("pods", len(t.pods)), zap.String("service", t.cur.Service))
 	}
 	t.service = true
 	t.serviceSample()

@@ -465,6 +465,36 @@ func TestScrapeTextCounter(t *testing.T) {
 	}
 }
 
+// TestCounterReadingsFollowPods replaces a counter target's pod again and
+// again: the readings kept for rates stay those of its ready pods, not one
+// per pod it ever had.
+func TestCounterReadingsFollowPods(t *testing.T) {
+	var mu sync.Mutex
+	body := "http_requests_total 100\n"
+	addr := servePod(t, textHandler(&body, &mu))
+	src := &fakePods{ready: map[string]bool{}}
+	rec := &recorder{}
+	s, _ := startScraper(t, defaultConfig(t), rec)
+	s.Set(testTarget(src, Format{Kind: FormatText, Metric: "http_requests_total", Counter: true, RPS: true}))
+	for i := range 20 {
+		name := fmt.Sprintf("pod-%d", i)
+		src.mu.Lock()
+		src.pods = []Pod{{Name: name, Addr: addr}}
+		src.ready = map[string]bool{name: true}
+		src.mu.Unlock()
+		s.ScrapeNow(context.Background())
+		rec.take()
+	}
+	s.mu.Lock()
+	tg := s.targets[ref.Key()]
+	s.mu.Unlock()
+	tg.counterM.Lock()
+	defer tg.counterM.Unlock()
+	if len(tg.counters) > 2 {
+		t.Errorf("%d counter readings kept after 20 pods came and went one at a time, want at most 2: %v", len(tg.counters), tg.counters)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	base := defaultConfig(t)
 	for name, mutate := range map[string]func(*Config){
