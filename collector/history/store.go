@@ -14,9 +14,9 @@ import (
 // Samples are kept as flat records in a ring, not as the protobuf messages
 // they arrive in (four heap objects each), and a sample that repeats the
 // last one's partition lags shares them: the history is most of the
-// collector's heap. A ring grows by a quarter when full and shrinks to a
-// quarter above its count when half empty, so a settled one holds its span
-// of retention in at most twice, and mostly 1.25 times, the room its
+// collector's heap. A ring grows by an eighth when full and shrinks to an
+// eighth above its count when half empty, so a settled one holds its span
+// of retention in at most twice, and mostly 1.125 times, the room its
 // samples need.
 type History struct {
 	// Retention is how far behind the newest sample samples are kept.
@@ -24,31 +24,41 @@ type History struct {
 
 	// ring[(start+i) mod len(ring)] is the i-th oldest of n samples.
 	ring []record
-	// lags parallels ring: a sample's partition lags. Nil until the first
-	// sample with lags, so a KPA target pays nothing for them.
-	lags     [][]lag
+	// lagged parallels ring: a sample's partition count and lags. Nil
+	// until the first sample with either, so a KPA target pays nothing for
+	// them.
+	lagged   []lagged
 	start, n int
 }
 
 // minRing is the smallest ring, and the size shrinking stops at.
 const minRing = 8
 
-// roomFor is the ring size for n samples: a quarter more, so a count that
+// roomFor is the ring size for n samples: an eighth more, so a count that
 // wanders by a few samples neither grows nor shrinks the ring each time.
-func roomFor(n int) int { return max(minRing, n+n/4) }
+func roomFor(n int) int { return max(minRing, n+n/8) }
 
-// record is one retained sample, fields ordered to pack into 56 bytes.
+// record is one retained sample in 48 bytes: a scraped or pushed sample
+// has no partitions, so those live beside the ring (lagged).
 type record struct {
 	conc       float64
 	proxied    float64
 	requests   float64
 	proxiedReq float64
-	sec        int64
-	nanos      int32
-	ready      int32
+	// at is the sample's time in Unix nanoseconds: exact for any time
+	// within 292 years of 1970, and the collector takes only samples within
+	// an hour of its clock.
+	at     int64
+	ready  int32
+	source uint8 // a commonv1.SampleSource; the collector sets only 0–4
+	flags  uint8
+}
+
+// lagged is a lag sample's partition count (valid with hasPartitions) and
+// partition lags.
+type lagged struct {
+	lags       []lag
 	partitions int32
-	source     uint8 // a commonv1.SampleSource; the collector sets only 0–4
-	flags      uint8
 }
 
 const (
@@ -69,7 +79,7 @@ type lag struct {
 // New returns an empty History keeping retention behind the newest sample.
 func New(retention time.Duration) *History { return &History{Retention: retention} }
 
-func (r *record) time() time.Time { return time.Unix(r.sec, int64(r.nanos)) }
+func (r *record) time() time.Time { return time.Unix(0, r.at) }
 
 // slot is the ring index of the i-th oldest sample.
 func (h *History) slot(i int) int {
@@ -86,10 +96,10 @@ func (h *History) slot(i int) int {
 // anyway), so a busy activator costs one sample per second, not one per
 // report. merged is true when that happened. s is not kept either way.
 func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
-	sec, nanos := s.GetTime().GetSeconds(), s.GetTime().GetNanos()
+	at := time.Unix(s.GetTime().GetSeconds(), int64(s.GetTime().GetNanos()))
 	if h.n > 0 && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
 		last := &h.ring[h.slot(h.n-1)]
-		if last.source == uint8(commonv1.SampleSource_SAMPLE_SOURCE_PUSH) && last.sec == sec && last.nanos == nanos {
+		if last.source == uint8(commonv1.SampleSource_SAMPLE_SOURCE_PUSH) && last.at == at.UnixNano() {
 			last.conc += s.GetAverageConcurrency()
 			last.proxied += s.GetAverageProxiedConcurrency()
 			last.requests += s.GetRequestCount()
@@ -99,11 +109,10 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 	}
 	// Samples s pushes out of the span go first, so a full ring grows only
 	// when the span really holds more.
-	at := time.Unix(sec, int64(nanos))
 	for h.n > 0 && at.Sub(h.ring[h.start].time()) > h.Retention {
 		h.ring[h.start] = record{}
-		if h.lags != nil {
-			h.lags[h.start] = nil
+		if h.lagged != nil {
+			h.lagged[h.start] = lagged{}
 		}
 		h.start = h.slot(1)
 		h.n--
@@ -114,18 +123,21 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 		h.resize(roomFor(h.n + 1))
 	}
 	i := h.slot(h.n)
-	h.ring[i] = toRecord(s)
-	if pl := s.GetPartitionLags(); len(pl) > 0 {
-		if h.lags == nil {
-			h.lags = make([][]lag, len(h.ring))
+	h.ring[i] = toRecord(s, at)
+	if pl := s.GetPartitionLags(); len(pl) > 0 || s.PartitionCount != nil {
+		if h.lagged == nil {
+			h.lagged = make([]lagged, len(h.ring))
 		}
+		h.lagged[i].partitions = s.GetPartitionCount()
 		// An idle topic's offsets stay as they were from one fetch to the
 		// next (riff's every 100 ms): the sample shares its predecessor's
 		// lags, which nothing changes in place, rather than a copy of them.
-		if h.n > 0 && sameLags(h.lagsAt(h.n-1), pl) {
-			h.lags[i] = h.lagsAt(h.n - 1)
-		} else {
-			h.lags[i] = toLags(pl)
+		switch {
+		case len(pl) == 0:
+		case h.n > 0 && sameLags(h.lagsAt(h.n-1), pl):
+			h.lagged[i].lags = h.lagsAt(h.n - 1)
+		default:
+			h.lagged[i].lags = toLags(pl)
 		}
 	}
 	h.n++
@@ -135,24 +147,23 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 // resize moves the samples, oldest first, into a ring of size (at least n).
 func (h *History) resize(size int) {
 	ring := make([]record, size)
-	var lags [][]lag
-	if h.lags != nil {
-		lags = make([][]lag, size)
+	var lg []lagged
+	if h.lagged != nil {
+		lg = make([]lagged, size)
 	}
 	for i := range h.n {
 		j := h.slot(i)
 		ring[i] = h.ring[j]
-		if lags != nil {
-			lags[i] = h.lags[j]
+		if lg != nil {
+			lg[i] = h.lagged[j]
 		}
 	}
-	h.ring, h.lags, h.start = ring, lags, 0
+	h.ring, h.lagged, h.start = ring, lg, 0
 }
 
-func toRecord(s *commonv1.MetricSample) record {
+func toRecord(s *commonv1.MetricSample, at time.Time) record {
 	r := record{
-		sec:        s.GetTime().GetSeconds(),
-		nanos:      s.GetTime().GetNanos(),
+		at:         at.UnixNano(),
 		source:     uint8(s.GetSource()), //nolint:gosec // the collector's own sources, 0–4.
 		conc:       s.GetAverageConcurrency(),
 		proxied:    s.GetAverageProxiedConcurrency(),
@@ -165,7 +176,6 @@ func toRecord(s *commonv1.MetricSample) record {
 	}
 	if s.PartitionCount != nil {
 		r.flags |= hasPartitions
-		r.partitions = *s.PartitionCount
 	}
 	return r
 }
@@ -248,7 +258,9 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 	for i := range h.n {
 		r := &h.ring[h.slot(i)]
 		m, ts := &msgs[i], &times[i]
-		ts.Seconds, ts.Nanos = r.sec, r.nanos
+		at := r.time()
+		ts.Seconds, ts.Nanos = at.Unix(), int32(at.Nanosecond()) //nolint:gosec // below 1e9
+
 		m.Time = ts
 		m.Source = commonv1.SampleSource(r.source)
 		m.AverageConcurrency = r.conc
@@ -260,7 +272,7 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 			m.ReadyPods = &ints[len(ints)-1]
 		}
 		if r.flags&hasPartitions != 0 {
-			ints = append(ints, r.partitions)
+			ints = append(ints, h.lagged[h.slot(i)].partitions)
 			m.PartitionCount = &ints[len(ints)-1]
 		}
 		if ls := h.lagsAt(i); len(ls) > 0 {
@@ -284,10 +296,10 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 
 // lagsAt returns the i-th oldest sample's partition lags.
 func (h *History) lagsAt(i int) []lag {
-	if h.lags == nil {
+	if h.lagged == nil {
 		return nil
 	}
-	return h.lags[h.slot(i)]
+	return h.lagged[h.slot(i)].lags
 }
 
 // LastTime returns the newest sample's time, and false when there is none.

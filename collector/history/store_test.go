@@ -141,8 +141,8 @@ func TestRetainedBytes(t *testing.T) {
 		pods bool    // a ready-pod change half a second after every tenth sample
 		max  float64 // bytes per retained sample
 	}{
-		{"kpa scrape", scrape, false, 75},
-		{"kpa scrape, ready pods changing", scrape, true, 75},
+		{"kpa scrape", scrape, false, 60},
+		{"kpa scrape, ready pods changing", scrape, true, 60},
 		{"lag, 10 partitions moving", func(at time.Time) *commonv1.MetricSample { return lagSample(at, at.Unix()) }, false, 560},
 		{"lag, 10 partitions idle", func(at time.Time) *commonv1.MetricSample { return lagSample(at, 100) }, false, 110},
 	}
