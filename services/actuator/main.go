@@ -275,10 +275,15 @@ func runKube(ctx context.Context, cfg *config, srv *server.Server, reg prometheu
 	if err != nil {
 		return err
 	}
-	// Every cached object without its managed fields (pods are trimmed
-	// further by the controllers that watch them).
+	// Every cached object without its managed fields (pods and
+	// Deployments are trimmed further).
 	tidalInf := kubecache.NewTidalInformers(tidal, cfg.kube.resync, cfg.kube.namespaces, tidalinformers.WithTransform(kubecache.DropManagedFields))
 	kubeInf := kubecache.NewKubeInformers(kube, cfg.kube.resync, cfg.kube.namespaces, informers.WithTransform(kubecache.DropManagedFields))
+	// Deployments keep their scale, owners and the deployer's spec hash:
+	// their pod templates are most of them and nothing here reads one.
+	if err := kubeInf.Apps().V1().Deployments().Informer().SetTransform(kubecache.TrimDeployment(deployer.AnnotationSpecHash)); err != nil {
+		return fmt.Errorf("deployment informer: %w", err)
+	}
 	scaler, err := scale.NewCached(live, kubeInf.Apps().V1().Deployments())
 	if err != nil {
 		return err
