@@ -24,10 +24,11 @@ type History struct {
 
 	// ring[(start+i) mod len(ring)] is the i-th oldest of n samples.
 	ring []record
-	// lagged parallels ring: a sample's partition count and lags. Nil
-	// until the first sample with either, so a KPA target pays nothing for
-	// them.
-	lagged   []lagged
+	// lagged parallels ring: a sample's partition count and lags, shared
+	// with the sample before when the same (an idle topic's, fetch after
+	// fetch). Nil until the first sample with either, so a KPA target pays
+	// nothing for them.
+	lagged   []*lagged
 	start, n int
 }
 
@@ -55,7 +56,7 @@ type record struct {
 }
 
 // lagged is a lag sample's partition count (valid with hasPartitions) and
-// partition lags.
+// partition lags. Nothing changes one in place once made.
 type lagged struct {
 	lags       []lag
 	partitions int32
@@ -112,7 +113,7 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 	for h.n > 0 && at.Sub(h.ring[h.start].time()) > h.Retention {
 		h.ring[h.start] = record{}
 		if h.lagged != nil {
-			h.lagged[h.start] = lagged{}
+			h.lagged[h.start] = nil
 		}
 		h.start = h.slot(1)
 		h.n--
@@ -126,18 +127,22 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 	h.ring[i] = toRecord(s, at)
 	if pl := s.GetPartitionLags(); len(pl) > 0 || s.PartitionCount != nil {
 		if h.lagged == nil {
-			h.lagged = make([]lagged, len(h.ring))
+			h.lagged = make([]*lagged, len(h.ring))
 		}
-		h.lagged[i].partitions = s.GetPartitionCount()
 		// An idle topic's offsets stay as they were from one fetch to the
 		// next (riff's every 100 ms): the sample shares its predecessor's
-		// lags, which nothing changes in place, rather than a copy of them.
-		switch {
-		case len(pl) == 0:
-		case h.n > 0 && sameLags(h.lagsAt(h.n-1), pl):
-			h.lagged[i].lags = h.lagsAt(h.n - 1)
+		// lags rather than a copy of them.
+		var prev *lagged
+		if h.n > 0 {
+			prev = h.lagged[h.slot(h.n-1)]
+		}
+		switch parts := s.GetPartitionCount(); {
+		case prev == nil || !sameLags(prev.lags, pl):
+			h.lagged[i] = &lagged{lags: toLags(pl), partitions: parts}
+		case prev.partitions == parts:
+			h.lagged[i] = prev
 		default:
-			h.lagged[i].lags = toLags(pl)
+			h.lagged[i] = &lagged{lags: prev.lags, partitions: parts}
 		}
 	}
 	h.n++
@@ -147,9 +152,9 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 // resize moves the samples, oldest first, into a ring of size (at least n).
 func (h *History) resize(size int) {
 	ring := make([]record, size)
-	var lg []lagged
+	var lg []*lagged
 	if h.lagged != nil {
-		lg = make([]lagged, size)
+		lg = make([]*lagged, size)
 	}
 	for i := range h.n {
 		j := h.slot(i)
@@ -296,7 +301,7 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 
 // lagsAt returns the i-th oldest sample's partition lags.
 func (h *History) lagsAt(i int) []lag {
-	if h.lagged == nil {
+	if h.lagged == nil || h.lagged[h.slot(i)] == nil {
 		return nil
 	}
 	return h.lagged[h.slot(i)].lags
