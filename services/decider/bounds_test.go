@@ -161,11 +161,46 @@ func TestSilentWatchStreamsDoNotDelayDecisions(t *testing.T) {
 		t.Fatal("the reading stream got no decision for the new target within 30 s")
 	}
 
-	// A silent stream that starts reading finds it was dropped as too slow.
-	var got error
-	for got == nil {
-		_, got = quiet[0].Recv()
+	// A tick of 2,000 new decisions, more than any window and buffer holds,
+	// then a probe: once the reading stream has the probe's decision, that
+	// tick was published and every silent stream has fallen behind, however
+	// the ticks before fell (on a busy machine the streams above may have
+	// subscribed after the first tick's decisions, and the ticks after it
+	// change few).
+	ingestTargets(t, client, "load", "more", 2000)
+	ingestTargets(t, client, "probe", "second", 1)
+	within := func(what string, recv func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- recv() }() // ends with the streams' context at the latest
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: not within 30 s", what)
+			return nil
+		}
 	}
+	err = within("the reading stream's decision for the second probe", func() error {
+		for {
+			d, err := reader.Recv()
+			if err != nil || d.GetDecision().GetTarget().GetName() == "second0000" {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("the reading stream ended: %v", err)
+	}
+
+	// A silent stream that starts reading finds it was dropped as too slow.
+	got := within("a silent stream's end", func() error {
+		for {
+			if _, err := quiet[0].Recv(); err != nil {
+				return err
+			}
+		}
+	})
 	if status.Code(got) != codes.ResourceExhausted || !strings.Contains(got.Error(), "too slow") {
 		t.Errorf("a silent stream ends with %v, want ResourceExhausted: too slow", got)
 	}
