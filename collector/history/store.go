@@ -265,7 +265,6 @@ func (h *History) AppendTo(dst []*commonv1.MetricSample) []*commonv1.MetricSampl
 		m, ts := &msgs[i], &times[i]
 		at := r.time()
 		ts.Seconds, ts.Nanos = at.Unix(), int32(at.Nanosecond()) //nolint:gosec // below 1e9
-
 		m.Time = ts
 		m.Source = commonv1.SampleSource(r.source)
 		m.AverageConcurrency = r.conc
