@@ -30,6 +30,16 @@ type Config struct {
 	// network carries); without the wait a live tick would miss a sample a
 	// decider rebuilt from history counts, and the two would decide apart.
 	Lateness time.Duration
+	// Hold is how long KPA ticks wait for samples when every KPA
+	// measurement stops coming at once, which is the pipeline stalling (a
+	// starved collector, a stream backed up, this process paused), not
+	// every workload going quiet: a tick made without them reads the gap
+	// as idle, and at one stable window of silence Knative's average is 0
+	// and the target is scaled towards zero. While the newest measurement
+	// is more than a tick interval behind a due grid time, ticks wait for
+	// it, at most Hold; then the ticks held are made in order with the
+	// samples that came, as they would have been made on time. 0 disables.
+	Hold time.Duration
 	// OnDrop, when set, is called for every refused sample with a short
 	// reason suitable for a metric label.
 	OnDrop func(reason string)
@@ -71,6 +81,10 @@ type Engine struct {
 	kpaTargets map[kpa.Key]*target
 	// lastKPA is the last KPA grid tick decided; zero before the first.
 	lastKPA time.Time
+	// newest is the time of the newest KPA measurement taken, and
+	// newestSeen the caller's clock when it last moved on (Config.Hold).
+	newest, newestSeen time.Time
+
 	changed []kpa.Change
 	results []lag.Result
 	// announce lists the targets whose next decision is reported even
@@ -382,6 +396,9 @@ func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err err
 		return false, fmt.Errorf("record %s: sample time %s is more than %v after now %s",
 			ref.Key(), s.At.UTC().Format(time.RFC3339Nano), kpa.MaxFutureSkew, now.UTC().Format(time.RFC3339Nano))
 	}
+	if t.strategy == KPA {
+		e.noteLocked(&s, now)
+	}
 	if t.strategy == KPA && s.MeasureError != "" {
 		// A failed scrape is the absence of data, which the windows
 		// already express; it is never recorded as a zero, only kept to
@@ -401,6 +418,13 @@ func (e *Engine) Record(ref Target, s Sample, now time.Time) (poke bool, err err
 	}
 	t.pending = append(t.pending, s)
 	return false, nil
+}
+
+// noteLocked moves the newest KPA measurement's time on (Config.Hold).
+func (e *Engine) noteLocked(s *Sample, now time.Time) {
+	if !s.ReadyOnly && s.MeasureError == "" && s.At.After(e.newest) {
+		e.newest, e.newestSeen = s.At, now
+	}
 }
 
 func (e *Engine) recordKPALocked(t *target, s *Sample, now time.Time) (bool, error) {
@@ -559,16 +583,17 @@ func gridAfter(t time.Time, interval time.Duration) time.Time {
 // their excess burst capacity) changed, and lag targets whose scale must be
 // applied. KPA ticks fall on the Unix-aligned TickInterval grid; a tick at
 // grid time g is made once now reaches g + Lateness and sees exactly the
-// samples stamped at or before g. After a pause
-// of more than a few ticks the missed ticks are skipped, not replayed.
+// samples stamped at or before g; while KPA samples have stopped coming,
+// later (Config.Hold). After a pause of more than a few ticks beyond the
+// hold the missed ticks are skipped, not replayed.
 func (e *Engine) Tick(now time.Time) []Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Decision
 	iv := e.cfg.TickInterval
-	due := now.Add(-e.cfg.Lateness) // grid times up to due have all their samples
+	due := e.heldLocked(now.Add(-e.cfg.Lateness), now) // grid times up to due have all their samples
 	next := gridAfter(e.lastKPA, iv)
-	if e.lastKPA.IsZero() || due.Sub(next) > 5*iv {
+	if e.lastKPA.IsZero() || due.Sub(next) > 5*iv+e.cfg.Hold {
 		next = due.Truncate(iv)
 	}
 	for !next.After(due) {
@@ -640,6 +665,36 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		}
 	}
 	return e.announceLocked(out)
+}
+
+// heldLocked returns the latest grid time KPA ticks may be made up to at
+// now: due, or while the newest KPA measurement is more than a tick interval
+// behind it, that measurement's time plus an interval, held for at most
+// Config.Hold since it came and never more than Hold behind due (so that
+// no caller's timestamps delay decisions further). A target whose samples
+// are in step with the newest is then never a whole window behind at a
+// tick: its trailing gap holds its average, as Knative's window does for a
+// gap shorter than the window.
+func (e *Engine) heldLocked(due, now time.Time) time.Time {
+	if e.cfg.Hold <= 0 || e.newest.IsZero() || now.Sub(e.newestSeen) >= e.cfg.Hold {
+		return due
+	}
+	limit := e.newest.Add(e.cfg.TickInterval)
+	if !limit.Before(due) {
+		return due
+	}
+	return later(limit, due.Add(-e.cfg.Hold))
+}
+
+// Behind returns how far the KPA ticks are behind the grid time due at
+// now: more than a tick interval while samples have stopped coming (Config.Hold).
+func (e *Engine) Behind(now time.Time) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastKPA.IsZero() {
+		return 0
+	}
+	return max(now.Add(-e.cfg.Lateness).Sub(e.lastKPA), 0)
 }
 
 // lateFirstLocked decides at the last tick made the KPA targets without a
@@ -777,6 +832,9 @@ func (e *Engine) replayKPALocked(t *target, samples []Sample, now time.Time) err
 		}
 	}
 	t.inSet = true
+	for i := range samples {
+		e.noteLocked(&samples[i], now)
+	}
 	last := e.lastKPA
 	if last.IsZero() {
 		last = now.Add(-e.cfg.Lateness).Truncate(e.cfg.TickInterval)

@@ -879,3 +879,99 @@ func TestSetKPAConfigAppliesToRunningTargets(t *testing.T) {
 		t.Errorf("KPAConfig = %+v, want the new one", got)
 	}
 }
+
+// TestTicksWaitForStalledSamples: a steady target's samples stop coming for
+// a while and then come all at once, as when the collector or the stream
+// stalls. Ticks made on time through the gap would read it as idle (one
+// stable window after the last sample Knative's average is 0) and scale a
+// loaded target towards zero; held (Config.Hold), they wait and see the
+// samples. Samples that never come release the hold, and the ticks are made
+// as they would have been on time.
+func TestTicksWaitForStalledSamples(t *testing.T) {
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	never := math.MaxInt
+	tests := []struct {
+		name string
+		hold time.Duration
+		// Samples stamped from second stall on arrive at second until
+		// (+200 ms); never: they do not arrive.
+		stall, until int
+		wantZero     bool
+	}{
+		{"held: the ticks wait for the late samples", 10 * time.Second, 21, 29, false},
+		{"not held: the tick a window after the last sample reads 0", 0, 21, 29, true},
+		{"samples that never come: after the hold, the ticks on time's", 10 * time.Second, 21, never, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second,
+				Lateness: 500 * time.Millisecond, Hold: tt.hold})
+			if err := e.Upsert(kpaSpec(map[string]string{"autoscaling.knative.dev/window": "6s"}), at(0)); err != nil {
+				t.Fatal(err)
+			}
+			// One pod at half its target (70) of concurrency: 1 pod.
+			sample := func(sec int) Sample {
+				return Sample{At: at(sec * 1000), Stat: kpa.Stat{AverageConcurrentRequests: 35}, ReadyPods: 1}
+			}
+			var zero []string
+			for ms := 0; ms <= 45000; ms += 100 {
+				now := at(ms)
+				if ms%1000 == 200 {
+					sec := ms / 1000
+					var due []int
+					switch {
+					case sec < tt.stall:
+						due = []int{sec}
+					case tt.until != never && sec == tt.until:
+						for s := tt.stall; s <= sec; s++ {
+							due = append(due, s)
+						}
+					case tt.until != never && sec > tt.until:
+						due = []int{sec}
+					}
+					for _, s := range due {
+						if _, err := e.Record(app, sample(s), now); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for _, d := range e.Tick(now) {
+					if d.Desired == 0 {
+						zero = append(zero, d.Reason)
+					}
+				}
+			}
+			if got := len(zero) > 0; got != tt.wantZero {
+				t.Errorf("decisions of 0: %q; want some: %v", zero, tt.wantZero)
+			}
+			if d, ok := e.Get(app); tt.until != never && (!ok || d.Desired != 1) {
+				t.Errorf("decision at the end: %+v, want 1", d)
+			}
+			if b := e.Behind(at(45000)); b >= 2*time.Second {
+				t.Errorf("ticks %v behind at the end, want less than a tick interval", b)
+			}
+		})
+	}
+}
+
+// TestHoldIsBounded: samples stamped long before they arrive (a pusher's
+// clock, a backlog) hold the ticks no more than Config.Hold behind.
+func TestHoldIsBounded(t *testing.T) {
+	hold := 5 * time.Second
+	e := New(Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second,
+		Lateness: 500 * time.Millisecond, Hold: hold})
+	if err := e.Upsert(kpaSpec(nil), epoch); err != nil {
+		t.Fatal(err)
+	}
+	for sec := 60; sec <= 120; sec++ {
+		now := epoch.Add(time.Duration(sec) * time.Second)
+		s := Sample{At: now.Add(-30 * time.Second), Stat: kpa.Stat{AverageConcurrentRequests: 5}, ReadyPods: 1}
+		if _, err := e.Record(app, s, now); err != nil {
+			t.Fatal(err)
+		}
+		e.Tick(now)
+		if b := e.Behind(now); b > hold+2*time.Second {
+			t.Fatalf("at %d s the ticks are %v behind, want at most the hold (%v) and a tick interval", sec, b, hold)
+		}
+	}
+}

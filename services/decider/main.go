@@ -36,6 +36,7 @@ type config struct {
 	tickInterval   time.Duration
 	tickResolution time.Duration
 	tickLateness   time.Duration
+	tickHold       time.Duration
 	maxTargets     int
 	send           sender.Config
 	watch          watch.Config
@@ -49,6 +50,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.tickInterval, "tick-interval", 2*time.Second, "KPA decision interval, aligned to Unix time (Knative's is 2s).")
 	fs.DurationVar(&c.tickResolution, "tick-resolution", 100*time.Millisecond, "How often the tick loop runs; lag targets are decided at their own interval on it.")
 	fs.DurationVar(&c.tickLateness, "tick-lateness", 500*time.Millisecond, "How long after a KPA grid time its decision waits for samples stamped before it; a sample later than that counts from the next tick on, so a restarted decider may decide it apart.")
+	fs.DurationVar(&c.tickHold, "tick-hold", 10*time.Second, "How long KPA decisions wait for samples when all of them stop coming at once (a stalled collector or stream, not idle workloads), rather than read the gap as idle and scale loaded targets towards zero; the ticks held are then made in order, as they would have been on time. tidal_decider_ticks_behind_seconds shows a hold. 0 disables.")
 	fs.IntVar(&c.maxTargets, "max-targets", 50000, "Targets this decider holds at most; specs of new targets beyond it are refused and counted (tidal_decider_dropped_samples_total{reason=\"target_limit\"}). 0 means no bound.")
 	fs.BoolVar(&c.send.DryRun, "dry-run", false, "Send every Scale call as a dry run: the actuator reports and changes nothing.")
 	fs.IntVar(&c.send.Workers, "scale-workers", 64, "Scale calls to the actuator in flight at once, each for a different target.")
@@ -75,6 +77,9 @@ func (c *config) Validate() error {
 	if c.tickLateness < 0 || c.tickLateness >= c.tickInterval {
 		return fmt.Errorf("--tick-lateness %s: want at least 0 and less than --tick-interval", c.tickLateness)
 	}
+	if c.tickHold < 0 || c.tickHold > time.Minute {
+		return fmt.Errorf("--tick-hold %s: want 0s to 1m", c.tickHold)
+	}
 	if c.maxTargets < 0 {
 		return fmt.Errorf("--max-targets %d: want at least 0", c.maxTargets)
 	}
@@ -93,7 +98,7 @@ func loadEngineConfig(c *config) (engine.Config, error) {
 	if err != nil {
 		return engine.Config{}, err
 	}
-	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval, Lateness: c.tickLateness, MaxTargets: c.maxTargets}, nil
+	return engine.Config{KPA: kcfg, Deployment: dcfg, TickInterval: c.tickInterval, Lateness: c.tickLateness, Hold: c.tickHold, MaxTargets: c.maxTargets}, nil
 }
 
 // indexAge is how stale the sorted index behind ListDecisions and a new
@@ -136,6 +141,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Name: "tidal_decider_targets",
 		Help: "Targets this decider holds.",
 	}, func() float64 { return float64(eng.Len()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tidal_decider_ticks_behind_seconds",
+		Help: "How far the KPA decisions are behind their due time: above --tick-interval while they wait for samples that stopped coming (--tick-hold).",
+	}, func() float64 { return eng.Behind(time.Now()).Seconds() })
 
 	creds, err := cfg.server.DialOption(server.RoleActuator)
 	if err != nil {
