@@ -284,7 +284,9 @@ func burstShort(d *Decision) bool { return d.ExcessBurstCapacity != nil && *d.Ex
 // waits for a decider's decision before the rules may move its target
 // from a status another replica may have left behind (takeoverWait):
 // deciders send every target's last decision again within their
-// --scale-refresh (30 s, and a tenth more), so keep that below it.
+// --scale-refresh (30 s, and a tenth more) while no status records it, so
+// one the replica before applied and did not record comes; keep that
+// below it.
 const takeoverHold = 45 * time.Second
 
 // takeoverWait returns how long a pass that brings no decision of its own

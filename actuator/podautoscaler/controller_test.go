@@ -319,10 +319,12 @@ func TestScaleUpDownAndToZero(t *testing.T) {
 		t.Errorf("stale decision = %+v, replicas %d; want refused at 2, last 2000", res, h.replicas("web"))
 	}
 	h.waitEvent("web", EventStaleDecision, "refused decision 1500 (9 replicas): older than decision 2000 already applied")
-	// The same decision again is a no-op.
+	// The same decision again is a no-op, answered as recorded once the
+	// status in the cache holds it (so the decider stops sending it).
 	if res = h.scale("web", 2000, 2, "stable: again"); res.Changed || res.Stale || res.Applied != 2 {
 		t.Errorf("repeated decision = %+v, want unchanged 2", res)
 	}
+	h.eventually("the repeated decision answered as recorded", func() bool { return h.scale("web", 2000, 2, "stable: again").Recorded })
 	h.readyPods("web", 2)
 
 	// Scale to zero (spec §6.4): the decider says 0; the PA has been Active

@@ -119,10 +119,14 @@ func (r *Reconciler[P, C]) Scale(ctx context.Context, req Request) (scale.Result
 		}
 		defer release()
 	}
+	// Read before the call: a status this call writes is not yet in the
+	// informer's copy, and one coalesced for later is not recorded yet.
+	last := sequence(r.kind.Decision(pa))
 	res, err := r.scale(ctx, req, name, op)
 	if err != nil {
 		return r.superseded(req, err)
 	}
+	res.Recorded = !req.DryRun && last > 0 && req.Sequence <= last
 	return res, nil
 }
 

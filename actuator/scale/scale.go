@@ -39,6 +39,9 @@ type Result struct {
 	Stale bool
 	// LastSequence is the newest applied sequence for the target after the call.
 	LastSequence uint64
+	// Recorded is true when the target's PodAutoscaler status held this
+	// decision or a newer one before the call.
+	Recorded bool
 }
 
 // Status is what is known about a target's scale.

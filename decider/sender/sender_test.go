@@ -38,16 +38,22 @@ type actuator struct {
 	// stale names the targets whose calls are answered as stale, gone
 	// those the engine no longer holds.
 	stale, gone map[string]bool
-	calls       []*actuatorv1.ScaleRequest
-	inFlight    map[string]int
-	maxAll      int
-	maxOne      int
-	all         int
+	// records names the targets whose status records a decision once it
+	// was sent: a later call with it is answered as recorded.
+	records  map[string]bool
+	calls    []*actuatorv1.ScaleRequest
+	inFlight map[string]int
+	maxAll   int
+	maxOne   int
+	all      int
 }
 
 func (a *actuator) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*actuatorv1.ScaleResponse, error) {
 	key := req.GetTarget().Key()
 	a.mu.Lock()
+	recorded := a.records[key] && slices.ContainsFunc(a.calls, func(c *actuatorv1.ScaleRequest) bool {
+		return c.GetTarget().Key() == key && c.GetDecisionSequence() >= req.GetDecisionSequence()
+	})
 	a.calls = append(a.calls, req)
 	a.inFlight[key]++
 	a.all++
@@ -75,7 +81,7 @@ func (a *actuator) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*ac
 	a.mu.Lock()
 	stale := a.stale[key]
 	a.mu.Unlock()
-	return &actuatorv1.ScaleResponse{AppliedReplicas: req.GetDesiredReplicas(), Stale: stale}, nil
+	return &actuatorv1.ScaleResponse{AppliedReplicas: req.GetDesiredReplicas(), Stale: stale, Recorded: recorded}, nil
 }
 
 // live is the engine's Has: every target but those marked gone.
@@ -410,12 +416,13 @@ func (s *Sender) count(t *testing.T, result string) float64 {
 
 // TestRefresh: the decision the actuator took is sent again, unchanged,
 // after Refresh without a newer one; not one the actuator answered as
-// stale, nor one of a target the engine dropped.
+// stale, nor one of a target the engine dropped, nor, once more, one the
+// actuator answered as recorded in the target's status.
 func TestRefresh(t *testing.T) {
-	a := &actuator{stale: map[string]bool{"ns/old": true}, gone: map[string]bool{}}
+	a := &actuator{stale: map[string]bool{"ns/old": true}, gone: map[string]bool{}, records: map[string]bool{"ns/recorded": true}}
 	s := start(t, a, Config{Workers: 2, Refresh: time.Second})
-	s.Enqueue([]engine.Decision{decision("kept", 7, 4), decision("old", 7, 4), decision("dropped", 7, 4), decision("forgotten", 7, 4)})
-	testkit.Eventually(t, 20*time.Second, "the first calls", func() bool { c, _, _ := a.snapshot(); return len(c) == 4 })
+	s.Enqueue([]engine.Decision{decision("kept", 7, 4), decision("old", 7, 4), decision("dropped", 7, 4), decision("forgotten", 7, 4), decision("recorded", 7, 4)})
+	testkit.Eventually(t, 20*time.Second, "the first calls", func() bool { c, _, _ := a.snapshot(); return len(c) == 5 })
 	a.mu.Lock()
 	a.gone["ns/dropped"] = true
 	a.mu.Unlock()
@@ -428,6 +435,9 @@ func TestRefresh(t *testing.T) {
 		if got := a.callsOf(name); len(got) != 1 {
 			t.Errorf("%s: calls' sequences %v, want one call", name, got)
 		}
+	}
+	if got := a.callsOf("recorded"); !slices.Equal(got, []uint64{7, 7}) {
+		t.Errorf("recorded: calls' sequences %v, want [7 7]: sent, sent again once, then answered as recorded", got)
 	}
 	// A newer decision replaces the one sent again, and is the one kept.
 	s.Enqueue([]engine.Decision{decision("kept", 9, 2)})

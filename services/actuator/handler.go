@@ -213,6 +213,7 @@ func (h *handler) Scale(ctx context.Context, req *actuatorv1.ScaleRequest) (*act
 		Changed:             res.Changed,
 		Stale:               res.Stale,
 		LastAppliedSequence: res.LastSequence,
+		Recorded:            res.Recorded,
 	}, nil
 }
 

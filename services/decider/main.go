@@ -57,7 +57,7 @@ func (c *config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.send.Timeout, "scale-timeout", 5*time.Second, "Timeout of one Scale call.")
 	fs.DurationVar(&c.send.RetryMin, "scale-retry-min", 100*time.Millisecond, "First backoff before a failed Scale call is retried; it doubles per failure.")
 	fs.DurationVar(&c.send.RetryMax, "scale-retry-max", 5*time.Second, "Longest backoff before a failed Scale call is retried.")
-	fs.DurationVar(&c.send.Refresh, "scale-refresh", 30*time.Second, "How long the decision the actuator took last for a target goes unsent before it is sent again (behind every new decision), while no newer one comes: the actuator answers it without a write, or applies it when the replica that applied it stopped before recording it (--status-interval). 0 sends each decision once.")
+	fs.DurationVar(&c.send.Refresh, "scale-refresh", 30*time.Second, "How long the decision the actuator took last for a target goes unsent before it is sent again (behind every new decision), while no newer one comes and until the actuator answers that the target's status records it: the replica that applied it may have stopped before recording it (--status-interval), and the one that took over applies it. 0 sends each decision once.")
 	c.watch.RegisterFlagsWithPrefix("", fs)
 }
 

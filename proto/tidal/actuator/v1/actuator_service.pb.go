@@ -232,8 +232,11 @@ type ScaleResponse struct {
 	Stale bool `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
 	// Sequence of the last decision applied for the target after the call.
 	LastAppliedSequence uint64 `protobuf:"varint,5,opt,name=last_applied_sequence,json=lastAppliedSequence,proto3" json:"last_applied_sequence,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// True when the target's PodAutoscaler status already recorded this decision (or a newer one) before the call:
+	// sending it again changes nothing, so a decider need not refresh it.
+	Recorded      bool `protobuf:"varint,6,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScaleResponse) Reset() {
@@ -299,6 +302,13 @@ func (x *ScaleResponse) GetLastAppliedSequence() uint64 {
 		return x.LastAppliedSequence
 	}
 	return 0
+}
+
+func (x *ScaleResponse) GetRecorded() bool {
+	if x != nil {
+		return x.Recorded
+	}
+	return false
 }
 
 // GetScaleRequest names the target.
@@ -925,13 +935,14 @@ const file_tidal_actuator_v1_actuator_service_proto_rawDesc = "" +
 	"\x0epredicted_idle\x18\b \x01(\bR\rpredictedIdle\x12>\n" +
 	"\vscale_class\x18\t \x01(\x0e2\x1d.tidal.actuator.v1.ScaleClassR\n" +
 	"scaleClassB\x18\n" +
-	"\x16_excess_burst_capacity\"\xcb\x01\n" +
+	"\x16_excess_burst_capacity\"\xe7\x01\n" +
 	"\rScaleResponse\x12)\n" +
 	"\x10applied_replicas\x18\x01 \x01(\x05R\x0fappliedReplicas\x12+\n" +
 	"\x11previous_replicas\x18\x02 \x01(\x05R\x10previousReplicas\x12\x18\n" +
 	"\achanged\x18\x03 \x01(\bR\achanged\x12\x14\n" +
 	"\x05stale\x18\x04 \x01(\bR\x05stale\x122\n" +
-	"\x15last_applied_sequence\x18\x05 \x01(\x04R\x13lastAppliedSequence\"E\n" +
+	"\x15last_applied_sequence\x18\x05 \x01(\x04R\x13lastAppliedSequence\x12\x1a\n" +
+	"\brecorded\x18\x06 \x01(\bR\brecorded\"E\n" +
 	"\x0fGetScaleRequest\x122\n" +
 	"\x06target\x18\x01 \x01(\v2\x1a.tidal.common.v1.TargetRefR\x06target\"\xff\x01\n" +
 	"\x10GetScaleResponse\x122\n" +
