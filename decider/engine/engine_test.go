@@ -900,7 +900,7 @@ func TestTicksWaitForStalledSamples(t *testing.T) {
 	}{
 		{"held: the ticks wait for the late samples", 10 * time.Second, 21, 29, false},
 		{"not held: the tick a window after the last sample reads 0", 0, 21, 29, true},
-		{"samples that never come: after the hold, the ticks on time's", 10 * time.Second, 21, never, true},
+		{"samples that never come: after the hold, the ticks made as on time", 10 * time.Second, 21, never, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
