@@ -81,6 +81,9 @@ type Hub struct {
 	// first batch and again when it changes (SetKnativeConfig); nil sends
 	// none.
 	knative *deciderv1.KnativeConfig
+	// complete is the scraper's CompleteBefore: every scrape sample
+	// stamped before it has been recorded.
+	complete time.Time
 }
 
 type target struct {
@@ -117,6 +120,9 @@ type outbox struct {
 	urgent  bool
 	// sendConfig is set while Hub.knative has yet to go to this decider.
 	sendConfig bool
+	// sentComplete is the last ScrapesCompleteBefore the stream carried,
+	// and sentRound the Hub.complete at the last take.
+	sentComplete, sentRound time.Time
 	// behind is set when the backlog overflowed and cleared once a flush
 	// after the next replay went through: PushStats waits meanwhile.
 	behind bool
@@ -452,6 +458,53 @@ func (h *Hub) SetError(ref *commonv1.TargetRef, msg string) {
 	}
 }
 
+// claimLocked is what a stream may say now of the samples it has been
+// given: every scrape sample stamped before it, as the scraper said, and
+// every sample the hub stamps as it comes (ready pod counts, stamped under
+// mu), as it is no later than now. Pushed stats, stamped with the second
+// they came in, are not covered.
+func (h *Hub) claimLocked() time.Time {
+	if now := h.now(); h.complete.After(now) {
+		return now
+	}
+	return h.complete
+}
+
+// claimAt returns when addr's stream should next say how far its samples
+// have come although nothing else waits: just after the whole second past
+// what it last said, when the scraper is past that second too, so that a
+// decider's tick on a whole second need not wait for the next round's
+// samples. Zero when nothing more can be said before the next round ends.
+func (h *Hub) claimAt(addr string) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ob := h.outboxes[addr]
+	if ob == nil || !ob.connected {
+		return time.Time{}
+	}
+	next := ob.sentComplete.Truncate(time.Second).Add(time.Second)
+	if !h.complete.After(next) {
+		return time.Time{}
+	}
+	return next.Add(time.Millisecond)
+}
+
+// CompleteBefore records that every scrape sample stamped before t has been
+// recorded, and has it sent to every connected decider at once.
+func (h *Hub) CompleteBefore(t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !t.After(h.complete) {
+		return
+	}
+	h.complete = t
+	for _, ob := range h.outboxes {
+		if ob.connected {
+			ob.signal()
+		}
+	}
+}
+
 // Failed keeps a failure for GetWindow.
 func (h *Hub) Failed(ref *commonv1.TargetRef, f Failure) {
 	h.mu.Lock()
@@ -603,6 +656,7 @@ func (h *Hub) connect(addr string, cancel func()) *outbox {
 	ob.connected = true
 	ob.cancel = cancel
 	ob.sendConfig = h.knative != nil
+	ob.sentComplete, ob.sentRound = time.Time{}, time.Time{}
 	ob.pending = map[tkey]*pendingTarget{}
 	ob.removed = nil
 	ob.depth = 0
@@ -729,6 +783,16 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 		}
 		ob.sendConfig = false
 	}
+	if c := h.claimLocked(); c.After(ob.sentComplete) {
+		// After every sample this turn sends: those recorded before are in
+		// it or went before.
+		if len(bs.live) == 0 {
+			bs.live = append(bs.live, &deciderv1.IngestRequest{})
+		}
+		bs.live[len(bs.live)-1].ScrapesCompleteBefore = timestamppb.New(c)
+		ob.sentComplete = c
+	}
+	ob.sentRound = h.complete
 	ob.urgent = false
 	ob.depth = 0
 	h.metrics.depth.WithLabelValues(addr).Set(0)
@@ -748,7 +812,13 @@ func (h *Hub) pendingWork(addr string) (work int, urgent bool) {
 		if ob.sendConfig {
 			cfg = 1
 		}
-		return ob.depth + len(ob.pending) + len(ob.replay) + len(ob.removed) + cfg, ob.urgent || ob.sendConfig || len(ob.replay) > 0
+		// A scrape round's end goes at once: the decider's tick may wait
+		// for it.
+		round := h.complete.After(ob.sentRound)
+		if round {
+			cfg++
+		}
+		return ob.depth + len(ob.pending) + len(ob.replay) + len(ob.removed) + cfg, ob.urgent || ob.sendConfig || len(ob.replay) > 0 || round
 	}
 	return 0, false
 }

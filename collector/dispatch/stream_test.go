@@ -603,3 +603,81 @@ func TestKnativeConfigGoesFirstOnEveryStream(t *testing.T) {
 		return slices.Contains(configs(seen), "8s")
 	})
 }
+
+// TestCompleteBeforeGoesAfterItsSamples: the scraper's word that every
+// sample before a time is in goes to the decider at once, after the samples
+// recorded before it, and once; while the scraper is ahead of the clock the
+// stream says "everything before now" just after each whole second.
+func TestCompleteBeforeGoesAfterItsSamples(t *testing.T) {
+	d := startDecider(t, "")
+	cfg := testConfig(t)
+	cfg.FlushInterval = time.Hour // only what is urgent goes out
+	c := startCollector(t, cfg, time.Minute, d.addr)
+	testkit.Eventually(t, 10*time.Second, "the stream to open", func() bool { return connected(c.hub, d.addr) })
+	for _, n := range []string{"a", "b"} {
+		c.hub.SetSpec(spec(n), 0)
+		c.hub.SetReadyPods(ref(n), 1)
+	}
+	round := time.Now().Add(-3 * time.Second)
+	c.hub.Record(ref("a"), scrapeSample(round, 1, 1))
+	c.hub.Record(ref("b"), scrapeSample(round, 2, 1))
+	time.Sleep(50 * time.Millisecond)
+	if b := d.takeBatches(); len(b) != 0 {
+		t.Fatalf("samples went out before the flush interval: %v", b)
+	}
+	c.hub.CompleteBefore(round.Add(time.Second))
+	var got []*deciderv1.IngestRequest
+	testkit.Eventually(t, 10*time.Second, "the batch saying so", func() bool {
+		got = append(got, d.takeBatches()...)
+		return len(got) > 0 && got[len(got)-1].GetScrapesCompleteBefore() != nil
+	})
+	samples := 0
+	for i, b := range got {
+		for _, m := range b.GetMetrics() {
+			for _, s := range m.GetSamples() {
+				if s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE {
+					samples++
+				}
+			}
+		}
+		if c := b.GetScrapesCompleteBefore(); c != nil && (i != len(got)-1 || !c.AsTime().Equal(round.Add(time.Second))) {
+			t.Errorf("batch %d of %d carries %v, want only the last, with %v", i, len(got), c.AsTime(), round.Add(time.Second))
+		}
+	}
+	if samples != 2 {
+		t.Errorf("%d scrape samples up to the batch saying every one before %v is in, want 2", samples, round.Add(time.Second))
+	}
+	c.hub.CompleteBefore(round.Add(time.Second)) // not later: nothing to say
+	c.hub.CompleteBefore(round)
+	time.Sleep(50 * time.Millisecond)
+	if b := d.takeBatches(); len(b) != 0 {
+		t.Errorf("a time no later than the last went out: %v", b)
+	}
+	c.hub.CompleteBefore(round.Add(2 * time.Second)) // alone
+	testkit.Eventually(t, 10*time.Second, "the next time, alone", func() bool {
+		b := d.takeBatches()
+		return len(b) == 1 && b[0].GetScrapesCompleteBefore().AsTime().Equal(round.Add(2*time.Second)) && len(b[0].GetMetrics()) == 0
+	})
+
+	// The next round starts in an hour: the stream says "before now" at
+	// once, then once a second, just after the whole second.
+	c.hub.CompleteBefore(time.Now().Add(time.Hour))
+	start := time.Now()
+	var claims []time.Time
+	testkit.Eventually(t, 20*time.Second, "four times said", func() bool {
+		for _, b := range d.takeBatches() {
+			if c := b.GetScrapesCompleteBefore(); c != nil {
+				claims = append(claims, c.AsTime())
+			}
+		}
+		return len(claims) >= 4
+	})
+	if n, most := len(claims), int(time.Since(start)/time.Second)+2; n > most {
+		t.Errorf("%d times said in %v: %v; want the first and one a second", n, time.Since(start), claims)
+	}
+	for i := 1; i < len(claims); i++ {
+		if !claims[i].Truncate(time.Second).After(claims[i-1].Truncate(time.Second)) {
+			t.Errorf("said %v after %v: want each in a later second", claims[i], claims[i-1])
+		}
+	}
+}

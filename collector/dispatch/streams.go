@@ -266,8 +266,19 @@ func (s *Streams) session(ctx context.Context, addr string, client deciderv1.Dec
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
+	// claim wakes the stream to say how far its samples have come (claimAt).
+	claim := time.NewTimer(time.Hour)
+	defer claim.Stop()
 	for {
 		work, urgent := s.hub.pendingWork(addr)
+		claim.Stop()
+		if at := s.hub.claimAt(addr); !at.IsZero() {
+			if d := time.Until(at); d > 0 {
+				claim.Reset(d)
+			} else {
+				work, urgent = work+1, true
+			}
+		}
 		if work > 0 && (urgent || work >= s.cfg.BatchSamples) {
 			timer.Stop()
 			armed = false
@@ -295,6 +306,7 @@ func (s *Streams) session(ctx context.Context, addr string, client deciderv1.Dec
 			ended <- err
 			return fmt.Errorf("stream ended: %w", endErr(err))
 		case <-ob.wake:
+		case <-claim.C:
 		case <-timer.C:
 			armed = false
 			if err := s.flush(addr, send); err != nil {

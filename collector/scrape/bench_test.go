@@ -196,6 +196,7 @@ type nopRecorder struct{}
 
 func (nopRecorder) Record(*commonv1.TargetRef, *commonv1.MetricSample) bool { return true }
 func (nopRecorder) Failed(_ *commonv1.TargetRef, f Failure)                 { panic(f.Message) }
+func (nopRecorder) CompleteBefore(time.Time)                                {}
 
 type staticPods []Pod
 

@@ -134,6 +134,10 @@ type Recorder interface {
 	// Failed reports a pod that could not be read, or (Pod empty) a scrape
 	// that recorded nothing.
 	Failed(ref *commonv1.TargetRef, f Failure)
+	// CompleteBefore says that every sample stamped before t has been
+	// passed to Record: t is the start of the earliest round with a scrape
+	// still running, or of the next round. It only grows.
+	CompleteBefore(t time.Time)
 }
 
 // Scraper scrapes every target once per interval.
@@ -156,6 +160,22 @@ type Scraper struct {
 	mu      sync.RWMutex
 	targets map[string]*target
 	order   []*target
+
+	// roundMu guards rounds (those with a scrape still running, oldest
+	// first), next (when the next round will start) and before (the last
+	// CompleteBefore given), which rounds and next bound: the decider
+	// ticks once no sample before its grid time can come.
+	roundMu sync.Mutex
+	rounds  []*round
+	next    time.Time
+	before  time.Time
+}
+
+// round is one scrape round: its stamp and its scrapes still running, plus
+// one while scrapeAll is starting them.
+type round struct {
+	at      time.Time
+	running int
 }
 
 // target is one target's scrape state. One scrape at a time runs per
@@ -166,6 +186,8 @@ type target struct {
 	cur  Target
 	busy atomic.Bool
 	done func()
+	// round is the round the running scrape belongs to.
+	round *round
 	// req is the GET of cur, built for the spec reqFor; svcReq the same
 	// through the Service, closing its connection.
 	req    request
@@ -321,12 +343,17 @@ func (s *Scraper) Run(ctx context.Context) error {
 			s.metrics.lostRounds.Inc()
 			due = due.Add(s.cfg.Interval)
 		}
+		s.roundMu.Lock()
+		s.next = due
+		s.advanceLocked()
+		s.roundMu.Unlock()
 		timer.Reset(time.Until(due))
 	}
 }
 
 // ScrapeNow starts a scrape of every idle target and waits until they end.
-// Run must be running.
+// Run must be running. Its samples are stamped now, which CompleteBefore
+// may have passed already: it is for tests.
 func (s *Scraper) ScrapeNow(ctx context.Context) {
 	var wg sync.WaitGroup
 	s.scrapeAll(ctx, s.now(), &wg)
@@ -339,6 +366,11 @@ func (s *Scraper) scrapeAll(ctx context.Context, at time.Time, wg *sync.WaitGrou
 	s.mu.RLock()
 	ts := slices.Clone(s.order)
 	s.mu.RUnlock()
+	r := &round{at: at, running: 1}
+	s.roundMu.Lock()
+	s.rounds = append(s.rounds, r)
+	s.roundMu.Unlock()
+	defer s.roundDone(r)
 	for _, t := range ts {
 		if !t.busy.CompareAndSwap(false, true) {
 			s.metrics.skipped.Inc() // the last scrape still waits on a slow pod
@@ -350,6 +382,10 @@ func (s *Scraper) scrapeAll(ctx context.Context, at time.Time, wg *sync.WaitGrou
 		} else {
 			t.done = nil
 		}
+		s.roundMu.Lock()
+		r.running++
+		s.roundMu.Unlock()
+		t.round = r
 		if !s.begin(t, at) {
 			continue
 		}
@@ -452,10 +488,40 @@ func (t *target) resetSlots() {
 }
 
 func (s *Scraper) end(t *target) {
-	done := t.done
+	done, r := t.done, t.round
+	t.round = nil
 	t.busy.Store(false)
 	if done != nil {
 		done()
+	}
+	s.roundDone(r)
+}
+
+// roundDone ends one scrape of r, or r's start.
+func (s *Scraper) roundDone(r *round) {
+	if r == nil {
+		return
+	}
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	r.running--
+	s.advanceLocked()
+}
+
+// advanceLocked drops the ended rounds and tells the recorder
+// when no sample before a later time can come any more. The call is made
+// under roundMu so that the times it gives only grow.
+func (s *Scraper) advanceLocked() {
+	s.rounds = slices.DeleteFunc(s.rounds, func(r *round) bool { return r.running == 0 })
+	before := s.next
+	for _, r := range s.rounds {
+		if before.IsZero() || r.at.Before(before) {
+			before = r.at
+		}
+	}
+	if before.After(s.before) {
+		s.before = before
+		s.rec.CompleteBefore(before)
 	}
 }
 

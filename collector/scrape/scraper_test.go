@@ -18,6 +18,7 @@ import (
 	"github.com/tidalscale/tidal/collector/queuestat"
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 	"github.com/tidalscale/tidal/test/gathered"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // fakePods is a PodSource over a fixed list with a mutable ready set.
@@ -50,18 +51,28 @@ func (f *fakePods) unready(name string) {
 	f.ready[name] = false
 }
 
-// recorder keeps what a Scraper reports.
+// recorder keeps what a Scraper reports; events has the samples' times
+// and the CompleteBefore times (as negative Unix nanoseconds) in the order
+// they came.
 type recorder struct {
 	mu       sync.Mutex
 	samples  []*commonv1.MetricSample
 	failures []Failure
+	events   []int64
 }
 
 func (r *recorder) Record(_ *commonv1.TargetRef, s *commonv1.MetricSample) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.samples = append(r.samples, s)
+	r.events = append(r.events, s.GetTime().AsTime().UnixNano())
 	return true
+}
+
+func (r *recorder) CompleteBefore(t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, -t.UnixNano())
 }
 
 func (r *recorder) Failed(_ *commonv1.TargetRef, f Failure) {
@@ -224,6 +235,8 @@ func (r *orderRecorder) Record(ref *commonv1.TargetRef, _ *commonv1.MetricSample
 }
 
 func (r *orderRecorder) Failed(*commonv1.TargetRef, Failure) {}
+
+func (r *orderRecorder) CompleteBefore(time.Time) {}
 
 func (r *orderRecorder) take() []string {
 	r.mu.Lock()
@@ -510,5 +523,81 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate("scrape."); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Validate = %v, want an error naming %s", err, name)
 		}
+	}
+}
+
+// TestCompleteBeforeWaitsForSlowScrapes checks what the decider's early
+// ticks rely on: once the scraper says every sample before t has been
+// recorded, none stamped before t comes. A pod that answers late holds the
+// time at its round's, while later rounds go on.
+func TestCompleteBeforeWaitsForSlowScrapes(t *testing.T) {
+	asked, release := make(chan struct{}), make(chan struct{})
+	var askedOnce sync.Once
+	slowStat := statHandler(queuestat.Stat{AverageConcurrentRequests: 7})
+	slow := servePod(t, func(w http.ResponseWriter, r *http.Request) {
+		askedOnce.Do(func() { close(asked) })
+		<-release
+		slowStat(w, r)
+	})
+	fast := servePod(t, statHandler(queuestat.Stat{AverageConcurrentRequests: 1}))
+	start := time.Unix(0, 0)
+	rec := &recorder{}
+	cfg := defaultConfig(t)
+	cfg.Interval = 50 * time.Millisecond
+	cfg.Timeout = time.Minute // the slow pod answers when released
+	s := New(cfg, rec, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	for name, addr := range map[string]string{"slow": slow, "fast": fast} {
+		src := &fakePods{ready: map[string]bool{name: true}, pods: []Pod{{Name: name, Addr: addr, Start: start}}}
+		s.Set(Target{Ref: &commonv1.TargetRef{Namespace: "ns", Name: name}, Path: queuestat.Path, StableWindow: time.Minute, Pods: src})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	<-asked
+	askedAt := time.Now()
+	// Rounds go on for the fast target while the slow one's scrape runs.
+	testkit.Eventually(t, time.Minute, "fast samples of later rounds", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, sm := range rec.samples {
+			if sm.GetTime().AsTime().After(askedAt) {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	close(release)
+	var slowAt time.Time
+	testkit.Eventually(t, time.Minute, "a time past the slow sample's", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, sm := range rec.samples {
+			if sm.GetAverageConcurrency() == 7 {
+				slowAt = sm.GetTime().AsTime()
+			}
+		}
+		return !slowAt.IsZero() && -rec.events[len(rec.events)-1] > slowAt.UnixNano()
+	})
+	cancel()
+	<-done
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var complete int64
+	for i, e := range rec.events {
+		switch {
+		case e < 0 && -e <= complete:
+			t.Errorf("event %d: CompleteBefore %v after %v: it must grow", i, time.Unix(0, -e), time.Unix(0, complete))
+		case e < 0:
+			complete = -e
+		case e < complete:
+			t.Errorf("event %d: a sample stamped %v after CompleteBefore %v", i, time.Unix(0, e), time.Unix(0, complete))
+		}
+	}
+	if time.Unix(0, complete).Before(slowAt) || complete == 0 {
+		t.Errorf("last CompleteBefore %v, want past the slow sample's %v", time.Unix(0, complete), slowAt)
 	}
 }

@@ -29,6 +29,8 @@ type Config struct {
 	// decider some milliseconds after its time (the collector batches, the
 	// network carries); without the wait a live tick would miss a sample a
 	// decider rebuilt from history counts, and the two would decide apart.
+	// It is the longest wait: once every open Source says its scrape
+	// samples up to the grid time are in, the tick is made at once.
 	Lateness time.Duration
 	// Hold is how long KPA ticks wait for samples when every KPA
 	// measurement stops coming at once, which is the pipeline stalling (a
@@ -84,6 +86,12 @@ type Engine struct {
 	// newest is the time of the newest KPA measurement taken, and
 	// newestSeen the caller's clock when it last moved on (Config.Hold).
 	newest, newestSeen time.Time
+
+	// sources are the open collectors' streams (Source); overSources
+	// counts those opened beyond maxSources, which keep the ticks at
+	// Config.Lateness while they are open.
+	sources     map[*Source]struct{}
+	overSources int
 
 	changed []kpa.Change
 	results []lag.Result
@@ -170,7 +178,82 @@ func New(cfg Config) *Engine {
 	if cfg.OnDrop == nil {
 		cfg.OnDrop = func(string) {}
 	}
-	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[tkey]*target{}, lagTargets: map[string]*target{}, kpaTargets: map[kpa.Key]*target{}}
+	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[tkey]*target{}, lagTargets: map[string]*target{}, kpaTargets: map[kpa.Key]*target{},
+		sources: map[*Source]struct{}{}}
+}
+
+// maxSources bounds the streams whose progress the engine follows: a
+// decider has one per collector replica.
+const maxSources = 1024
+
+// Source is one collector stream's word on how far its scrape samples have
+// come: every one stamped before its time has been recorded. A KPA tick is
+// made as soon as every open source is past its grid time, rather than
+// Config.Lateness after it; a source that has said nothing yet keeps the
+// ticks at Lateness, as do samples that come with no source at all.
+type Source struct {
+	e      *Engine
+	before time.Time
+	// counted is set for one of Engine.sources, not of overSources;
+	// closed once Close was called.
+	counted, closed bool
+}
+
+// OpenSource starts following a stream; Close it when the stream ends.
+func (e *Engine) OpenSource() *Source {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := &Source{e: e}
+	if len(e.sources) >= maxSources {
+		e.overSources++
+		return s
+	}
+	s.counted = true
+	e.sources[s] = struct{}{}
+	return s
+}
+
+// CompleteBefore records that every scrape sample of the stream stamped
+// before t has been recorded. Call it after recording the batch that said so.
+func (s *Source) CompleteBefore(t time.Time) {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	if t.After(s.before) {
+		s.before = t
+	}
+}
+
+// Close stops following the stream.
+func (s *Source) Close() {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	switch {
+	case s.closed:
+	case s.counted:
+		delete(s.e.sources, s)
+	default:
+		s.e.overSources--
+	}
+	s.closed = true
+}
+
+// completeLocked returns the time before which every open source's scrape
+// samples have been recorded; zero when a source has said nothing or there
+// is none.
+func (e *Engine) completeLocked() time.Time {
+	if len(e.sources) == 0 || e.overSources > 0 {
+		return time.Time{}
+	}
+	var c time.Time
+	for s := range e.sources {
+		if s.before.IsZero() {
+			return time.Time{}
+		}
+		if c.IsZero() || s.before.Before(c) {
+			c = s.before
+		}
+	}
+	return c
 }
 
 // Len returns the number of targets.
@@ -582,16 +665,25 @@ func gridAfter(t time.Time, interval time.Duration) time.Time {
 // actuator must hear about: KPA targets whose desired scale (or the sign of
 // their excess burst capacity) changed, and lag targets whose scale must be
 // applied. KPA ticks fall on the Unix-aligned TickInterval grid; a tick at
-// grid time g is made once now reaches g + Lateness and sees exactly the
-// samples stamped at or before g; while KPA samples have stopped coming,
-// later (Config.Hold). After a pause of more than a few ticks beyond the
-// hold the missed ticks are skipped, not replayed.
+// grid time g is made once now reaches g + Lateness, or g once every open
+// Source is past g, and sees exactly the samples stamped at or before g;
+// while KPA samples have stopped coming, later (Config.Hold). After a
+// pause of more than a few ticks beyond the hold the missed ticks are
+// skipped, not replayed.
 func (e *Engine) Tick(now time.Time) []Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Decision
 	iv := e.cfg.TickInterval
-	due := e.heldLocked(now.Add(-e.cfg.Lateness), now) // grid times up to due have all their samples
+	due := now.Add(-e.cfg.Lateness)
+	if c := e.completeLocked(); c.After(due) {
+		// A grid time g is complete only when g < c; never one ahead of now.
+		due = c.Add(-time.Nanosecond)
+		if due.After(now) {
+			due = now
+		}
+	}
+	due = e.heldLocked(due, now) // grid times up to due have all their samples
 	next := gridAfter(e.lastKPA, iv)
 	if e.lastKPA.IsZero() || due.Sub(next) > 5*iv+e.cfg.Hold {
 		next = due.Truncate(iv)

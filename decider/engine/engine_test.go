@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -972,6 +973,90 @@ func TestHoldIsBounded(t *testing.T) {
 		e.Tick(now)
 		if b := e.Behind(now); b > hold+2*time.Second {
 			t.Fatalf("at %d s the ticks are %v behind, want at most the hold (%v) and a tick interval", sec, b, hold)
+		}
+	}
+}
+
+// TestTicksEarlyOnceSourcesComplete: a KPA tick waits Lateness for its
+// samples unless every open source says its scrape samples up to the grid
+// time are in; then it is made at the grid time, and decides as the late
+// tick would.
+func TestTicksEarlyOnceSourcesComplete(t *testing.T) {
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	// A scrape round starts at +300 ms each second, its sample arrives at
+	// +350 ms and the collector then says every sample before its next
+	// round is in. The load steps up at second 10.
+	sample := func(sec int) Sample {
+		c := 35.0
+		if sec >= 10 {
+			c = 350
+		}
+		return Sample{At: at(sec*1000 + 300), Stat: kpa.Stat{AverageConcurrentRequests: c}, ReadyPods: 1}
+	}
+	tests := []struct {
+		name string
+		// sources opened at the start; the first one says when it is
+		// complete, the others (silent) never do; silentClosed of them,
+		// from the second on, are closed at second 5.
+		sources, silentClosed int
+		wantLate              time.Duration
+	}{
+		{"no source: Lateness", 0, 0, 500 * time.Millisecond},
+		{"one source: at the grid time", 1, 0, 0},
+		{"a silent source: Lateness", 2, 0, 500 * time.Millisecond},
+		{"a silent source closed: at the grid time", 2, 1, 0},
+		{"one opened beyond those followed: Lateness", maxSources + 1, maxSources - 1, 500 * time.Millisecond},
+	}
+	var decided []map[int64]int32
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(Config{KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment(), TickInterval: 2 * time.Second, Lateness: 500 * time.Millisecond})
+			if err := e.Upsert(kpaSpec(nil), at(0)); err != nil {
+				t.Fatal(err)
+			}
+			var srcs []*Source
+			for range tt.sources {
+				srcs = append(srcs, e.OpenSource())
+			}
+			desired := map[int64]int32{}
+			made := map[int64]time.Duration{} // grid time → how late it was made
+			for ms := 0; ms <= 30000; ms += 10 {
+				now := at(ms)
+				if ms == 5000 && tt.silentClosed > 0 {
+					for _, s := range srcs[1 : 1+tt.silentClosed] {
+						s.Close()
+					}
+				}
+				if ms%1000 == 350 {
+					if _, err := e.Record(app, sample(ms/1000), now); err != nil {
+						t.Fatal(err)
+					}
+					if len(srcs) > 0 {
+						srcs[0].CompleteBefore(at(ms - 350 + 1300))
+					}
+				}
+				before := e.lastKPA
+				for _, d := range e.Tick(now) {
+					desired[d.At.UnixMilli()] = d.Desired
+				}
+				if e.lastKPA.After(before) && !before.IsZero() {
+					made[e.lastKPA.UnixMilli()] = now.Sub(e.lastKPA)
+				}
+			}
+			for g, late := range made {
+				if g > at(6000).UnixMilli() && late != tt.wantLate {
+					t.Errorf("tick at %v made %v after it, want %v", time.UnixMilli(g).Sub(epoch), late, tt.wantLate)
+				}
+			}
+			if d, ok := e.Get(app); !ok || d.Desired != 5 {
+				t.Errorf("decision at the end: %+v, want 5", d)
+			}
+			decided = append(decided, desired)
+		})
+	}
+	for i := 1; i < len(decided); i++ {
+		if !maps.Equal(decided[i], decided[0]) {
+			t.Errorf("%s decided %v, want the same as %s: %v", tests[i].name, decided[i], tests[0].name, decided[0])
 		}
 	}
 }

@@ -58,6 +58,10 @@ func (h *handler) Ingest(st deciderv1.DeciderService_IngestServer) error {
 	// replayed holds the targets whose history this stream already replayed:
 	// the first replayed batch of a target rebuilds it, later ones add to it.
 	replayed := map[string]bool{}
+	// The stream's word on how far its scrape samples have come lets the
+	// KPA ticks go before --tick-lateness.
+	src := h.engine.OpenSource()
+	defer src.Close()
 	var accepted, dropped int64
 	for {
 		req, err := st.Recv()
@@ -70,6 +74,9 @@ func (h *handler) Ingest(st deciderv1.DeciderService_IngestServer) error {
 		a, d := h.ingest(req, replayed)
 		accepted += a
 		dropped += d
+		if c := req.GetScrapesCompleteBefore(); c != nil {
+			src.CompleteBefore(c.AsTime()) // after the batch's samples
+		}
 	}
 }
 

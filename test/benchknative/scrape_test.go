@@ -280,6 +280,8 @@ type countingRecorder struct {
 
 func (r *countingRecorder) Record(*commonv1.TargetRef, *commonv1.MetricSample) bool { return true }
 
+func (r *countingRecorder) CompleteBefore(time.Time) {}
+
 func (r *countingRecorder) Failed(_ *commonv1.TargetRef, f scrape.Failure) {
 	r.failed.Add(1)
 	r.last.Store(f.Reason + ": " + f.Message)

@@ -369,8 +369,20 @@ type IngestRequest struct {
 	// The decider resolves every KPA target against it from then on; unset
 	// keeps what the decider has.
 	KnativeConfig *KnativeConfig `protobuf:"bytes,6,opt,name=knative_config,json=knativeConfig,proto3" json:"knative_config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Every sample this collector streams to this decider that is stamped
+	// before this time has been sent, in this batch or an earlier one on the
+	// stream: the start of its earliest scrape round not yet ended, or of its
+	// next round, and never later than when the batch was taken (so changes of
+	// the ready pod count are covered too). The decider makes a KPA tick as
+	// soon as every open stream's value is past the tick's grid time, instead
+	// of waiting --tick-lateness for late samples. Pushed stats, stamped with
+	// the second they came in, are not covered: one that comes after the tick
+	// counts from the next, as in Knative, whose ticks read what has arrived.
+	// Unset keeps the stream's last value; a stream that never sets it ticks
+	// after the lateness.
+	ScrapesCompleteBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=scrapes_complete_before,json=scrapesCompleteBefore,proto3" json:"scrapes_complete_before,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *IngestRequest) Reset() {
@@ -441,6 +453,13 @@ func (x *IngestRequest) GetRemoved() []*v1.TargetRef {
 func (x *IngestRequest) GetKnativeConfig() *KnativeConfig {
 	if x != nil {
 		return x.KnativeConfig
+	}
+	return nil
+}
+
+func (x *IngestRequest) GetScrapesCompleteBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScrapesCompleteBefore
 	}
 	return nil
 }
@@ -1873,14 +1892,15 @@ const file_tidal_decider_v1_decider_service_proto_rawDesc = "" +
 	"\rmeasure_error\x18\x03 \x01(\tR\fmeasureError\x12\"\n" +
 	"\n" +
 	"ready_pods\x18\x04 \x01(\x05H\x00R\treadyPods\x88\x01\x01B\r\n" +
-	"\v_ready_pods\"\xb7\x02\n" +
+	"\v_ready_pods\"\x8b\x03\n" +
 	"\rIngestRequest\x12!\n" +
 	"\fcollector_id\x18\x01 \x01(\tR\vcollectorId\x12\x16\n" +
 	"\x06replay\x18\x02 \x01(\bR\x06replay\x122\n" +
 	"\x05specs\x18\x03 \x03(\v2\x1c.tidal.decider.v1.TargetSpecR\x05specs\x129\n" +
 	"\ametrics\x18\x04 \x03(\v2\x1f.tidal.decider.v1.TargetMetricsR\ametrics\x124\n" +
 	"\aremoved\x18\x05 \x03(\v2\x1a.tidal.common.v1.TargetRefR\aremoved\x12F\n" +
-	"\x0eknative_config\x18\x06 \x01(\v2\x1f.tidal.decider.v1.KnativeConfigR\rknativeConfig\"\x91\x01\n" +
+	"\x0eknative_config\x18\x06 \x01(\v2\x1f.tidal.decider.v1.KnativeConfigR\rknativeConfig\x12R\n" +
+	"\x17scrapes_complete_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x15scrapesCompleteBefore\"\x91\x01\n" +
 	"\rKnativeConfig\x12?\n" +
 	"\n" +
 	"autoscaler\x18\x01 \x01(\v2\x1f.tidal.decider.v1.ConfigMapDataR\n" +
@@ -2059,9 +2079,9 @@ var file_tidal_decider_v1_decider_service_proto_goTypes = []any{
 	(*v1.TargetRef)(nil),           // 23: tidal.common.v1.TargetRef
 	(v1.Strategy)(0),               // 24: tidal.common.v1.Strategy
 	(*v1.MetricSample)(nil),        // 25: tidal.common.v1.MetricSample
-	(*v1.Decision)(nil),            // 26: tidal.common.v1.Decision
-	(*durationpb.Duration)(nil),    // 27: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*v1.Decision)(nil),            // 27: tidal.common.v1.Decision
+	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
 }
 var file_tidal_decider_v1_decider_service_proto_depIdxs = []int32{
 	23, // 0: tidal.decider.v1.TargetSpec.target:type_name -> tidal.common.v1.TargetRef
@@ -2075,44 +2095,45 @@ var file_tidal_decider_v1_decider_service_proto_depIdxs = []int32{
 	3,  // 8: tidal.decider.v1.IngestRequest.metrics:type_name -> tidal.decider.v1.TargetMetrics
 	23, // 9: tidal.decider.v1.IngestRequest.removed:type_name -> tidal.common.v1.TargetRef
 	5,  // 10: tidal.decider.v1.IngestRequest.knative_config:type_name -> tidal.decider.v1.KnativeConfig
-	6,  // 11: tidal.decider.v1.KnativeConfig.autoscaler:type_name -> tidal.decider.v1.ConfigMapData
-	6,  // 12: tidal.decider.v1.KnativeConfig.deployment:type_name -> tidal.decider.v1.ConfigMapData
-	22, // 13: tidal.decider.v1.ConfigMapData.data:type_name -> tidal.decider.v1.ConfigMapData.DataEntry
-	23, // 14: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
-	26, // 15: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
-	26, // 16: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
-	26, // 17: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
-	23, // 18: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
-	27, // 19: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
-	27, // 20: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
-	28, // 21: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
-	17, // 22: tidal.decider.v1.LagInputs.partitions:type_name -> tidal.decider.v1.PartitionState
-	28, // 23: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
-	26, // 24: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
-	16, // 25: tidal.decider.v1.ExplainResponse.kpa:type_name -> tidal.decider.v1.KPAInputs
-	18, // 26: tidal.decider.v1.ExplainResponse.lag:type_name -> tidal.decider.v1.LagInputs
-	15, // 27: tidal.decider.v1.ExplainResponse.clamps:type_name -> tidal.decider.v1.Clamp
-	20, // 28: tidal.decider.v1.ExplainResponse.keep_alive:type_name -> tidal.decider.v1.KeepAliveInputs
-	28, // 29: tidal.decider.v1.KeepAliveInputs.last_active_time:type_name -> google.protobuf.Timestamp
-	27, // 30: tidal.decider.v1.KeepAliveInputs.head:type_name -> google.protobuf.Duration
-	27, // 31: tidal.decider.v1.KeepAliveInputs.tail:type_name -> google.protobuf.Duration
-	27, // 32: tidal.decider.v1.KeepAliveInputs.pre_warm:type_name -> google.protobuf.Duration
-	27, // 33: tidal.decider.v1.KeepAliveInputs.until:type_name -> google.protobuf.Duration
-	4,  // 34: tidal.decider.v1.DeciderService.Ingest:input_type -> tidal.decider.v1.IngestRequest
-	8,  // 35: tidal.decider.v1.DeciderService.GetDecision:input_type -> tidal.decider.v1.GetDecisionRequest
-	10, // 36: tidal.decider.v1.DeciderService.ListDecisions:input_type -> tidal.decider.v1.ListDecisionsRequest
-	12, // 37: tidal.decider.v1.DeciderService.WatchDecisions:input_type -> tidal.decider.v1.WatchDecisionsRequest
-	14, // 38: tidal.decider.v1.DeciderService.Explain:input_type -> tidal.decider.v1.ExplainRequest
-	7,  // 39: tidal.decider.v1.DeciderService.Ingest:output_type -> tidal.decider.v1.IngestResponse
-	9,  // 40: tidal.decider.v1.DeciderService.GetDecision:output_type -> tidal.decider.v1.GetDecisionResponse
-	11, // 41: tidal.decider.v1.DeciderService.ListDecisions:output_type -> tidal.decider.v1.ListDecisionsResponse
-	13, // 42: tidal.decider.v1.DeciderService.WatchDecisions:output_type -> tidal.decider.v1.WatchDecisionsResponse
-	19, // 43: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
-	39, // [39:44] is the sub-list for method output_type
-	34, // [34:39] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	26, // 11: tidal.decider.v1.IngestRequest.scrapes_complete_before:type_name -> google.protobuf.Timestamp
+	6,  // 12: tidal.decider.v1.KnativeConfig.autoscaler:type_name -> tidal.decider.v1.ConfigMapData
+	6,  // 13: tidal.decider.v1.KnativeConfig.deployment:type_name -> tidal.decider.v1.ConfigMapData
+	22, // 14: tidal.decider.v1.ConfigMapData.data:type_name -> tidal.decider.v1.ConfigMapData.DataEntry
+	23, // 15: tidal.decider.v1.GetDecisionRequest.target:type_name -> tidal.common.v1.TargetRef
+	27, // 16: tidal.decider.v1.GetDecisionResponse.decision:type_name -> tidal.common.v1.Decision
+	27, // 17: tidal.decider.v1.ListDecisionsResponse.decisions:type_name -> tidal.common.v1.Decision
+	27, // 18: tidal.decider.v1.WatchDecisionsResponse.decision:type_name -> tidal.common.v1.Decision
+	23, // 19: tidal.decider.v1.ExplainRequest.target:type_name -> tidal.common.v1.TargetRef
+	28, // 20: tidal.decider.v1.KPAInputs.stable_window:type_name -> google.protobuf.Duration
+	28, // 21: tidal.decider.v1.KPAInputs.panic_window:type_name -> google.protobuf.Duration
+	26, // 22: tidal.decider.v1.KPAInputs.panic_start_time:type_name -> google.protobuf.Timestamp
+	17, // 23: tidal.decider.v1.LagInputs.partitions:type_name -> tidal.decider.v1.PartitionState
+	26, // 24: tidal.decider.v1.LagInputs.idle_deadline:type_name -> google.protobuf.Timestamp
+	27, // 25: tidal.decider.v1.ExplainResponse.decision:type_name -> tidal.common.v1.Decision
+	16, // 26: tidal.decider.v1.ExplainResponse.kpa:type_name -> tidal.decider.v1.KPAInputs
+	18, // 27: tidal.decider.v1.ExplainResponse.lag:type_name -> tidal.decider.v1.LagInputs
+	15, // 28: tidal.decider.v1.ExplainResponse.clamps:type_name -> tidal.decider.v1.Clamp
+	20, // 29: tidal.decider.v1.ExplainResponse.keep_alive:type_name -> tidal.decider.v1.KeepAliveInputs
+	26, // 30: tidal.decider.v1.KeepAliveInputs.last_active_time:type_name -> google.protobuf.Timestamp
+	28, // 31: tidal.decider.v1.KeepAliveInputs.head:type_name -> google.protobuf.Duration
+	28, // 32: tidal.decider.v1.KeepAliveInputs.tail:type_name -> google.protobuf.Duration
+	28, // 33: tidal.decider.v1.KeepAliveInputs.pre_warm:type_name -> google.protobuf.Duration
+	28, // 34: tidal.decider.v1.KeepAliveInputs.until:type_name -> google.protobuf.Duration
+	4,  // 35: tidal.decider.v1.DeciderService.Ingest:input_type -> tidal.decider.v1.IngestRequest
+	8,  // 36: tidal.decider.v1.DeciderService.GetDecision:input_type -> tidal.decider.v1.GetDecisionRequest
+	10, // 37: tidal.decider.v1.DeciderService.ListDecisions:input_type -> tidal.decider.v1.ListDecisionsRequest
+	12, // 38: tidal.decider.v1.DeciderService.WatchDecisions:input_type -> tidal.decider.v1.WatchDecisionsRequest
+	14, // 39: tidal.decider.v1.DeciderService.Explain:input_type -> tidal.decider.v1.ExplainRequest
+	7,  // 40: tidal.decider.v1.DeciderService.Ingest:output_type -> tidal.decider.v1.IngestResponse
+	9,  // 41: tidal.decider.v1.DeciderService.GetDecision:output_type -> tidal.decider.v1.GetDecisionResponse
+	11, // 42: tidal.decider.v1.DeciderService.ListDecisions:output_type -> tidal.decider.v1.ListDecisionsResponse
+	13, // 43: tidal.decider.v1.DeciderService.WatchDecisions:output_type -> tidal.decider.v1.WatchDecisionsResponse
+	19, // 44: tidal.decider.v1.DeciderService.Explain:output_type -> tidal.decider.v1.ExplainResponse
+	40, // [40:45] is the sub-list for method output_type
+	35, // [35:40] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_tidal_decider_v1_decider_service_proto_init() }

@@ -64,6 +64,9 @@ func (r *IngestRequest) Validate() error {
 			return err
 		}
 	}
+	if c := r.GetScrapesCompleteBefore(); c != nil && !c.IsValid() {
+		return commonv1.Invalid("scrapes_complete_before", c, "a valid timestamp")
+	}
 	if kc := r.GetKnativeConfig(); kc != nil {
 		// A ConfigMap's keys are bounded as annotations are: config-autoscaler
 		// has about twenty short ones (collectors leave out _example).

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	commonv1 "github.com/tidalscale/tidal/proto/tidal/common/v1"
 )
 
@@ -16,7 +18,8 @@ func TestIngestBounds(t *testing.T) {
 			CollectorId: "c1",
 			Specs: []*TargetSpec{{Target: ref, Strategy: commonv1.Strategy_STRATEGY_KPA, KeepAliveState: strings.Repeat("Az09-_", commonv1.MaxKeepAliveState/6),
 				Annotations: map[string]string{"autoscaling.knative.dev/max-scale": "10", "lag.tidal.dev/partitionLimitation": strings.Repeat("1,", MaxAnnotationValue/2-1) + "1"}}},
-			Metrics: []*TargetMetrics{{Target: ref, MeasureError: strings.Repeat("e", MaxMeasureErrorHard)}},
+			Metrics:               []*TargetMetrics{{Target: ref, MeasureError: strings.Repeat("e", MaxMeasureErrorHard)}},
+			ScrapesCompleteBefore: timestamppb.Now(),
 		}
 	}
 	many := func(n, valueLen int) map[string]string {
@@ -55,6 +58,9 @@ func TestIngestBounds(t *testing.T) {
 		{"a Pod as kind with a line break", func(r *IngestRequest) {
 			r.Metrics[0].Target = &commonv1.TargetRef{Namespace: "ns", Name: "a", Kind: "Pod\n"}
 		}, "metrics[0].target.kind"},
+		{"a completion time past year 9999", func(r *IngestRequest) {
+			r.ScrapesCompleteBefore = &timestamppb.Timestamp{Seconds: math.MaxInt64}
+		}, "scrapes_complete_before"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
