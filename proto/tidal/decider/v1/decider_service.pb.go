@@ -369,17 +369,17 @@ type IngestRequest struct {
 	// The decider resolves every KPA target against it from then on; unset
 	// keeps what the decider has.
 	KnativeConfig *KnativeConfig `protobuf:"bytes,6,opt,name=knative_config,json=knativeConfig,proto3" json:"knative_config,omitempty"`
-	// Every sample this collector streams to this decider that is stamped
-	// before this time has been sent, in this batch or an earlier one on the
-	// stream: the start of its earliest scrape round not yet ended, or of its
-	// next round, and never later than when the batch was taken (so changes of
-	// the ready pod count are covered too). The decider makes a KPA tick as
-	// soon as every open stream's value is past the tick's grid time, instead
-	// of waiting --tick-lateness for late samples. Pushed stats, stamped with
-	// the second they came in, are not covered: one that comes after the tick
-	// counts from the next, as in Knative, whose ticks read what has arrived.
-	// Unset keeps the stream's last value; a stream that never sets it ticks
-	// after the lateness.
+	// Every scrape sample and change of the ready pod count this collector
+	// streams to this decider that is stamped before this time has been sent,
+	// in this batch or an earlier one on the stream: the start of its earliest
+	// scrape round not yet ended, or of its next round, and never later than
+	// when the batch was taken. The decider makes a KPA tick as soon as every
+	// open stream's value is past the tick's grid time, instead of waiting
+	// --tick-lateness for late samples. Pushed stats, stamped with the second
+	// they came in, are not covered: one that comes after the tick counts from
+	// the next, as in Knative, whose ticks read what has arrived (lag samples
+	// are not decided on the grid). Unset keeps the stream's last value; a
+	// stream that never sets it ticks after the lateness.
 	ScrapesCompleteBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=scrapes_complete_before,json=scrapesCompleteBefore,proto3" json:"scrapes_complete_before,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
