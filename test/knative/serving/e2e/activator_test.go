@@ -9,8 +9,10 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,6 +159,40 @@ func (a *realActivator) request(ctx context.Context, s *scene) (int, string, err
 	return resp.StatusCode, string(b), err
 }
 
+// logSize is the length of the activator's log now, for waitNoBackends.
+func (a *realActivator) logSize(t *testing.T) int64 {
+	t.Helper()
+	fi, err := os.Stat(a.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// waitNoBackends waits until the activator's throttler, in what it logged
+// after offset from, has dropped the last backend of s's revision. The
+// public Endpoints move to the activator before its own informer sees the
+// revision's private Endpoints empty: a request sent in between is proxied
+// to a pod that is going away, not held at zero.
+func (a *realActivator) waitNoBackends(t *testing.T, s *scene, from int64) {
+	t.Helper()
+	key := fmt.Sprintf(`"knative.dev/key":%q`, s.ns+"/"+s.rev)
+	backends := regexp.MustCompile(`backends(?: =|:) (\d+)`)
+	last := ""
+	testkit.Eventually(t, 30*time.Second, "Knative's activator without a backend for the revision", func() bool {
+		b, err := os.ReadFile(a.logPath)
+		if err != nil || int64(len(b)) < from {
+			return false
+		}
+		for _, line := range strings.Split(string(b[from:]), "\n") {
+			if m := backends.FindStringSubmatch(line); m != nil && strings.Contains(line, key) {
+				last = m[1]
+			}
+		}
+		return last == "0"
+	}, func() string { return fmt.Sprintf("last backends %q\n%s", last, a.logTail(30)) })
+}
+
 // TestKnativeActivatorBinary runs Knative's activator binary in the request
 // path beside Knative's controller and tidal in Knative mode, at Knative's
 // default target-burst-capacity (200: the activator stays in the path while
@@ -205,6 +241,7 @@ func TestKnativeActivatorBinary(t *testing.T) {
 			testkit.Eventually(t, 30*time.Second, fmt.Sprintf("%s: ServerlessService in %s mode with a pod running", who, tc.mode),
 				func() bool { return mode() == string(tc.mode) }, func() string { return "mode " + mode() })
 
+			logFrom := act.logSize(t)
 			if inPath {
 				// The activator is in the path already: as Knative's KPA,
 				// no grace period to wait for it, zero after the stable
@@ -221,6 +258,7 @@ func TestKnativeActivatorBinary(t *testing.T) {
 			} else {
 				s.scaleToZero(t, who)
 			}
+			act.waitNoBackends(t, s, logFrom)
 
 			// From zero: the activator holds the request until a pod is
 			// Ready, and only its stat tells tidal there is demand.
