@@ -1043,6 +1043,9 @@ func TestTicksEarlyOnceSourcesComplete(t *testing.T) {
 					made[e.lastKPA.UnixMilli()] = now.Sub(e.lastKPA)
 				}
 			}
+			if len(made) < 13 {
+				t.Fatalf("%d ticks made in 30 s after the first, want at least 13", len(made))
+			}
 			for g, late := range made {
 				if g > at(6000).UnixMilli() && late != tt.wantLate {
 					t.Errorf("tick at %v made %v after it, want %v", time.UnixMilli(g).Sub(epoch), late, tt.wantLate)
