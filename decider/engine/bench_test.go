@@ -159,3 +159,36 @@ func BenchmarkLagSecond(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPage is one listing of every decision of N decided KPA targets,
+// a page of 1,000 at a time, as a dashboard polling ListDecisions makes it.
+func BenchmarkPage(b *testing.B) {
+	const n = 10_000
+	e := New(Config{TickInterval: 2 * time.Second, KPA: kpaconfig.Default(), Deployment: kpaconfig.DefaultDeployment()})
+	for i := range n {
+		t := Target{Namespace: fmt.Sprintf("ns-%d", i/10), Name: fmt.Sprintf("rev-%d", i)}
+		if err := e.Upsert(Spec{Target: t, Strategy: KPA, Reachable: true}, epoch); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Record(t, Sample{At: epoch.Add(time.Second), Stat: kpa.Stat{AverageConcurrentRequests: 50}, ReadyPods: 1}, epoch.Add(time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e.Tick(epoch.Add(4 * time.Second))
+	x := NewIndex(e, time.Minute, func() time.Time { return epoch })
+	b.ReportAllocs()
+	for b.Loop() {
+		listed := 0
+		for after := ""; ; {
+			ds, next := x.Page("", after, 1000)
+			listed += len(ds)
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		if listed != n {
+			b.Fatalf("listed %d, want %d", listed, n)
+		}
+	}
+}

@@ -92,6 +92,9 @@ type Engine struct {
 	// Config.Lateness while they are open.
 	sources     map[*Source]struct{}
 	overSources int
+	// ready has a value once the sources are past the next KPA grid time
+	// (Ready): the tick need not wait for the loop's next turn.
+	ready chan struct{}
 
 	changed []kpa.Change
 	results []lag.Result
@@ -179,7 +182,7 @@ func New(cfg Config) *Engine {
 		cfg.OnDrop = func(string) {}
 	}
 	return &Engine{cfg: cfg, kpa: kpa.NewSet(), lag: lag.NewSet(), targets: map[tkey]*target{}, lagTargets: map[string]*target{}, kpaTargets: map[kpa.Key]*target{},
-		sources: map[*Source]struct{}{}}
+		sources: map[*Source]struct{}{}, ready: make(chan struct{}, 1)}
 }
 
 // maxSources bounds the streams whose progress the engine follows: a
@@ -218,10 +221,21 @@ func (e *Engine) OpenSource() *Source {
 func (s *Source) CompleteBefore(t time.Time) {
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
-	if t.After(s.before) {
-		s.before = t
+	if !t.After(s.before) {
+		return
+	}
+	s.before = t
+	if last := s.e.lastKPA; !last.IsZero() && s.e.completeLocked().After(gridAfter(last, s.e.cfg.TickInterval)) {
+		select {
+		case s.e.ready <- struct{}{}:
+		default: // already told
+		}
 	}
 }
+
+// Ready has a value once every open Source is past the next KPA grid time,
+// so TickKPA can make that tick at once.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // Close stops following the stream.
 func (s *Source) Close() {
@@ -328,7 +342,7 @@ func (e *Engine) EachKnative(f func(Decision, *KnativeRevision)) {
 	defer e.mu.Unlock()
 	for _, t := range e.order {
 		if t.strategy == KPA && t.inSet && t.spec.Knative != nil {
-			f(e.kpaDecisionLocked(t), t.spec.Knative)
+			f(e.kpaDecisionLocked(t, true), t.spec.Knative)
 		}
 	}
 }
@@ -564,7 +578,7 @@ func (e *Engine) Poke(ref Target, now time.Time) (Decision, bool, error) {
 	if t.ka != nil {
 		informed = e.decideKeepAliveLocked(t, now)
 	}
-	return e.kpaDecisionLocked(t), informed, nil
+	return e.kpaDecisionLocked(t, true), informed, nil
 }
 
 // decideKeepAliveLocked applies the keep-alive policy to Knative's latest
@@ -673,52 +687,7 @@ func gridAfter(t time.Time, interval time.Duration) time.Time {
 func (e *Engine) Tick(now time.Time) []Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []Decision
-	iv := e.cfg.TickInterval
-	due := now.Add(-e.cfg.Lateness)
-	if c := e.completeLocked(); c.After(due) {
-		// A grid time g is complete only when g < c; never one ahead of now.
-		due = c.Add(-time.Nanosecond)
-		if due.After(now) {
-			due = now
-		}
-	}
-	due = e.heldLocked(due, now) // grid times up to due have all their samples
-	next := gridAfter(e.lastKPA, iv)
-	if e.lastKPA.IsZero() || due.Sub(next) > 5*iv+e.cfg.Hold {
-		next = due.Truncate(iv)
-	}
-	for !next.After(due) {
-		for _, t := range e.order {
-			if t.strategy == KPA {
-				e.flushLocked(t, next)
-			}
-		}
-		e.changed = e.kpa.Tick(next, e.changed[:0])
-		for _, c := range e.changed {
-			t, ok := e.kpaTargets[c.Key]
-			if !ok {
-				continue
-			}
-			t.undecided = false
-			if t.ka == nil {
-				t.announce = false
-				out = append(out, e.kpaDecisionLocked(t))
-			}
-		}
-		// Keep-alive targets are decided every tick, whether Knative's
-		// number changed or not: time alone moves them to the pre-warm.
-		for _, t := range e.keepAlive {
-			if e.decideKeepAliveLocked(t, next) {
-				t.announce = false
-				out = append(out, e.kpaDecisionLocked(t))
-			}
-		}
-		e.lastKPA = next
-		next = next.Add(iv)
-	}
-	out = e.lateFirstLocked(out)
-
+	out := e.tickKPALocked(now)
 	for _, t := range e.lagTargets {
 		if e.flushLocked(t, now) > 0 || !t.inSet {
 			continue
@@ -753,10 +722,67 @@ func (e *Engine) Tick(now time.Time) []Decision {
 		t.lagDesired = r.Desired
 		if r.ScaleNeeded || (r.Desired != prev && r.Desired >= 0) || t.announce {
 			t.announce = false
-			out = append(out, e.lagDecisionLocked(t))
+			out = append(out, e.lagDecisionLocked(t, true))
 		}
 	}
 	return e.announceLocked(out)
+}
+
+// TickKPA is Tick for the KPA targets alone, for a turn Ready asked for:
+// the lag targets keep the loop's own pace.
+func (e *Engine) TickKPA(now time.Time) []Decision {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.announceLocked(e.tickKPALocked(now))
+}
+
+// tickKPALocked makes the KPA ticks due at now (Tick).
+func (e *Engine) tickKPALocked(now time.Time) []Decision {
+	var out []Decision
+	iv := e.cfg.TickInterval
+	due := now.Add(-e.cfg.Lateness)
+	if c := e.completeLocked(); c.After(due) {
+		// A grid time g is complete only when g < c; never one ahead of now.
+		due = c.Add(-time.Nanosecond)
+		if due.After(now) {
+			due = now
+		}
+	}
+	due = e.heldLocked(due, now) // grid times up to due have all their samples
+	next := gridAfter(e.lastKPA, iv)
+	if e.lastKPA.IsZero() || due.Sub(next) > 5*iv+e.cfg.Hold {
+		next = due.Truncate(iv)
+	}
+	for !next.After(due) {
+		for _, t := range e.order {
+			if t.strategy == KPA {
+				e.flushLocked(t, next)
+			}
+		}
+		e.changed = e.kpa.Tick(next, e.changed[:0])
+		for _, c := range e.changed {
+			t, ok := e.kpaTargets[c.Key]
+			if !ok {
+				continue
+			}
+			t.undecided = false
+			if t.ka == nil {
+				t.announce = false
+				out = append(out, e.kpaDecisionLocked(t, true))
+			}
+		}
+		// Keep-alive targets are decided every tick, whether Knative's
+		// number changed or not: time alone moves them to the pre-warm.
+		for _, t := range e.keepAlive {
+			if e.decideKeepAliveLocked(t, next) {
+				t.announce = false
+				out = append(out, e.kpaDecisionLocked(t, true))
+			}
+		}
+		e.lastKPA = next
+		next = next.Add(iv)
+	}
+	return e.lateFirstLocked(out)
 }
 
 // heldLocked returns the latest grid time KPA ticks may be made up to at
@@ -825,11 +851,11 @@ func (e *Engine) lateFirstLocked(out []Decision) []Decision {
 		case t.ka != nil:
 			if e.decideKeepAliveLocked(t, e.lastKPA) {
 				t.announce = false
-				out = append(out, e.kpaDecisionLocked(t))
+				out = append(out, e.kpaDecisionLocked(t, true))
 			}
 		case informed:
 			t.announce = false
-			out = append(out, e.kpaDecisionLocked(t))
+			out = append(out, e.kpaDecisionLocked(t, true))
 		}
 	}
 	clear(e.undecided[len(keep):])
@@ -849,7 +875,7 @@ func (e *Engine) announceLocked(out []Decision) []Decision {
 			keep = append(keep, t) // the lag loop reports it with its next result
 			continue
 		}
-		d := e.kpaDecisionLocked(t)
+		d := e.kpaDecisionLocked(t, true)
 		if !d.Valid() {
 			keep = append(keep, t) // no decision yet: wait for one
 			continue
@@ -984,7 +1010,7 @@ func (e *Engine) Get(ref Target) (Decision, bool) {
 	if !ok {
 		return Decision{}, false
 	}
-	return e.decisionLocked(t), true
+	return e.decisionLocked(t, true), true
 }
 
 // List returns every target's latest decision, sorted by namespace and
@@ -995,22 +1021,25 @@ func (e *Engine) List(namespace string) []Decision {
 	out := make([]Decision, 0, len(e.targets))
 	for _, t := range e.targets {
 		if namespace == "" || t.ref.Namespace == namespace {
-			out = append(out, e.decisionLocked(t))
+			out = append(out, e.decisionLocked(t, true))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Target.Key() < out[j].Target.Key() })
 	return out
 }
 
-func (e *Engine) decisionLocked(t *target) Decision {
+// decisionLocked is t's latest decision; without full, only what a
+// listing shows (no KPA, Lag, KeepAlive or KeepAliveState), which saves a
+// listing of every target their copies.
+func (e *Engine) decisionLocked(t *target, full bool) Decision {
 	var d Decision
 	switch {
 	case !t.inSet:
 		d = Decision{Target: t.ref, Strategy: t.strategy, Desired: kpa.ScaleUnknown}
 	case t.strategy == KPA:
-		d = e.kpaDecisionLocked(t)
+		d = e.kpaDecisionLocked(t, full)
 	default:
-		d = e.lagDecisionLocked(t)
+		d = e.lagDecisionLocked(t, full)
 	}
 	d.MeasureError = t.measureErr
 	if t.specErr != nil {
@@ -1020,7 +1049,7 @@ func (e *Engine) decisionLocked(t *target) Decision {
 	return d
 }
 
-func (e *Engine) kpaDecisionLocked(t *target) Decision {
+func (e *Engine) kpaDecisionLocked(t *target, full bool) Decision {
 	kd, st, _ := e.kpa.Get(t.kkey)
 	d := Decision{
 		Target:              t.ref,
@@ -1032,12 +1061,18 @@ func (e *Engine) kpaDecisionLocked(t *target) Decision {
 		ExcessBurstCapacity: st.ExcessBurstCapacity,
 		MaxScale:            t.maxScale,
 		Advisory:            t.spec.Advisory,
-		KPA:                 &kd,
+	}
+	if full {
+		kd := kd // its own copy, so a listing's kd stays on the stack
+		d.KPA = &kd
 	}
 	if t.ka != nil {
 		kad := t.kaDec
-		d.KeepAlive = &kad
-		d.KeepAliveState = t.ka.Encode()
+		if full {
+			kac := kad
+			d.KeepAlive = &kac
+			d.KeepAliveState = t.ka.Encode()
+		}
 		d.Desired = kad.Desired
 		d.At = later(d.At, kad.At)
 		switch kad.Phase {
@@ -1069,7 +1104,7 @@ func (e *Engine) NextKeepAlive(ref Target) (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-func (e *Engine) lagDecisionLocked(t *target) Decision {
+func (e *Engine) lagDecisionLocked(t *target, full bool) Decision {
 	ld, _ := e.lag.Explain(t.key)
 	d := Decision{
 		Target:   t.ref,
@@ -1078,7 +1113,10 @@ func (e *Engine) lagDecisionLocked(t *target) Decision {
 		Desired:  ld.Desired,
 		Reason:   ld.Summary(),
 		Advisory: t.spec.Advisory,
-		Lag:      &ld,
+	}
+	if full {
+		ld := ld
+		d.Lag = &ld
 	}
 	if !ld.Time.IsZero() {
 		d.Sequence = uint64(ld.Time.UnixMilli())

@@ -983,9 +983,11 @@ func TestHoldIsBounded(t *testing.T) {
 // tick would.
 func TestTicksEarlyOnceSourcesComplete(t *testing.T) {
 	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
-	// A scrape round starts at +300 ms each second, its sample arrives at
-	// +350 ms and the collector then says every sample before its next
-	// round is in. The load steps up at second 10.
+	// A scrape round starts at +300 ms each second and its sample arrives
+	// at +350 ms; the collector says every sample before its clock is in
+	// then and just after each whole second (+10 ms), as its hub does. The
+	// loop turns at +50 ms every 100 ms, and at once when Ready says a tick
+	// is complete. The load steps up at second 10.
 	sample := func(sec int) Sample {
 		c := 35.0
 		if sec >= 10 {
@@ -1001,11 +1003,11 @@ func TestTicksEarlyOnceSourcesComplete(t *testing.T) {
 		sources, silentClosed int
 		wantLate              time.Duration
 	}{
-		{"no source: Lateness", 0, 0, 500 * time.Millisecond},
-		{"one source: at the grid time", 1, 0, 0},
-		{"a silent source: Lateness", 2, 0, 500 * time.Millisecond},
-		{"a silent source closed: at the grid time", 2, 1, 0},
-		{"one opened beyond those followed: Lateness", maxSources + 1, maxSources - 1, 500 * time.Millisecond},
+		{"no source: Lateness, at the loop's next turn", 0, 0, 550 * time.Millisecond},
+		{"one source: once it says so", 1, 0, 10 * time.Millisecond},
+		{"a silent source: Lateness", 2, 0, 550 * time.Millisecond},
+		{"a silent source closed: once the other says so", 2, 1, 10 * time.Millisecond},
+		{"one opened beyond those followed: Lateness", maxSources + 1, maxSources - 1, 550 * time.Millisecond},
 	}
 	var decided []map[int64]int32
 	for _, tt := range tests {
@@ -1031,12 +1033,21 @@ func TestTicksEarlyOnceSourcesComplete(t *testing.T) {
 					if _, err := e.Record(app, sample(ms/1000), now); err != nil {
 						t.Fatal(err)
 					}
-					if len(srcs) > 0 {
-						srcs[0].CompleteBefore(at(ms - 350 + 1300))
-					}
+				}
+				if len(srcs) > 0 && (ms%1000 == 350 || ms%1000 == 10) {
+					srcs[0].CompleteBefore(now)
 				}
 				before := e.lastKPA
-				for _, d := range e.Tick(now) {
+				var ds []Decision
+				select {
+				case <-e.Ready():
+					ds = e.TickKPA(now)
+				default:
+					if ms%100 == 50 {
+						ds = e.Tick(now)
+					}
+				}
+				for _, d := range ds {
 					desired[d.At.UnixMilli()] = d.Desired
 				}
 				if e.lastKPA.After(before) && !before.IsZero() {

@@ -78,6 +78,7 @@ func (x *Index) Page(namespace, after string, limit int) (ds []Decision, next st
 	i := sort.Search(len(ts), func(i int) bool { return ts[i].key > after && ts[i].key >= prefix })
 	x.e.mu.Lock()
 	defer x.e.mu.Unlock()
+	ds = make([]Decision, 0, min(limit, len(ts)-i))
 	for ; i < len(ts); i++ {
 		t := ts[i]
 		if !strings.HasPrefix(t.key, prefix) {
@@ -89,7 +90,7 @@ func (x *Index) Page(namespace, after string, limit int) (ds []Decision, next st
 		if len(ds) == limit {
 			return ds, ds[len(ds)-1].Target.Key()
 		}
-		ds = append(ds, x.e.decisionLocked(t))
+		ds = append(ds, x.e.decisionLocked(t, false))
 	}
 	return ds, ""
 }

@@ -98,11 +98,14 @@ func ValidateCountPart(field string, part, whole float64) error {
 
 // ValidatePods checks a pod count: 0 to MaxPods.
 func ValidatePods(field string, n int32) error {
-	if n < 0 || n > MaxPods {
+	if !IsPods(n) {
 		return Invalid(field, n, fmt.Sprintf("0 to %d", MaxPods))
 	}
 	return nil
 }
+
+// IsPods is ValidatePods' allocation-free test.
+func IsPods(n int32) bool { return n >= 0 && n <= MaxPods }
 
 // ValidateText checks free text that reaches logs, statuses or terminals:
 // at most maxBytes bytes of valid UTF-8 without control characters.

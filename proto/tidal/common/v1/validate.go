@@ -47,8 +47,16 @@ func ValidateSubdomain(field, v string) error {
 	return nil
 }
 
+// Valid reports whether ValidateField would pass t, allocating nothing.
+func (t *TargetRef) Valid() bool {
+	return t != nil && IsLabel(t.GetNamespace()) && IsSubdomain(t.GetName()) && IsAPIVersion(t.GetApiVersion()) && IsKind(t.GetKind())
+}
+
 // ValidateField checks a required target reference at path field.
 func (t *TargetRef) ValidateField(field string) error {
+	if t.Valid() {
+		return nil // no path built: this runs for every sample
+	}
 	if t == nil {
 		return Invalid(field, "<missing>", "a target reference with namespace and name")
 	}
@@ -120,22 +128,22 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 	if s.GetSource() == SampleSource_SAMPLE_SOURCE_PODS {
 		return s.validatePods(field)
 	}
-	if err := ValidateCount(field+".average_concurrency", s.GetAverageConcurrency()); err != nil {
-		return err
+	// Each check builds its field's path only when it fails: this runs for
+	// every sample a decider takes.
+	if !IsCount(s.GetAverageConcurrency()) {
+		return ValidateCount(field+".average_concurrency", s.GetAverageConcurrency())
 	}
-	if err := ValidateCountPart(field+".average_proxied_concurrency", s.GetAverageProxiedConcurrency(), s.GetAverageConcurrency()); err != nil {
-		return err
+	if !IsCount(s.GetAverageProxiedConcurrency()) || s.GetAverageProxiedConcurrency() > s.GetAverageConcurrency() {
+		return ValidateCountPart(field+".average_proxied_concurrency", s.GetAverageProxiedConcurrency(), s.GetAverageConcurrency())
 	}
-	if err := ValidateCount(field+".request_count", s.GetRequestCount()); err != nil {
-		return err
+	if !IsCount(s.GetRequestCount()) {
+		return ValidateCount(field+".request_count", s.GetRequestCount())
 	}
-	if err := ValidateCountPart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount()); err != nil {
-		return err
+	if !IsCount(s.GetProxiedRequestCount()) || s.GetProxiedRequestCount() > s.GetRequestCount() {
+		return ValidateCountPart(field+".proxied_request_count", s.GetProxiedRequestCount(), s.GetRequestCount())
 	}
-	if s.ReadyPods != nil {
-		if err := ValidatePods(field+".ready_pods", s.GetReadyPods()); err != nil {
-			return err
-		}
+	if s.ReadyPods != nil && !IsPods(s.GetReadyPods()) {
+		return ValidatePods(field+".ready_pods", s.GetReadyPods())
 	}
 	if s.PartitionCount != nil && s.GetPartitionCount() < 0 {
 		return Invalid(field+".partition_count", s.GetPartitionCount(), "at least 0")
@@ -149,26 +157,26 @@ func (s *MetricSample) ValidateField(field string, now time.Time) error {
 	}
 	seen := make(map[key]bool, len(s.GetPartitionLags()))
 	for i, p := range s.GetPartitionLags() {
-		pf := fmt.Sprintf("%s.partition_lags[%d]", field, i)
+		pf := func() string { return fmt.Sprintf("%s.partition_lags[%d]", field, i) }
 		if p.GetPartition() < 0 {
-			return Invalid(pf+".partition", p.GetPartition(), "at least 0")
+			return Invalid(pf()+".partition", p.GetPartition(), "at least 0")
 		}
 		if (p.GetTopic() == "") != (s.GetPartitionLags()[0].GetTopic() == "") {
-			return Invalid(pf+".topic", p.GetTopic(), "set on every partition of a sample or on none")
+			return Invalid(pf()+".topic", p.GetTopic(), "set on every partition of a sample or on none")
 		}
 		if t := p.GetTopic(); t != "" && !IsTopic(t) {
-			return Invalid(pf+".topic", t, "a Kafka topic name: 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-'")
+			return Invalid(pf()+".topic", t, "a Kafka topic name: 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-'")
 		}
 		k := key{p.GetTopic(), p.GetPartition()}
 		if seen[k] {
-			return Invalid(pf+".partition", p.GetPartition(), "each partition of a topic at most once")
+			return Invalid(pf()+".partition", p.GetPartition(), "each partition of a topic at most once")
 		}
 		seen[k] = true
 		if p.GetEndOffset() < 0 {
-			return Invalid(pf+".end_offset", p.GetEndOffset(), "at least 0")
+			return Invalid(pf()+".end_offset", p.GetEndOffset(), "at least 0")
 		}
 		if p.CommittedOffset != nil && p.GetCommittedOffset() < 0 {
-			return Invalid(pf+".committed_offset", p.GetCommittedOffset(), "at least 0, or absent when never committed")
+			return Invalid(pf()+".committed_offset", p.GetCommittedOffset(), "at least 0, or absent when never committed")
 		}
 	}
 	return nil

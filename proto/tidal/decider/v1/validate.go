@@ -46,17 +46,16 @@ func (r *IngestRequest) Validate() error {
 		}
 	}
 	for i, m := range r.GetMetrics() {
-		f := fmt.Sprintf("metrics[%d]", i)
-		if err := m.GetTarget().ValidateField(f + ".target"); err != nil {
-			return err
+		// The path is built only for a refusal: this runs for every metric.
+		f := func() string { return fmt.Sprintf("metrics[%d]", i) }
+		if !m.GetTarget().Valid() {
+			return m.GetTarget().ValidateField(f() + ".target")
 		}
-		if m.ReadyPods != nil {
-			if err := commonv1.ValidatePods(f+".ready_pods", m.GetReadyPods()); err != nil {
-				return err
-			}
+		if m.ReadyPods != nil && !commonv1.IsPods(m.GetReadyPods()) {
+			return commonv1.ValidatePods(f()+".ready_pods", m.GetReadyPods())
 		}
 		if e := m.GetMeasureError(); len(e) > MaxMeasureErrorHard {
-			return commonv1.Invalid(f+".measure_error", e, fmt.Sprintf("at most %d bytes (the decider keeps %d)", MaxMeasureErrorHard, MaxMeasureError))
+			return commonv1.Invalid(f()+".measure_error", e, fmt.Sprintf("at most %d bytes (the decider keeps %d)", MaxMeasureErrorHard, MaxMeasureError))
 		}
 	}
 	for i, t := range r.GetRemoved() {
