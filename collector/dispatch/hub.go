@@ -114,7 +114,10 @@ type outbox struct {
 	// keys is take's scratch for pending's sorted keys, kept between
 	// turns as pending's buckets are: a turn every few milliseconds for
 	// thousands of targets made both anew each time.
-	keys    []tkey
+	keys []tkey
+	// free holds pending's entries of past turns, emptied, for reuse:
+	// never more than pending held at once.
+	free    []*pendingTarget
 	removed []*commonv1.TargetRef
 	depth   int // samples in pending
 	urgent  bool
@@ -421,8 +424,13 @@ func (h *Hub) queueLocked(ob *outbox, key tkey, t *target, s *commonv1.MetricSam
 			return
 		}
 	}
-	// The outbox gets its own copy: history merges into its sample later.
-	p.samples = append(p.samples, history.Clone(s))
+	// A pushed sample gets its own copy, as later pushes of its second are
+	// added into it (above); nothing changes any other kind once recorded,
+	// so every outbox shares it.
+	if s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
+		s = history.Clone(s)
+	}
+	p.samples = append(p.samples, s)
 	ob.depth++
 	if s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH && s.GetAverageConcurrency() > 0 && t.ready <= 0 {
 		ob.urgent = true
@@ -763,6 +771,8 @@ func (h *Hub) take(addr string, maxSamples int) batchSet {
 				bs.live = append(bs.live, cur)
 				cur, n = &deciderv1.IngestRequest{}, 0
 			}
+			*p = pendingTarget{} // the batch has what it held
+			ob.free = append(ob.free, p)
 		}
 		if len(cur.Metrics)+len(cur.Specs)+len(cur.Removed) > 0 {
 			bs.live = append(bs.live, cur)
@@ -856,7 +866,12 @@ func (h *Hub) wakeRoomLocked() {
 func (ob *outbox) entryLocked(key tkey, ref *commonv1.TargetRef) *pendingTarget {
 	p, ok := ob.pending[key]
 	if !ok {
-		p = &pendingTarget{ref: ref}
+		if n := len(ob.free); n > 0 {
+			p, ob.free = ob.free[n-1], ob.free[:n-1]
+		} else {
+			p = &pendingTarget{}
+		}
+		p.ref = ref
 		ob.pending[key] = p
 	}
 	return p
