@@ -298,6 +298,11 @@ func (s *Scraper) Len() int {
 	return len(s.targets)
 }
 
+// roundOffset is how long after each whole interval a round is due. Its
+// samples, stamped then, belong to the tick after that second, so a tick
+// on a whole second never waits for the round that starts there.
+const roundOffset = 10 * time.Millisecond
+
 // maxRoundLateness bounds, in intervals, how late a scrape round may
 // start: later, its samples would come after the decider's ticks that need
 // them.
@@ -316,13 +321,18 @@ func (s *Scraper) Run(ctx context.Context) error {
 		s.client.closeIdle()
 		s.metrics.idleConns.Set(0)
 	}()
-	// Rounds are due an interval apart. One that starts late (the last
-	// one's jobs still queued) runs at once, stamped with its due time, so
-	// each target still has a sample a second: a ticker would drop it, and
-	// every target would miss that second, which a window then counts as
-	// zero. A round more than maxRoundLateness late is lost, not run.
-	due := time.Now().Add(s.cfg.Interval)
-	timer := time.NewTimer(s.cfg.Interval)
+	// Rounds are due an interval apart, just after each whole interval
+	// (roundOffset): a round then has nearly the whole interval to end
+	// before the next whole second, where the decider's tick need not wait
+	// for it; at an arbitrary offset a round begun just before a tick's
+	// grid time held that tick until it ended. One that starts late (the
+	// last one's jobs still queued) runs at once, stamped with its due
+	// time, so each target still has a sample a second: a ticker would
+	// drop it, and every target would miss that second, which a window
+	// then counts as zero. A round more than maxRoundLateness late is
+	// lost, not run.
+	due := time.Now().Truncate(s.cfg.Interval).Add(s.cfg.Interval + roundOffset)
+	timer := time.NewTimer(time.Until(due))
 	defer timer.Stop()
 	swept := due
 	for {

@@ -600,4 +600,11 @@ func TestCompleteBeforeWaitsForSlowScrapes(t *testing.T) {
 	if time.Unix(0, complete).Before(slowAt) || complete == 0 {
 		t.Errorf("last CompleteBefore %v, want past the slow sample's %v", time.Unix(0, complete), slowAt)
 	}
+	// Rounds are stamped just after whole intervals, never on one: a tick
+	// on a whole second never waits for the round that starts there.
+	for _, sm := range rec.samples {
+		if at := sm.GetTime().AsTime(); at.Sub(at.Truncate(cfg.Interval)) != roundOffset {
+			t.Errorf("a sample stamped %v, want %v after a whole %v", at, roundOffset, cfg.Interval)
+		}
+	}
 }
