@@ -74,16 +74,16 @@ func (x *Index) Page(namespace, after string, limit int) (ds []Decision, next st
 	if namespace != "" {
 		prefix = namespace + "/"
 	}
-	// Keys with one prefix sort together: start at the first one after the cursor.
+	// Keys with one prefix sort together: from the first one after the
+	// cursor to the first one past them. The page is sized for what is
+	// there, not for limit: a small namespace's listing stays small.
 	i := sort.Search(len(ts), func(i int) bool { return ts[i].key > after && ts[i].key >= prefix })
+	end := sort.Search(len(ts), func(i int) bool { return ts[i].key >= prefix && !strings.HasPrefix(ts[i].key, prefix) })
 	x.e.mu.Lock()
 	defer x.e.mu.Unlock()
-	ds = make([]Decision, 0, min(limit, len(ts)-i))
-	for ; i < len(ts); i++ {
+	ds = make([]Decision, 0, min(limit, max(end-i, 0)))
+	for ; i < end; i++ {
 		t := ts[i]
-		if !strings.HasPrefix(t.key, prefix) {
-			break
-		}
 		if x.e.targets[keyOf(t.ref)] != t {
 			continue // removed since the index was built
 		}
