@@ -97,10 +97,12 @@ func (h *History) slot(i int) int {
 // anyway), so a busy activator costs one sample per second, not one per
 // report. merged is true when that happened. s is not kept either way.
 func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
-	at := time.Unix(s.GetTime().GetSeconds(), int64(s.GetTime().GetNanos()))
+	// Nanoseconds, not time.Time: this runs for every sample the collector
+	// takes, and the conversions were half its cost.
+	at := time.Unix(s.GetTime().GetSeconds(), int64(s.GetTime().GetNanos())).UnixNano()
 	if h.n > 0 && s.GetSource() == commonv1.SampleSource_SAMPLE_SOURCE_PUSH {
 		last := &h.ring[h.slot(h.n-1)]
-		if last.source == uint8(commonv1.SampleSource_SAMPLE_SOURCE_PUSH) && last.at == at.UnixNano() {
+		if last.source == uint8(commonv1.SampleSource_SAMPLE_SOURCE_PUSH) && last.at == at {
 			last.conc += s.GetAverageConcurrency()
 			last.proxied += s.GetAverageProxiedConcurrency()
 			last.requests += s.GetRequestCount()
@@ -110,7 +112,7 @@ func (h *History) Append(s *commonv1.MetricSample) (merged bool) {
 	}
 	// Samples s pushes out of the span go first, so a full ring grows only
 	// when the span really holds more.
-	for h.n > 0 && at.Sub(h.ring[h.start].time()) > h.Retention {
+	for h.n > 0 && at-h.ring[h.start].at > int64(h.Retention) {
 		h.ring[h.start] = record{}
 		if h.lagged != nil {
 			h.lagged[h.start] = nil
@@ -166,9 +168,9 @@ func (h *History) resize(size int) {
 	h.ring, h.lagged, h.start = ring, lg, 0
 }
 
-func toRecord(s *commonv1.MetricSample, at time.Time) record {
+func toRecord(s *commonv1.MetricSample, at int64) record {
 	r := record{
-		at:         at.UnixNano(),
+		at:         at,
 		source:     uint8(s.GetSource()), //nolint:gosec // the collector's own sources, 0–4.
 		conc:       s.GetAverageConcurrency(),
 		proxied:    s.GetAverageProxiedConcurrency(),
