@@ -13,10 +13,18 @@ import (
 // BenchmarkFetchRound is one periodic fetch of 1,000 lag targets on one
 // cluster, each its own topic of four partitions and its own group, as
 // make scale's lag targets are: the collector does this every --lag-tick
-// (100 ms, riff's interval) for every cluster with a due target.
+// (100 ms, riff's interval) for every cluster with a due target. With
+// three brokers the partitions' leaders and the groups' coordinators are
+// spread over them, so a round asks each broker for its share.
 func BenchmarkFetchRound(b *testing.B) {
+	for _, brokers := range []int{1, 3} {
+		b.Run(fmt.Sprintf("brokers=%d", brokers), func(b *testing.B) { benchmarkFetchRound(b, brokers) })
+	}
+}
+
+func benchmarkFetchRound(b *testing.B, brokers int) {
 	const targets, partitions = 1000, 4
-	c := kfake.MustCluster(kfake.NumBrokers(1))
+	c := kfake.MustCluster(kfake.NumBrokers(brokers))
 	defer c.Close()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {

@@ -61,11 +61,23 @@ func byPartition(a, b committed) int {
 	return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 }
 
+// commitBufs is the map and array fetchCommits fills, kept by a periodic
+// round for the next: its answers are read within the round only.
+type commitBufs struct {
+	by  map[string]groupCommits
+	all []committed
+}
+
 // fetchCommits asks each group's coordinator for its committed offsets in
 // one sharded OffsetFetch, as kadm's FetchManyOffsets does. A group the
-// answers leave out has no entry (measure reports it).
-func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string) map[string]groupCommits {
-	out := make(map[string]groupCommits, len(groups))
+// answers leave out has no entry (measure reports it). The answer is built
+// in bufs, overwriting the last.
+func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string, bufs *commitBufs) map[string]groupCommits {
+	if bufs.by == nil {
+		bufs.by = make(map[string]groupCommits, len(groups))
+	}
+	out := bufs.by
+	clear(out)
 	if len(groups) == 0 {
 		return out
 	}
@@ -86,7 +98,10 @@ func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string) map[stri
 			}
 		}
 	}
-	all := make([]committed, 0, n)
+	all := bufs.all[:0]
+	if cap(all) < n {
+		all = make([]committed, 0, n)
+	}
 	for _, shard := range shards {
 		sreq, _ := shard.Req.(*kmsg.OffsetFetchRequest)
 		resp, ok := shard.Resp.(*kmsg.OffsetFetchResponse)
@@ -121,6 +136,7 @@ func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string) map[stri
 			out[g.Group] = groupCommits{err: kerr.ErrorForCode(g.ErrorCode), parts: parts}
 		}
 	}
+	bufs.all = all
 	return out
 }
 

@@ -2,14 +2,18 @@ package lag
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidalscale/tidal/test/testkit"
 )
@@ -137,26 +141,109 @@ func TestListingOfOneTopicKeepsTheOthers(t *testing.T) {
 	l := &endLister{cl: cl, adm: kadm.NewClient(cl)}
 	ctx := context.Background()
 	t0 := time.Now()
-	if _, err := l.list(ctx, []string{"a", "b"}, t0); err != nil {
+	if _, err := l.list(ctx, []string{"a", "b"}, t0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := l.quick(ctx, []string{"c"}, t0.Add(time.Second)); ok {
+	if _, ok := l.quick(ctx, []string{"c"}, t0.Add(time.Second), &leaderAsks{}); ok {
 		t.Fatal("a topic never listed was answered without a listing")
 	}
-	if _, err := l.list(ctx, []string{"c"}, t0.Add(time.Second)); err != nil {
+	if _, err := l.list(ctx, []string{"c"}, t0.Add(time.Second), nil); err != nil {
 		t.Fatal(err)
 	}
-	ends, ok := l.quick(ctx, []string{"a", "b"}, t0.Add(2*time.Second))
+	ends, ok := l.quick(ctx, []string{"a", "b"}, t0.Add(2*time.Second), &leaderAsks{})
 	if !ok {
 		t.Fatal("after a listing of c alone, a and b needed a full listing again")
 	}
 	if e := ends["b"].parts; len(e) != 2 || e[0].offset != 1 || e[1].offset != 2 {
 		t.Errorf("b's ends between listings: %+v, want partitions 0 and 1 at 1 and 2", e)
 	}
-	if _, ok := l.quick(ctx, []string{"a", "c"}, t0.Add(partitionsMaxAge)); ok {
+	if _, ok := l.quick(ctx, []string{"a", "c"}, t0.Add(partitionsMaxAge), &leaderAsks{}); ok {
 		t.Error("a's listing, partitionsMaxAge old, was still used")
 	}
-	if _, ok := l.quick(ctx, []string{"c"}, t0.Add(partitionsMaxAge)); !ok {
+	if _, ok := l.quick(ctx, []string{"c"}, t0.Add(partitionsMaxAge), &leaderAsks{}); !ok {
 		t.Error("c's listing, younger than partitionsMaxAge, was not used")
 	}
+}
+
+// TestRoundAfterALeaderMoves: a round between listings asks each
+// partition's leader as the last listing found it. When a leader has moved
+// since (the old one answers NOT_LEADER_OR_FOLLOWER) or a broker answers a
+// partition's error, the round is a full listing instead and reports what
+// it reports; the rounds after ask the new leader.
+func TestRoundAfterALeaderMoves(t *testing.T) {
+	c := kfake.MustCluster(kfake.NumBrokers(3))
+	defer c.Close()
+	seed(t, c, "input", "fn", []int64{5, 0, 2}, []int64{1, -1, 2})
+	rec := newRecorder()
+	f, _ := newFetcher(t, rec)
+	var mu sync.Mutex
+	now := time.Now()
+	f.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f.Set(lagTarget("fn", c, "input", "fn"))
+	var listOffsets, metadata atomic.Int32
+	c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+		listOffsets.Add(1)
+		c.KeepControl()
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+		metadata.Add(1)
+		c.KeepControl()
+		return nil, nil, false
+	})
+	round := func(name string, want []int64) {
+		t.Helper()
+		advance(100 * time.Millisecond)
+		f.FetchNow(context.Background())
+		s, errMsg := rec.last("ns/fn")
+		if errMsg != "" || s == nil {
+			t.Fatalf("%s: sample %v, error %q; want a sample", name, s, errMsg)
+		}
+		var got []int64
+		for _, p := range s.GetPartitionLags() {
+			got = append(got, p.GetEndOffset())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: ends %v, want %v", name, got, want)
+		}
+	}
+	round("a full listing", []int64{5, 0, 2})
+	listOffsets.Store(0)
+	metadata.Store(0)
+	round("a round between listings", []int64{5, 0, 2})
+	leaders := map[int32]bool{}
+	for p := range int32(3) {
+		leaders[c.LeaderFor("input", p)] = true
+	}
+	if got, want := listOffsets.Load(), int32(len(leaders)); got != want || metadata.Load() != 0 {
+		t.Errorf("a round between listings: %d ListOffsets and %d Metadata requests; want one ListOffsets per leader (%d) and no Metadata", got, metadata.Load(), want)
+	}
+
+	from := c.LeaderFor("input", 0)
+	if err := c.MoveTopicPartition("input", 0, (from+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for range 3 {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "input", Partition: 0, Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round("the round after partition 0's leader moved", []int64{8, 0, 2})
+	listOffsets.Store(0)
+	metadata.Store(0)
+	round("the round after that", []int64{8, 0, 2})
+	if got := listOffsets.Load(); got < 1 || got > 3 || metadata.Load() != 0 {
+		t.Errorf("the round after the listing that found the new leader: %d ListOffsets and %d Metadata requests; want one ListOffsets per leader and no Metadata", got, metadata.Load())
+	}
+
+	// One broker's answer is a partition's error, as it would be from a
+	// broker losing its leadership; kadm's listing, asked next, is clean.
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: "input", Err: kerr.NotLeaderForPartition})
+	round("a round whose direct answer was an error", []int64{8, 0, 2})
 }

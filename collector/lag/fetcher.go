@@ -155,6 +155,28 @@ type cluster struct {
 	users int
 	// busy is set while a fetch runs: a slow cluster is not asked twice.
 	busy bool
+	// due is the targets of the fetch dueLocked set busy for; that fetch
+	// reads them without the lock, and dueLocked fills due again only once
+	// busy is clear.
+	due []*Target
+	// round is what one periodic fetch keeps for the next: only the fetch
+	// that set busy touches it.
+	round roundState
+}
+
+// roundState is what a cluster's periodic fetch keeps for the next so as
+// not to build it again at riff's 100 ms: its requests and its
+// bookkeeping. A Poll, which may run beside a periodic fetch, has its own.
+// No sample points into it: samples go to the recorder, which keeps them.
+type roundState struct {
+	ends    leaderAsks
+	commits commitBufs
+	groups  []string
+	topics  []string
+	topicOf []string
+	allOf   [][]string // AllTopics targets' topics
+	errOf   []error
+	out     []measured
 }
 
 // New returns a Fetcher; it fetches nothing until Run.
@@ -289,32 +311,39 @@ func (f *Fetcher) busyLocked() bool {
 	return false
 }
 
-// dueLocked marks the clusters with due targets busy and returns them with
-// those targets.
-func (f *Fetcher) dueLocked(now time.Time) map[*cluster][]*Target {
-	due := map[string][]*Target{}
+// dueLocked marks the clusters with due targets busy and returns them,
+// each with those targets in its due.
+func (f *Fetcher) dueLocked(now time.Time) []*cluster {
+	for _, c := range f.clusters {
+		if !c.busy {
+			clear(c.due) // no Target kept past its fetch
+			c.due = c.due[:0]
+		}
+	}
+	var work []*cluster
 	for _, t := range f.targets {
 		c := f.clusters[t.cluster]
 		if c == nil || t.spec.OnDemand || now.Before(t.next) || c.busy {
 			continue
 		}
 		t.next = now.Add(t.spec.Interval)
-		due[t.cluster] = append(due[t.cluster], t.spec)
+		if len(c.due) == 0 {
+			work = append(work, c)
+		}
+		c.due = append(c.due, t.spec)
 	}
-	work := make(map[*cluster][]*Target, len(due))
-	for ck, ts := range due {
-		c := f.clusters[ck]
+	for _, c := range work {
 		c.busy = true
-		work[c] = ts
 	}
 	return work
 }
 
-// start fetches each cluster's targets of work on a goroutine of wg.
-func (f *Fetcher) start(ctx context.Context, work map[*cluster][]*Target, wg *sync.WaitGroup) {
-	for c, ts := range work {
+// start fetches the due targets of each cluster of work on a goroutine of
+// wg.
+func (f *Fetcher) start(ctx context.Context, work []*cluster, wg *sync.WaitGroup) {
+	for _, c := range work {
 		wg.Go(func() {
-			f.fetchCluster(ctx, c, ts)
+			f.fetchCluster(ctx, c)
 			f.mu.Lock()
 			c.busy = false
 			f.idle.Broadcast()
@@ -342,7 +371,7 @@ func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.
 	if c == nil {
 		return nil, fmt.Errorf("%w %s", ErrUnknownTarget, ref.Key())
 	}
-	r := f.measure(ctx, c, []*Target{spec})[0]
+	r := f.measure(ctx, c, []*Target{spec}, &roundState{})[0]
 	if !f.record(spec, r) {
 		return nil, fmt.Errorf("%s: %w", r.reason, r.err)
 	}
@@ -350,11 +379,14 @@ func (f *Fetcher) Poll(ctx context.Context, ref *commonv1.TargetRef) (*commonv1.
 }
 
 // fetchCluster reads the committed offsets of every due group and the end
-// offsets of every due topic of one cluster, then records each target.
-func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster, ts []*Target) {
-	for i, r := range f.measure(ctx, c, ts) {
-		f.record(ts[i], r)
+// offsets of every due topic of one cluster, then records each target. It
+// runs while c is busy, so it owns c.due and c.round.
+func (f *Fetcher) fetchCluster(ctx context.Context, c *cluster) {
+	out := f.measure(ctx, c, c.due, &c.round)
+	for i, r := range out {
+		f.record(c.due[i], r)
 	}
+	clear(out) // the recorder has the samples; the next round makes its own
 }
 
 // record hands t's result to the recorder: its sample, or its error state
@@ -376,9 +408,11 @@ type measured struct {
 	err    error
 }
 
-// measure reads what fetchCluster records, in the order of ts.
-func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measured {
-	out := make([]measured, len(ts))
+// measure reads what fetchCluster records, in the order of ts, keeping its
+// requests and bookkeeping in rs for the next measure with the same rs.
+func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target, rs *roundState) []measured {
+	rs.out = reuse(rs.out, len(ts))
+	out := rs.out
 	if c.err != nil {
 		for i := range ts {
 			out[i] = measured{reason: ReasonConfig, err: fmt.Errorf("kafka cluster %v: %w", c.cfg.Brokers, c.err)}
@@ -390,18 +424,18 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 	began := time.Now()
 	defer func() { f.metrics.latency.Observe(time.Since(began).Seconds()) }()
 
-	groups := make([]string, 0, len(ts))
+	groups := rs.groups[:0]
 	for _, t := range ts {
 		groups = append(groups, t.Group)
 	}
 	slices.Sort(groups)
 	groups = slices.Compact(groups)
-	commits := fetchCommits(ctx, c.cl, groups)
+	rs.groups = groups
+	commits := fetchCommits(ctx, c.cl, groups, &rs.commits)
 
-	topicOf := make([]string, len(ts))
-	allOf := make([][]string, len(ts)) // AllTopics targets' topics
-	errOf := make([]error, len(ts))
-	var topics []string
+	rs.topicOf, rs.allOf, rs.errOf = reuse(rs.topicOf, len(ts)), reuse(rs.allOf, len(ts)), reuse(rs.errOf, len(ts))
+	topicOf, allOf, errOf := rs.topicOf, rs.allOf, rs.errOf
+	topics := rs.topics[:0]
 	for i, t := range ts {
 		gr, ok := commits[t.Group]
 		switch {
@@ -441,10 +475,11 @@ func (f *Fetcher) measure(ctx context.Context, c *cluster, ts []*Target) []measu
 	}
 	slices.Sort(topics)
 	topics = slices.Compact(topics)
+	rs.topics = topics
 	var ends endOffsets
 	var endsErr error
 	if len(topics) > 0 {
-		ends, endsErr = c.ends.list(ctx, topics, f.now())
+		ends, endsErr = c.ends.list(ctx, topics, f.now(), &rs.ends)
 	}
 	now := f.now()
 	for i, t := range ts {
@@ -481,11 +516,7 @@ func sample(ends endOffsets, endsErr error, fetched groupCommits, topic string, 
 		}
 		return nil, ReasonTopic, fmt.Errorf("topic %q: %w", topic, te.err)
 	}
-	// The sample's partitions and offsets are carved from one array each.
-	vals := make([]commonv1.PartitionLag, len(te.parts))
-	lags := make([]*commonv1.PartitionLag, len(te.parts))
-	commits := make([]int64, 0, len(te.parts))
-	for i, p := range te.parts {
+	for _, p := range te.parts {
 		if p.err != nil || p.offset < 0 {
 			reason := ReasonTopic
 			if isBrokerErr(p.err) {
@@ -493,21 +524,51 @@ func sample(ends endOffsets, endsErr error, fetched groupCommits, topic string, 
 			}
 			return nil, reason, fmt.Errorf("topic %q partition %d end offset %d: %w", topic, p.id, p.offset, p.err)
 		}
-		pl := &vals[i]
-		pl.Partition, pl.EndOffset = p.id, p.offset
-		if at, ok := fetched.at(topic, p.id); ok {
-			commits = append(commits, at)
-			pl.CommittedOffset = &commits[len(commits)-1]
-		}
-		lags[i] = pl
 	}
-	n := int32(len(lags))
-	return &commonv1.MetricSample{
-		Time:           timestamppb.New(now),
-		Source:         commonv1.SampleSource_SAMPLE_SOURCE_KAFKA,
-		PartitionLags:  lags,
-		PartitionCount: &n,
-	}, "", nil
+	// The sample is carved from three allocations: itself with its time
+	// and count, its partitions with their committed offsets, and the
+	// pointers to those. The recorder keeps all of it.
+	vals := make([]partitionLagBox, len(te.parts))
+	lags := make([]*commonv1.PartitionLag, len(te.parts))
+	for i, p := range te.parts {
+		v := &vals[i]
+		v.lag.Partition, v.lag.EndOffset = p.id, p.offset
+		if at, ok := fetched.at(topic, p.id); ok {
+			v.committed = at
+			v.lag.CommittedOffset = &v.committed
+		}
+		lags[i] = &v.lag
+	}
+	b := &sampleBox{}
+	b.time.Seconds, b.time.Nanos = now.Unix(), int32(now.Nanosecond()) // as timestamppb.New
+	b.count = int32(len(lags))
+	b.sample.Time, b.sample.Source, b.sample.PartitionLags, b.sample.PartitionCount = &b.time, commonv1.SampleSource_SAMPLE_SOURCE_KAFKA, lags, &b.count
+	return &b.sample, "", nil
+}
+
+// sampleBox is a sample with the time and count it points to, in one
+// allocation.
+type sampleBox struct {
+	sample commonv1.MetricSample
+	time   timestamppb.Timestamp
+	count  int32
+}
+
+// partitionLagBox is a partition's lag with the committed offset it points
+// to.
+type partitionLagBox struct {
+	lag       commonv1.PartitionLag
+	committed int64
+}
+
+// reuse returns s cleared at length n, in its own array when large enough.
+func reuse[S ~[]E, E any](s S, n int) S {
+	if cap(s) < n {
+		return make(S, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // sampleTopics is sample for every topic of topics, in one sample whose
