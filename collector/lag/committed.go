@@ -61,9 +61,12 @@ func byPartition(a, b committed) int {
 	return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 }
 
-// commitBufs is the map and array fetchCommits fills, kept by a periodic
-// round for the next: its answers are read within the round only.
+// commitBufs is the request fetchCommits sends and the map and array it
+// fills, kept by a periodic round for the next: the answers are read within
+// the round only, and kgo's sharding only reads the request (it splits a
+// copy).
 type commitBufs struct {
+	req *kmsg.OffsetFetchRequest
 	by  map[string]groupCommits
 	all []committed
 }
@@ -81,13 +84,15 @@ func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string, bufs *co
 	if len(groups) == 0 {
 		return out
 	}
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Groups = make([]kmsg.OffsetFetchRequestGroup, len(groups))
-	for i, g := range groups {
-		req.Groups[i] = kmsg.NewOffsetFetchRequestGroup()
-		req.Groups[i].Group = g
+	if !asksFor(bufs.req, groups) {
+		bufs.req = kmsg.NewPtrOffsetFetchRequest()
+		bufs.req.Groups = make([]kmsg.OffsetFetchRequestGroup, len(groups))
+		for i, g := range groups {
+			bufs.req.Groups[i] = kmsg.NewOffsetFetchRequestGroup()
+			bufs.req.Groups[i].Group = g
+		}
 	}
-	shards := cl.RequestSharded(ctx, req)
+	shards := cl.RequestSharded(ctx, bufs.req)
 	n := 0
 	for _, shard := range shards {
 		if resp, ok := shard.Resp.(*kmsg.OffsetFetchResponse); ok && shard.Err == nil {
@@ -138,6 +143,19 @@ func fetchCommits(ctx context.Context, cl *kgo.Client, groups []string, bufs *co
 	}
 	bufs.all = all
 	return out
+}
+
+// asksFor reports whether req asks for exactly groups, in their order.
+func asksFor(req *kmsg.OffsetFetchRequest, groups []string) bool {
+	if req == nil || len(req.Groups) != len(groups) {
+		return false
+	}
+	for i, g := range req.Groups {
+		if g.Group != groups[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // authErr is kadm's reading of an error code that fails a whole group or
