@@ -65,6 +65,10 @@ type Report struct {
 	// missing or partial.
 	Split       Split
 	ReplayError string
+	// Windows is how the replay's samples were read: window reads, the
+	// longest round of them, and windows that did not reach back to the
+	// last sample kept (the replay lacks what came between).
+	Windows WindowReads
 	// FirstSample is a KPA target's first sample (the collector's first
 	// scrape of one of its pods) → its first decision, as a watch saw it
 	// (the tick lateness and the stream included); FirstTickLate counts
@@ -234,6 +238,8 @@ func (r *Report) Write(w io.Writer) {
 	if r.ReplayError != "" {
 		fmt.Fprintf(w, "  (replay: %s)\n", r.ReplayError)
 	}
+	fmt.Fprintf(w, "  (replay's samples: %d window reads, longest round %s, %d windows not reaching back to the last sample kept, %s missed in all)\n",
+		r.Windows.Reads, secs(r.Windows.Longest), r.Windows.Gaps, secs(r.Windows.Missed))
 	fmt.Fprintf(w, "first sample → first decision seen, per KPA target: %s; %d not decided at the first tick (%s grid) after their first sample\n", r.FirstSample, r.FirstTickLate, kpaTick)
 	r.Readers.write(w)
 	r.Unchanged.write(w)
@@ -403,19 +409,37 @@ const (
 )
 
 // FullLoad reports whether the run reached the load it intended: every KPA
-// target decided and, at the end, at least fullLoadPods of the pods its
-// levels imply served (a few targets are between levels at any time).
+// target decided; at the end, at least fullLoadPods of the pods its levels
+// imply served (a few targets are between levels at any time); and the
+// collectors scraping them every second (at most fullLoadUnscraped of the
+// polled steady targets' seconds without a sample). A collector that
+// falls behind scrapes less, and its CPU would read low.
 func (r *Report) FullLoad() bool {
-	return r.ImpliedPods > 0 && float64(r.Pods) >= fullLoadPods*float64(r.ImpliedPods) && r.Undecided == 0
+	return r.ImpliedPods > 0 && float64(r.Pods) >= fullLoadPods*float64(r.ImpliedPods) && r.Undecided == 0 &&
+		r.unscraped() <= fullLoadUnscraped
 }
 
-// fullLoadPods is the part of the implied pods a run at full load serves.
-const fullLoadPods = 0.95
+// unscraped is the part of the polled steady targets' seconds without a
+// scrape sample.
+func (r *Report) unscraped() float64 {
+	sp := r.Unchanged.Sampling
+	if sp.Seconds == 0 {
+		return 0
+	}
+	return float64(sp.Missing) / float64(sp.Seconds)
+}
+
+// fullLoadPods is the part of the implied pods a run at full load serves,
+// fullLoadUnscraped the part of the seconds it may leave unscraped.
+const (
+	fullLoadPods      = 0.95
+	fullLoadUnscraped = 0.01
+)
 
 func (r *Report) writeFullLoad(w io.Writer, cpu, peak float64) {
 	if !r.FullLoad() {
-		fmt.Fprintf(w, "full load not reached (%d of %d implied pods served, %d KPA targets without a decision): CPU and memory goals not judged\n",
-			r.Pods, r.ImpliedPods, r.Undecided)
+		fmt.Fprintf(w, "full load not reached (%d of %d implied pods served, %d KPA targets without a decision, %.1f %% of the polled steady targets' seconds unscraped): CPU and memory goals not judged (CPU %.3f cores, peak RSS %.0f MiB)\n",
+			r.Pods, r.ImpliedPods, r.Undecided, 100*r.unscraped(), cpu, peak)
 		return
 	}
 	verdict := func(ok bool) string {
@@ -424,6 +448,6 @@ func (r *Report) writeFullLoad(w io.Writer, cpu, peak float64) {
 		}
 		return "NOT held"
 	}
-	fmt.Fprintf(w, "full load reached (%d of %d implied pods served, every KPA target decided): CPU %.3f cores (goal ≤ %.1f: %s), peak RSS %.0f MiB (goal ≤ %d MiB: %s)\n",
-		r.Pods, r.ImpliedPods, cpu, goalCPUCores, verdict(cpu <= goalCPUCores), peak, goalPeakMiB, verdict(peak <= goalPeakMiB))
+	fmt.Fprintf(w, "full load reached (%d of %d implied pods served, every KPA target decided, %.1f %% of the polled steady targets' seconds unscraped): CPU %.3f cores (goal ≤ %.1f: %s), peak RSS %.0f MiB (goal ≤ %d MiB: %s)\n",
+		r.Pods, r.ImpliedPods, 100*r.unscraped(), cpu, goalCPUCores, verdict(cpu <= goalCPUCores), peak, goalPeakMiB, verdict(peak <= goalPeakMiB))
 }

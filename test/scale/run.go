@@ -256,6 +256,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	if in.strategy, err = replayStrategy(autoscaler, env.Namespace, poller.samples); err != nil {
 		rep.ReplayError = err.Error()
 	}
+	rep.Windows = WindowReads{Reads: poller.polls, Longest: poller.longest, Gaps: poller.gaps, Missed: poller.missed}
 	if poller.firstErr != nil {
 		rep.ReplayError = fmt.Sprintf("%d of %d window reads failed, first: %v", poller.errs, poller.errs+poller.polls, poller.firstErr)
 	}

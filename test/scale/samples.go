@@ -17,20 +17,37 @@ import (
 // run replays offline through decider/engine to learn when the strategy
 // itself would have decided each load change (replayStrategy). A window
 // holds the collector's history (--history, 2 minutes by default), so a
-// poll every samplePollEvery misses nothing.
+// poll every samplePollEvery misses nothing while a round of polls takes
+// less than the rest of the history; gaps count any that did not reach
+// back to the last sample kept, which the replay then lacks.
 type samplePoller struct {
-	// mu guards samples, polls and the errors.
+	// mu guards samples, polls, the gaps and the errors.
 	mu sync.Mutex
 	// samples are each target's samples in time order, by target name.
 	samples  map[string][]engine.Sample
 	polls    int
 	errs     int
 	firstErr error
+	// gaps counts windows whose oldest sample came after the last one
+	// kept, and missed how long those gaps were in all; longest is the
+	// longest round of polls.
+	gaps    int
+	missed  time.Duration
+	longest time.Duration
+}
+
+// WindowReads is how a run read the samples it replays (Report.Windows).
+type WindowReads struct {
+	Reads, Gaps     int
+	Longest, Missed time.Duration
 }
 
 // samplePollEvery is how often every polled target's window is read: half
 // the collector's default history, so consecutive windows overlap.
 const samplePollEvery = time.Minute
+
+// samplePollers is how many window reads are in flight at once.
+const samplePollers = 4
 
 func newSamplePoller() *samplePoller { return &samplePoller{samples: map[string][]engine.Sample{}} }
 
@@ -71,10 +88,15 @@ func (p *samplePoller) run(ctx context.Context, collectors []collector, ns strin
 // pollAll reads every target's window with a few calls in flight, asking
 // the collector that answered last for it first.
 func (p *samplePoller) pollAll(ctx context.Context, collectors []collector, ns string, targets []string) {
-	const workers = 4
+	began := time.Now()
+	defer func() {
+		p.mu.Lock()
+		p.longest = max(p.longest, time.Since(began))
+		p.mu.Unlock()
+	}()
 	jobs := make(chan string)
 	var wg sync.WaitGroup
-	for range workers {
+	for range samplePollers {
 		wg.Go(func() {
 			for name := range jobs {
 				p.poll(ctx, collectors, ns, name)
@@ -126,6 +148,12 @@ func (p *samplePoller) add(name string, ms []*commonv1.MetricSample) {
 	var last time.Time
 	if n := len(have); n > 0 {
 		last = have[n-1].At
+		if len(ms) > 0 {
+			if oldest := pbconv.Sample(ms[0]).At; oldest.After(last) {
+				p.gaps++
+				p.missed += oldest.Sub(last)
+			}
+		}
 	}
 	for _, m := range ms {
 		if s := pbconv.Sample(m); s.At.After(last) {
