@@ -44,7 +44,7 @@ type Config struct {
 func (c *Config) RegisterFlagsWithPrefix(p string, fs *flag.FlagSet) {
 	fs.DurationVar(&c.Interval, p+"interval", time.Second, "How often every KPA target is scraped (Knative: 1s).")
 	fs.DurationVar(&c.Timeout, p+"timeout", 3*time.Second, "Timeout of one pod's metrics request (Knative: 3s).")
-	fs.IntVar(&c.Workers, p+"workers", 256, "Pod requests in flight at most, across all targets.")
+	fs.IntVar(&c.Workers, p+"workers", 1024, "Pod requests in flight at most, across all targets. A round of every pod must end within --scrape-interval, so it needs about pods × a request's latency in flight: 10,000 pods answering in 36 ms take 360 (a worker costs about 16 KiB).")
 	fs.IntVar(&c.MaxTextBody, p+"max-text-body", 64<<10, "Largest Prometheus text body read from a pod, in bytes.")
 	fs.DurationVar(&c.IdleConnTimeout, p+"idle-conn-timeout", 90*time.Second, "How long an unused pod connection is kept alive.")
 	fs.IntVar(&c.MaxIdleConns, p+"max-idle-conns", 32768, "Pod connections kept alive between scrapes at most, one per pod, and at most half the open-file limit; 0 dials for every scrape, which costs about three times the CPU. Each costs a file descriptor, no goroutine.")
