@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,13 +25,7 @@ func TestEndsBetweenListings(t *testing.T) {
 	c := kfake.MustCluster(kfake.NumBrokers(1))
 	defer c.Close()
 	seed(t, c, "input", "fn", []int64{3, 1}, []int64{0, 0})
-	rec := newRecorder()
-	f, _ := newFetcher(t, rec)
-	var mu sync.Mutex
-	now := time.Now()
-	f.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	f.Set(lagTarget("fn", c, "input", "fn"))
+	f, rec, advance := clockedFetcher(t, c)
 	ends := func() []int64 {
 		t.Helper()
 		f.FetchNow(context.Background())
@@ -174,24 +166,8 @@ func TestRoundAfterALeaderMoves(t *testing.T) {
 	c := kfake.MustCluster(kfake.NumBrokers(3))
 	defer c.Close()
 	seed(t, c, "input", "fn", []int64{5, 0, 2}, []int64{1, -1, 2})
-	rec := newRecorder()
-	f, _ := newFetcher(t, rec)
-	var mu sync.Mutex
-	now := time.Now()
-	f.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	f.Set(lagTarget("fn", c, "input", "fn"))
-	var listOffsets, metadata atomic.Int32
-	c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
-		listOffsets.Add(1)
-		c.KeepControl()
-		return nil, nil, false
-	})
-	c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
-		metadata.Add(1)
-		c.KeepControl()
-		return nil, nil, false
-	})
+	f, rec, advance := clockedFetcher(t, c)
+	listOffsets, metadata := countRequests(c, kmsg.ListOffsets), countRequests(c, kmsg.Metadata)
 	round := func(name string, want []int64) {
 		t.Helper()
 		advance(100 * time.Millisecond)

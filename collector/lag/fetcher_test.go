@@ -68,6 +68,30 @@ func newFetcher(t testing.TB, rec Recorder) (*Fetcher, *prometheus.Registry) {
 	return f, reg
 }
 
+// clockedFetcher is a fetcher of one target, fn, reading topic input as
+// group fn on c, whose clock moves only by advance.
+func clockedFetcher(t testing.TB, c *kfake.Cluster) (f *Fetcher, rec *recorder, advance func(time.Duration)) {
+	rec = newRecorder()
+	f, _ = newFetcher(t, rec)
+	var mu sync.Mutex
+	now := time.Now()
+	f.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	f.Set(lagTarget("fn", c, "input", "fn"))
+	return f, rec, func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+}
+
+// countRequests counts the requests of key c's brokers receive from now on,
+// answering each as they would.
+func countRequests(c *kfake.Cluster, key kmsg.Key) *atomic.Int32 {
+	var n atomic.Int32
+	c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
+		n.Add(1)
+		c.KeepControl()
+		return nil, nil, false
+	})
+	return &n
+}
+
 // seed creates topic with the given record counts per partition and
 // commits the given offsets for group (-1: no commit).
 func seed(t testing.TB, c *kfake.Cluster, topic, group string, records, commits []int64) {
@@ -198,17 +222,7 @@ func TestFetchCostsRequestsPerBrokerNotPerTarget(t *testing.T) {
 		f.Set(lagTarget("t"+string(rune('a'+i)), c, topic, "g-"+topic+string(rune('a'+i))))
 	}
 	f.FetchNow(context.Background()) // warm: metadata, coordinators
-	var listOffsets, offsetFetch atomic.Int32
-	c.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
-		listOffsets.Add(1)
-		c.KeepControl()
-		return nil, nil, false
-	})
-	c.ControlKey(int16(kmsg.OffsetFetch), func(kmsg.Request) (kmsg.Response, error, bool) {
-		offsetFetch.Add(1)
-		c.KeepControl()
-		return nil, nil, false
-	})
+	listOffsets, offsetFetch := countRequests(c, kmsg.ListOffsets), countRequests(c, kmsg.OffsetFetch)
 	f.FetchNow(context.Background())
 	if got := listOffsets.Load(); got < 1 || got > 3 {
 		t.Errorf("ListOffsets requests for 30 targets = %d, want at most one per broker (3)", got)
