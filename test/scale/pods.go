@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -68,7 +67,7 @@ const kpaLabel = "tidal-scale-kpa"
 // two informers disagree, which on a loaded machine was long enough to move
 // a 6 s stable window and scale targets away from their level for good.
 type podFarm struct {
-	srv *http.Server
+	srv *statServer
 	// wildcard serves every pod when oneListener is set (newPodFarm).
 	wildcard    net.Listener
 	oneListener bool
@@ -105,12 +104,7 @@ type farmPod struct {
 func newPodFarm(oneListener bool) *podFarm {
 	f := &podFarm{pods: map[string]*farmPod{}, byIP: map[string]*farmPod{}, byTarget: map[string][]*farmPod{}, firstScrape: map[string]time.Time{},
 		oneListener: oneListener}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+queuestat.Path, f.serveStat)
-	f.srv = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	f.srv = newStatServer(f.stat)
 	return f
 }
 
@@ -164,21 +158,14 @@ func (f *podFarm) Run(ctx context.Context, client kubernetes.Interface, ns strin
 		if f.wildcard, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(queuestat.Port))); err != nil {
 			return nil, fmt.Errorf("pod farm: %w", err)
 		}
-		go func() { _ = f.srv.Serve(f.wildcard) }()
+		f.srv.Serve(f.wildcard)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	factory.Start(runCtx.Done())
 	stop = func() {
 		cancel()
 		factory.Shutdown()
-		_ = f.srv.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, p := range f.pods {
-			if p.l != nil {
-				_ = p.l.Close()
-			}
-		}
+		f.srv.Close() // its listeners, the pods' among them
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		stop()
@@ -213,7 +200,7 @@ func (f *podFarm) add(p *corev1.Pod) {
 			return
 		}
 		fp.l = l
-		go func() { _ = f.srv.Serve(l) }()
+		f.srv.Serve(l)
 	}
 	f.pods[p.Name] = fp
 	f.byIP[fp.ip] = fp
@@ -277,17 +264,11 @@ func (f *podFarm) Pods() int {
 	return n
 }
 
-// serveStat answers for the pod whose IP the connection was made to.
-func (f *podFarm) serveStat(rw http.ResponseWriter, r *http.Request) {
-	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	tcp, ok := local.(*net.TCPAddr)
-	if !ok {
-		http.Error(rw, "no local address", http.StatusInternalServerError)
-		return
-	}
-	now := time.Now()
+// stat is the stat of the pod at address ip, asked for at now; false when
+// no pod has that address.
+func (f *podFarm) stat(ip string, now time.Time) ([]byte, bool) {
 	f.mu.Lock()
-	p, ok := f.byIP[tcp.IP.String()]
+	p, ok := f.byIP[ip]
 	ready := 0
 	if ok {
 		if !p.lastScrape.IsZero() {
@@ -309,19 +290,15 @@ func (f *podFarm) serveStat(rw http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Unlock()
 	if !ok {
-		http.Error(rw, "pod not ready", http.StatusServiceUnavailable)
-		return
+		return nil, false
 	}
 	c := f.load(p.target) / float64(ready)
-	b := queuestat.Marshal(queuestat.Stat{
+	return queuestat.Marshal(queuestat.Stat{
 		PodName:                   p.name,
 		AverageConcurrentRequests: c,
 		// One request a second per unit of concurrency: a 1 s request.
 		RequestCount:  c,
 		ProcessUptime: now.Sub(p.start).Seconds(),
 		Timestamp:     now.Unix(),
-	})
-	rw.Header().Set("Content-Type", queuestat.ContentType)
-	rw.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	_, _ = rw.Write(b)
+	}), true
 }
