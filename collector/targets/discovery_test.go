@@ -191,9 +191,11 @@ func TestDiscoveryKPATargetScrapedFromItsPods(t *testing.T) {
 	createKPA(t, tidal, pa, m)
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "hello-deployment"}
 
-	testkit.Eventually(t, 30*time.Second, "the KPA target with 3 ready pods", func() bool {
+	// The discovery counts the ready pods before it hands the target to
+	// the scraper: a scrape before that would find nothing to scrape.
+	testkit.Eventually(t, 30*time.Second, "the KPA target with 3 ready pods, and scraped", func() bool {
 		w, ok := r.hub.Get(ref)
-		return ok && w.ReadyPods == 3
+		return ok && w.ReadyPods == 3 && r.scraper.Len() == 1
 	})
 	w, _ := r.hub.Get(ref)
 	if w.Spec.GetStrategy() != commonv1.Strategy_STRATEGY_KPA || w.Spec.GetAnnotations()["autoscaling.knative.dev/target"] != "10" ||

@@ -124,9 +124,11 @@ func TestDiscoveryKnativePodAutoscaler(t *testing.T) {
 		}
 	}
 	ref := &commonv1.TargetRef{Namespace: ns, Name: "rev-1-deployment", ApiVersion: "apps/v1", Kind: "Deployment"}
-	testkit.Eventually(t, 30*time.Second, "the Knative target with 2 ready pods", func() bool {
+	// The discovery counts the ready pods before it hands the target to
+	// the scraper: a scrape before that would find nothing to scrape.
+	testkit.Eventually(t, 30*time.Second, "the Knative target with 2 ready pods, and scraped", func() bool {
 		w, ok := r.hub.Get(ref)
-		return ok && w.ReadyPods == 2
+		return ok && w.ReadyPods == 2 && r.scraper.Len() == 1
 	})
 	w, _ := r.hub.Get(ref)
 	if w.Spec.GetStrategy() != commonv1.Strategy_STRATEGY_KPA || w.Spec.GetAnnotations()[kpaconfig.AnnotationWindow] != "90s" ||
