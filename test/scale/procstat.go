@@ -54,6 +54,43 @@ func findPIDs(sub string) []int {
 	return pids
 }
 
+// processName is pid's program (programName of its command line), or "?"
+// when it cannot be read.
+func processName(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "?"
+	}
+	return programName(b)
+}
+
+// programName names the program of a NUL-separated command line: its
+// executable's base name, and the first argument when that is a word (the
+// control plane's multi-call binary runs as "kube kube-apiserver ...").
+func programName(cmdline []byte) string {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if args[0] == "" {
+		return "?"
+	}
+	name := filepath.Base(args[0])
+	if len(args) > 1 && isWord(args[1]) {
+		name += " " + args[1]
+	}
+	return name
+}
+
+// isWord reports whether s is a letter followed by letters, digits and
+// dashes.
+func isWord(s string) bool {
+	for i, r := range s {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !letter && (i == 0 || r != '-' && (r < '0' || r > '9')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // loadAverage is the machine's 1-minute load average.
 func loadAverage() string {
 	b, err := os.ReadFile("/proc/loadavg")

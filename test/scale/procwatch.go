@@ -32,6 +32,25 @@ type procWatch struct {
 	mu sync.Mutex
 }
 
+// byProgram groups pids by their program's name (/proc/PID/comm), in
+// order of name.
+func byProgram(prefix string, pids []int) []cpuGroup {
+	idx := map[string]int{}
+	var out []cpuGroup
+	for _, pid := range pids {
+		name := processName(pid)
+		i, ok := idx[name]
+		if !ok {
+			i = len(out)
+			idx[name] = i
+			out = append(out, cpuGroup{name: prefix + name})
+		}
+		out[i].pids = append(out[i].pids, pid)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
 type cpuGroup struct {
 	name       string
 	pids       []int
@@ -57,17 +76,31 @@ type watched struct {
 }
 
 func newProcWatch(s *services, clusterDir string) (*procWatch, error) {
-	w := &procWatch{groups: []cpuGroup{
-		{name: "harness (simulated pods, informers)", pids: []int{os.Getpid()}},
-		{name: "control plane (etcd, API server, controllers, kwok)", pids: findPIDs(clusterDir)},
-	}}
+	w := &procWatch{}
+	svc := map[int]bool{}
 	for _, p := range s.Procs {
 		pid, err := findPID(p.GRPCAddr)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Name, err)
 		}
 		w.procs = append(w.procs, watched{p: p, pid: pid})
+		svc[pid] = true
 	}
+	// The services that talk to the API server name a kubeconfig in the
+	// cluster's directory too; they are reported on their own.
+	var cp []int
+	for _, pid := range findPIDs(clusterDir) {
+		if !svc[pid] {
+			cp = append(cp, pid)
+		}
+	}
+	w.groups = []cpuGroup{
+		{name: "harness (simulated pods, informers)", pids: []int{os.Getpid()}},
+		{name: "control plane (etcd, API server, controllers, kwok)", pids: cp},
+	}
+	// The control plane again by program, to tell which part of it a run
+	// starves the services with.
+	w.groups = append(w.groups, byProgram("control plane: ", cp)...)
 	return w, nil
 }
 

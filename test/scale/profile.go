@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -25,6 +26,16 @@ func profileServices(ctx context.Context, svcs *services, dir string, steady tim
 		return
 	}
 	var wg sync.WaitGroup
+	// The harness too: its simulated pods and readers share the machine
+	// with the services, and what it spends they may lack.
+	wg.Go(func() {
+		path := filepath.Join(dir, "harness.cpu.pprof")
+		if err := profileSelf(ctx, path, time.Duration(secs)*time.Second); err != nil {
+			logf("CPU profile of the harness: %v", err)
+			return
+		}
+		logf("CPU profile of the harness over %ds: %s", secs, path)
+	})
 	for _, p := range svcs.Procs {
 		wg.Go(func() {
 			path := filepath.Join(dir, p.Name+".cpu.pprof")
@@ -44,6 +55,27 @@ func profileServices(ctx context.Context, svcs *services, dir string, steady tim
 		})
 	}
 	wg.Wait()
+}
+
+// profileSelf writes this process's CPU profile over d (less if ctx ends)
+// to path.
+func profileSelf(ctx context.Context, path string, d time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	t.Stop()
+	pprof.StopCPUProfile()
+	return f.Close()
 }
 
 func fetchProfile(ctx context.Context, url, path string, timeout time.Duration) error {
