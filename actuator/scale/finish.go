@@ -13,7 +13,15 @@ import (
 const FinishTimeout = 5 * time.Second
 
 // Finishing returns the context for such a write: not cancelled with ctx,
-// done after FinishTimeout.
+// done at ctx's deadline or after FinishTimeout, whichever is later. A
+// caller that allows a call longer (a Scale call with a long timeout, while
+// a loaded API server takes seconds to answer) lets the record take as long
+// as the change it records did; without a deadline, or with a shorter one,
+// FinishTimeout bounds it.
 func Finishing(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
+	end := time.Now().Add(FinishTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.After(end) {
+		end = dl
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), end)
 }

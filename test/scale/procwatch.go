@@ -32,7 +32,7 @@ type procWatch struct {
 	mu sync.Mutex
 }
 
-// byProgram groups pids by their program's name (/proc/PID/comm), in
+// byProgram groups pids by their program (processName), in
 // order of name.
 func byProgram(prefix string, pids []int) []cpuGroup {
 	idx := map[string]int{}
