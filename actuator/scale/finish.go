@@ -8,8 +8,9 @@ import (
 // FinishTimeout bounds a write that records a change already made (the
 // status write after a scale). Such a write outlives its caller's
 // cancellation, so a shutdown does not leave the record behind the change;
-// but only this long, so an API server that does not answer cannot hold the
-// process past its termination grace period.
+// but only this long (or until its caller's deadline, when later), so an
+// API server that does not answer cannot hold the process past its
+// termination grace period.
 const FinishTimeout = 5 * time.Second
 
 // Finishing returns the context for such a write: not cancelled with ctx,
