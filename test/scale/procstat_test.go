@@ -1,6 +1,9 @@
 package scale
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 func TestProgramName(t *testing.T) {
 	for _, c := range []struct{ cmdline, want string }{
@@ -25,5 +28,20 @@ func TestByProgram(t *testing.T) {
 	g := byProgram("x: ", pid)
 	if len(g) != 1 || len(g[0].pids) != 2 || g[0].name != "x: "+processName(1) {
 		t.Fatalf("byProgram = %+v, want one group of both pids named %q", g, "x: "+processName(1))
+	}
+	// This test and init: two programs, in order of name.
+	self := os.Getpid()
+	g = byProgram("x: ", []int{self, 1, self})
+	if len(g) != 2 || g[0].name > g[1].name {
+		t.Fatalf("byProgram = %+v, want two groups in order of name", g)
+	}
+	for _, grp := range g {
+		want := 1
+		if grp.name == "x: "+processName(self) {
+			want = 2
+		}
+		if len(grp.pids) != want {
+			t.Errorf("group %q holds %v, want %d pids", grp.name, grp.pids, want)
+		}
 	}
 }
