@@ -83,7 +83,7 @@ func startKnativeRelease(ctx context.Context, t *testing.T, set ...string) *knat
 		for i := len(r.procs) - 1; i >= 0; i-- {
 			p := r.procs[i]
 			if t.Failed() {
-				t.Logf("--- %s log tail ---\n%s", p.Name, p.LogTail(40))
+				testkit.KeepLog(t, p.Name, p.LogTail(1<<20))
 			}
 			if !p.Running() {
 				continue

@@ -16,6 +16,7 @@ import (
 	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 	"github.com/tidalscale/tidal/test/workload"
 )
 
@@ -61,7 +62,7 @@ func TestWatchNamespaces(t *testing.T) {
 		}
 		if t.Failed() {
 			for _, p := range s.Procs() {
-				t.Logf("--- %s log tail ---\n%s", p.Name, p.LogTail(40))
+				testkit.KeepLog(t, p.Name, p.LogTail(1<<20))
 			}
 		}
 		if err := s.Stop(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }
@@ -46,7 +47,7 @@ var kpaConfig = map[string]string{
 }
 
 // startSystem runs the three services against the shared cluster until t
-// ends; on failure it logs each process's log tail.
+// ends; on failure it keeps each process's log (testkit.KeepLog).
 func startSystem(t *testing.T, opts system.Options) *system.System {
 	t.Helper()
 	if opts.Cluster == nil {
@@ -70,7 +71,7 @@ func startSystem(t *testing.T, opts system.Options) *system.System {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range s.Procs() {
-				t.Logf("--- %s log tail ---\n%s", p.Name, p.LogTail(60))
+				testkit.KeepLog(t, p.Name, p.LogTail(1<<20))
 			}
 		}
 		if err := s.Stop(); err != nil {

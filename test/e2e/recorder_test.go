@@ -64,7 +64,7 @@ func record(t *testing.T, s *system.System, target system.Target, rule func(syst
 		r.stop()
 		obs.Close()
 		if t.Failed() {
-			t.Logf("samples:\n%s", r.table())
+			testkit.KeepLog(t, "samples", r.table())
 		}
 	})
 	return r

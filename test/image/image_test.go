@@ -45,6 +45,7 @@ import (
 	"github.com/tidalscale/tidal/hack/imagebuild"
 	rel "github.com/tidalscale/tidal/test/chart/release"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 // buildTimeout bounds one build of the three images. With `make prepare`'s
@@ -438,7 +439,7 @@ func TestImageBinariesServe(t *testing.T) {
 				t.Errorf("tidal-%s: %v", svc, err)
 			}
 			if t.Failed() {
-				t.Logf("--- %s log ---\n%s", svc, p.LogTail(30))
+				testkit.KeepLog(t, svc, p.LogTail(1<<20))
 			}
 		})
 		return p

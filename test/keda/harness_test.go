@@ -26,6 +26,7 @@ import (
 	"github.com/tidalscale/tidal/identity/pki"
 	"github.com/tidalscale/tidal/test/cluster"
 	"github.com/tidalscale/tidal/test/system"
+	"github.com/tidalscale/tidal/test/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -206,7 +207,7 @@ func startTidal(t *testing.T, c *cluster.Cluster, tc *certs, kafka bool) *system
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range sys.Procs() {
-				t.Logf("--- %s log tail ---\n%s", p.Name, p.LogTail(60))
+				testkit.KeepLog(t, p.Name, p.LogTail(1<<20))
 			}
 		}
 		if err := sys.Stop(); err != nil {

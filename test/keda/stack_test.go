@@ -293,7 +293,7 @@ func ensureNamespace(ctx context.Context, t *testing.T, c *cluster.Cluster, ns s
 
 // runPeer runs cmd, with env added, as a component of c (Cluster.Run: its
 // own process group, its log in the cluster's directory) until t ends,
-// logging the end of its log if t failed.
+// keeping its log if t failed.
 func runPeer(t *testing.T, c *cluster.Cluster, name string, cmd *exec.Cmd, env []string) *cluster.Process {
 	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
@@ -304,7 +304,7 @@ func runPeer(t *testing.T, c *cluster.Cluster, name string, cmd *exec.Cmd, env [
 	t.Cleanup(func() {
 		p.Stop(10 * time.Second)
 		if t.Failed() {
-			t.Log(p.LogTail(80))
+			testkit.KeepLog(t, name, p.LogTail(1<<20))
 		}
 	})
 	return p

@@ -61,7 +61,7 @@ func start(t *testing.T, svc string, args ...string) *system.Proc {
 			t.Error(err)
 		}
 		if t.Failed() {
-			t.Logf("%s log:\n%s", svc, p.LogTail(100))
+			testkit.KeepLog(t, svc, p.LogTail(1<<20))
 		}
 	})
 	return p

@@ -194,3 +194,59 @@ func TestFunctions(root string) (map[string]bool, error) {
 	})
 	return funcs, err
 }
+
+// keptRuns is how many test binaries' kept logs stay in os.TempDir()'s
+// tidal-failed directory: the newest, the rest pruned when a run first keeps.
+const keptRuns = 20
+
+var keep struct {
+	once sync.Once
+	dir  string // this run's directory under tidal-failed
+	err  error
+}
+
+// KeepLog writes text (a process's log, the cluster's state) to a file that
+// outlives the test and logs only its path and size. A failed test's output
+// then ends with its own failure messages, which are what CI shows of it,
+// not with hundreds of lines of logs; the logs are still there after CI has
+// removed the test's temporary directories.
+func KeepLog(t testing.TB, name, text string) {
+	t.Helper()
+	keep.once.Do(func() {
+		root := filepath.Join(os.TempDir(), "tidal-failed")
+		keep.dir = filepath.Join(root, fmt.Sprintf("%s-%d", time.Now().UTC().Format("20060102T150405"), os.Getpid()))
+		if keep.err = os.MkdirAll(keep.dir, 0o755); keep.err != nil {
+			return
+		}
+		pruneKept(root)
+	})
+	if keep.err != nil {
+		t.Logf("%s: cannot keep its log: %v", name, keep.err)
+		return
+	}
+	dir := filepath.Join(keep.dir, unsafeChars.ReplaceAllString(t.Name(), "_"))
+	path := filepath.Join(dir, unsafeChars.ReplaceAllString(name, "_")+".log")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("%s: cannot keep its log: %v", name, err)
+		return
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Logf("%s: cannot keep its log: %v", name, err)
+		return
+	}
+	t.Logf("%s: %d lines kept in %s", name, strings.Count(text, "\n"), path)
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// pruneKept removes all but the newest keptRuns runs' directories (their
+// names start with the time, so they sort by age).
+func pruneKept(root string) {
+	entries, err := os.ReadDir(root)
+	if err != nil || len(entries) <= keptRuns {
+		return
+	}
+	for _, e := range entries[:len(entries)-keptRuns] {
+		_ = os.RemoveAll(filepath.Join(root, e.Name()))
+	}
+}

@@ -122,7 +122,7 @@ func startKnative(t *testing.T, name string, cmd *exec.Cmd, env ...string) *knPr
 	t.Cleanup(func() {
 		k.stop(t)
 		if t.Failed() {
-			t.Logf("Knative's %s log (last 60 lines):\n%s", name, k.logTail(60))
+			testkit.KeepLog(t, "knative-"+name, k.logTail(1<<20))
 		}
 	})
 	return k

@@ -85,11 +85,16 @@ func TestMigrationHelmInstallToUninstall(t *testing.T) {
 	}
 
 	// 3. The switch.
-	switchAt := time.Now().Truncate(time.Second)
-	kept, keptFrom := s.reps.last().spec, time.Now()
 	scaleKnativeAutoscaler(ctx, t, s, 0)
 	ka.stop(t) // its pod goes with the replicas
 	_ = knAct.Conn.Shutdown()
+	// Knative's autoscaler writes nothing from here on. What it wrote up to
+	// its exit is before switchAt (managedFields keep whole seconds) and
+	// before kept, the first reading of the Revision's replicas a moment
+	// after it (a write it sent as it stopped has landed by then).
+	stopped := time.Now()
+	switchAt := stopped.Truncate(time.Second).Add(time.Second)
+	kept := s.reps.after(t, stopped.Add(300*time.Millisecond))
 	if err := c.Client.CoreV1().Services(systemNamespace).Delete(ctx, "autoscaler", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +108,8 @@ func TestMigrationHelmInstallToUninstall(t *testing.T) {
 	}
 	// Until tidal takes over, no one reconciles: the Revision keeps its
 	// scale.
-	if lo, hi := s.reps.bounds(keptFrom); lo != kept || hi != kept {
-		t.Errorf("through the switch the Revision's replicas went %d to %d, want them kept at %d", lo, hi, kept)
+	if lo, hi := s.reps.bounds(kept.at); lo != kept.spec || hi != kept.spec {
+		t.Errorf("through the switch the Revision's replicas went %d to %d, want them kept at %d", lo, hi, kept.spec)
 	}
 	// The rollout replaces the pods: the processes restart with the
 	// upgraded Deployments' settings, and the activators reconnect.
@@ -361,7 +366,7 @@ func startRelease(ctx context.Context, t *testing.T, s *scene, name, ns, binDir 
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range r.procs {
-				t.Logf("%s log (last 30 lines):\n%s", p.Name, p.LogTail(30))
+				testkit.KeepLog(t, "release "+p.Name, p.LogTail(1<<20))
 			}
 		}
 		r.stop(t)

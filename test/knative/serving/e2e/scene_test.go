@@ -129,9 +129,9 @@ func startScene(t *testing.T, opts ...func(*scene)) *scene {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("namespace %s at the failure:\n%s", s.ns, c.Describe(context.Background(), s.ns))
+			testkit.KeepLog(t, "namespace "+s.ns, c.Describe(context.Background(), s.ns))
 			for _, p := range s.tidal.Procs() {
-				t.Logf("%s log (last 30 lines):\n%s", p.Name, p.LogTail(30))
+				testkit.KeepLog(t, p.Name, p.LogTail(1<<20))
 			}
 		}
 		if err := s.tidal.Stop(); err != nil {

@@ -274,6 +274,17 @@ func (l *replicaLog) last() replicas {
 	return l.seen[len(l.seen)-1]
 }
 
+// after returns the latest reading once one was taken at or after from.
+func (l *replicaLog) after(t *testing.T, from time.Time) replicas {
+	t.Helper()
+	var r replicas
+	testkit.Eventually(t, 10*time.Second, "a reading of the replicas after "+from.Format(time.StampMilli), func() bool {
+		r = l.last()
+		return !r.at.Before(from)
+	})
+	return r
+}
+
 // bounds returns the least and most spec replicas read since from.
 func (l *replicaLog) bounds(from time.Time) (lo, hi int32) {
 	l.mu.Lock()
