@@ -94,6 +94,10 @@ type Options struct {
 	// waits for the API server, so on a busy one four cap how fast pods
 	// get their address and turn Ready.
 	PodStageWorkers int
+	// Profiling serves the API server's /debug/pprof to its admin
+	// (kube-apiserver's --profiling), for a CPU profile of the API server
+	// under a load.
+	Profiling bool
 }
 
 // Cluster is a running control plane: etcd, kube-apiserver,
@@ -301,7 +305,7 @@ func startOnce(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--enable-aggregator-routing=true",
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(opts.Profiling),
 		"--v=1",
 	}, audit...)...,
 	)

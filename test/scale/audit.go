@@ -64,7 +64,7 @@ const podReadyDelay = 3 * time.Second
 // more) would each handle every pod event of tens of thousands of pods on
 // the machine the services are measured on.
 func ClusterOptions(ns string, log io.Writer) cluster.Options {
-	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), PodReadyDelay: podReadyDelay, PodStageWorkers: 16, Controllers: []string{
+	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), PodReadyDelay: podReadyDelay, PodStageWorkers: 16, Profiling: true, Controllers: []string{
 		"deployment-controller", "replicaset-controller",
 		// Pods are admitted only once their namespace's default
 		// ServiceAccount exists.

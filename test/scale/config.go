@@ -25,8 +25,9 @@ type Config struct {
 	SwitchPeriod   time.Duration
 	// Replicas is how many processes of each service run.
 	Replicas int
-	// Settle bounds the wait for every target's first decision before the
-	// steady phase starts anyway.
+	// Settle bounds the wait for every target's first decision and for
+	// the pods the targets' loads imply before the steady phase starts
+	// anyway.
 	Settle time.Duration
 	// StableWindow is the KPA stable window given to the services in
 	// config-autoscaler; the panic window is half of it.
@@ -64,7 +65,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.SwitchFraction, "switch-fraction", 0.2, "Fraction of the KPA targets whose load switches between its two levels; 0 means none.")
 	fs.DurationVar(&c.SwitchPeriod, "switch-period", 30*time.Second, "How often a switching target's load changes; the changes are staggered over the period.")
 	fs.IntVar(&c.Replicas, "replicas", 1, "Processes of each service: collectors and actuators share targets through bucket Leases, collectors split them among the deciders, each decider sends to its own actuator.")
-	fs.DurationVar(&c.Settle, "settle", 5*time.Minute, "Longest wait after creation for every target's first decision before the steady phase starts anyway.")
+	fs.DurationVar(&c.Settle, "settle", 30*time.Minute, "Longest wait after creation for every target's first decision and for 99 % of the pods the targets' loads imply before the steady phase starts anyway (it starts as soon as they are there).")
 	fs.DurationVar(&c.StableWindow, "stable-window", 6*time.Second, "KPA stable window in config-autoscaler (the panic window is half of it); short, so a load change shows within a tick or two.")
 	fs.IntVar(&c.CreateWorkers, "create-workers", 16, "Targets created in parallel.")
 	fs.Uint64Var(&c.Seed, "seed", 1, "Seed of each target's load levels.")

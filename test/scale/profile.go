@@ -10,12 +10,15 @@ import (
 	"runtime/pprof"
 	"sync"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
-// profileServices takes a CPU profile of every service process at once over
-// most of the steady phase (it must finish before the phase ends, when the
-// services stop) and writes each to dir as <process>.cpu.pprof.
-func profileServices(ctx context.Context, svcs *services, dir string, steady time.Duration, logf func(string, ...any)) {
+// profileServices takes a CPU profile of every service process, the
+// harness and the API server at once over most of the steady phase (it
+// must finish before the phase ends, when the services stop) and writes
+// each to dir as <process>.cpu.pprof.
+func profileServices(ctx context.Context, svcs *services, kube kubernetes.Interface, dir string, steady time.Duration, logf func(string, ...any)) {
 	secs := int((steady - 10*time.Second) / time.Second)
 	if secs < 5 {
 		logf("steady phase %s too short for a CPU profile", steady)
@@ -35,6 +38,22 @@ func profileServices(ctx context.Context, svcs *services, dir string, steady tim
 			return
 		}
 		logf("CPU profile of the harness over %ds: %s", secs, path)
+	})
+	// The API server, the largest part of the control plane's CPU: what
+	// the services' requests and watches cost it.
+	wg.Go(func() {
+		path := filepath.Join(dir, "kube-apiserver.cpu.pprof")
+		pctx, cancel := context.WithTimeout(ctx, time.Duration(secs+30)*time.Second)
+		defer cancel()
+		b, err := kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(secs)).DoRaw(pctx)
+		if err == nil {
+			err = os.WriteFile(path, b, 0o644)
+		}
+		if err != nil {
+			logf("CPU profile of the API server: %v", err)
+			return
+		}
+		logf("CPU profile of the API server over %ds: %s", secs, path)
 	})
 	for _, p := range svcs.Procs {
 		wg.Go(func() {

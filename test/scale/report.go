@@ -429,11 +429,14 @@ func (r *Report) unscraped() float64 {
 	return float64(sp.Missing) / float64(sp.Seconds)
 }
 
-// fullLoadPods is the part of the implied pods a run at full load serves,
-// fullLoadUnscraped the part of the seconds it may leave unscraped.
+// fullLoadPods is the part of the implied pods a run at full load serves
+// at its end (switching targets are between levels), fullLoadUnscraped the
+// part of the seconds it may leave unscraped; settledPods the part served
+// before the steady phase starts (no load has switched yet).
 const (
 	fullLoadPods      = 0.95
 	fullLoadUnscraped = 0.01
+	settledPods       = 0.99
 )
 
 func (r *Report) writeFullLoad(w io.Writer, cpu, peak float64) {

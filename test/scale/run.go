@@ -181,21 +181,24 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	rep.Creation = time.Since(createStart)
 	logf("created in %s", rep.Creation.Round(100*time.Millisecond))
 
-	// First decisions.
+	// First decisions, and the pods they imply up: a steady phase that
+	// overlaps the pods' creation measures a control plane still creating
+	// them and a collector still catching up, not the load intended.
 	settleEnd := time.Now().Add(cfg.Settle)
 	for last := time.Now(); ; {
 		kpa, lag := rec.undecided()
-		if kpa == 0 && lag == 0 {
+		pods, implied := farm.Pods(), rec.implied()
+		if kpa == 0 && lag == 0 && float64(pods) >= settledPods*float64(implied) {
 			break
 		}
 		if time.Now().After(settleEnd) {
-			logf("settle time %s over: %d KPA targets without a decision, %d lag targets not scaled; going on", cfg.Settle, kpa, lag)
+			logf("settle time %s over: %d KPA targets without a decision, %d lag targets not scaled, %d of %d implied pods served; going on", cfg.Settle, kpa, lag, pods, implied)
 			break
 		}
 		if time.Since(last) >= 10*time.Second {
 			last = time.Now()
 			n, _ := farm.Err()
-			logf("waiting for first decisions: %d KPA targets without one, %d lag targets not scaled, %d pods served (listen errors %d)", kpa, lag, farm.Pods(), n)
+			logf("waiting for first decisions and pods: %d KPA targets without a decision, %d lag targets not scaled, %d of %d implied pods served (listen errors %d)", kpa, lag, pods, implied, n)
 		}
 		select {
 		case <-ctx.Done():
@@ -235,7 +238,7 @@ func Run(ctx context.Context, cfg Config, env Env) (*Report, error) {
 	wg.Go(func() { switchLoads(runCtx, cfg, targets, steadyStart, steadyEnd, rec, farm) })
 	wg.Go(func() { procs.sample(runCtx, 5*time.Second, logf, rec, farm) })
 	if env.ProfileDir != "" {
-		wg.Go(func() { profileServices(ctx, svcs, env.ProfileDir, cfg.Duration, logf) })
+		wg.Go(func() { profileServices(ctx, svcs, client, env.ProfileDir, cfg.Duration, logf) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {

@@ -34,7 +34,7 @@ func main() {
 	var cfg scale.Config
 	cfg.RegisterFlags(flag.CommandLine)
 	logDir := flag.String("log-dir", "", "Keep the services' logs in this directory; empty means a temporary one, removed at the end.")
-	profileDir := flag.String("profile-dir", "", "Write a CPU profile of each service over the steady phase into this directory (<process>.cpu.pprof, for go tool pprof); empty means none.")
+	profileDir := flag.String("profile-dir", "", "Write a CPU profile of each service, the harness and the API server over the steady phase into this directory (<process>.cpu.pprof, for go tool pprof), and each service's heap at its end; empty means none.")
 	flag.Parse()
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
