@@ -206,7 +206,7 @@ var keep struct {
 }
 
 // KeepLog writes text (a process's log, the cluster's state) to a file that
-// outlives the test and logs only its path and size. A failed test's output
+// outlives the test and logs only its path and size in bytes. A failed test's output
 // then ends with its own failure messages, which are what CI shows of it,
 // not with hundreds of lines of logs; the logs are still there after CI has
 // removed the test's temporary directories.
@@ -234,7 +234,7 @@ func KeepLog(t testing.TB, name, text string) {
 		t.Logf("%s: cannot keep its log: %v", name, err)
 		return
 	}
-	t.Logf("%s: %d lines kept in %s", name, strings.Count(text, "\n"), path)
+	t.Logf("%s: %d bytes kept in %s", name, len(text), path)
 }
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)

@@ -90,7 +90,7 @@ func TestMigrationHelmInstallToUninstall(t *testing.T) {
 	_ = knAct.Conn.Shutdown()
 	// Knative's autoscaler writes nothing from here on. What it wrote up to
 	// its exit is before switchAt (managedFields keep whole seconds) and
-	// before kept, the first reading of the Revision's replicas a moment
+	// before kept, a reading of the Revision's replicas taken a moment
 	// after it (a write it sent as it stopped has landed by then).
 	stopped := time.Now()
 	switchAt := stopped.Truncate(time.Second).Add(time.Second)
