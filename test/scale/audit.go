@@ -62,9 +62,10 @@ const podReadyDelay = 3 * time.Second
 // the controllers the targets use. The others that watch pods (garbage
 // collection, disruption budgets, endpoints, jobs, node lifecycle and
 // more) would each handle every pod event of tens of thousands of pods on
-// the machine the services are measured on.
-func ClusterOptions(ns string, log io.Writer) cluster.Options {
-	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), PodReadyDelay: podReadyDelay, PodStageWorkers: 16, Profiling: true, Controllers: []string{
+// the machine the services are measured on. The control plane runs at
+// cfg.ControlPlaneNice.
+func ClusterOptions(cfg Config, ns string, log io.Writer) cluster.Options {
+	return cluster.Options{Log: log, AuditPolicy: auditPolicy(ns), PodReadyDelay: podReadyDelay, PodStageWorkers: 16, Profiling: true, Nice: cfg.ControlPlaneNice, Controllers: []string{
 		"deployment-controller", "replicaset-controller",
 		// Pods are admitted only once their namespace's default
 		// ServiceAccount exists.

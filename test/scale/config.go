@@ -40,6 +40,11 @@ type Config struct {
 	// service runs with the Go memory limit it sets itself in such a
 	// container (server.SoftMemoryLimit). 0 means none.
 	MemoryLimit int64
+	// ControlPlaneNice, when above 0, runs the control plane's processes
+	// at that nice value (cluster.Options.Nice): the services and the
+	// simulated pods take the cores first, as on a cluster where the
+	// control plane has machines of its own.
+	ControlPlaneNice int
 }
 
 // chartMemoryLimit is the chart's default resources.limits.memory of each
@@ -79,6 +84,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.MemoryLimit = q.Value()
 		return nil
 	})
+	fs.IntVar(&c.ControlPlaneNice, "control-plane-nice", 0, "Nice value of the control plane's processes (etcd, API server, controllers, kwok), 0 to 19: above 0 the services and the simulated pods take the cores first, as where the control plane has machines of its own; 0 means they share alike.")
 }
 
 // DefaultConfig is the Config of the flags' defaults.
@@ -113,6 +119,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("-stable-window %s: want at least 6s (Knative's minimum)", c.StableWindow)
 	case c.CreateWorkers < 1:
 		return errors.New("-create-workers: want at least 1")
+	case c.ControlPlaneNice < 0 || c.ControlPlaneNice > 19:
+		return fmt.Errorf("-control-plane-nice %d: want 0 to 19", c.ControlPlaneNice)
 	}
 	return nil
 }

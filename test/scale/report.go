@@ -215,8 +215,12 @@ func (r *Report) Write(w io.Writer) {
 	if c.MemoryLimit > 0 {
 		memory = fmt.Sprintf("a %d MiB container memory limit each (GOMEMLIMIT %d MiB)", c.MemoryLimit>>20, server.SoftMemoryLimit(c.MemoryLimit)>>20)
 	}
-	fmt.Fprintf(w, "tidal scale: %d KPA targets (%d–%d pods each) + %d lag targets; %.0f %% of the KPA targets switch load every %s; %d replica(s) of each service, %s; stable window %s\n\n",
-		c.KPATargets, c.MinPods, c.MaxPods, c.LagTargets, c.SwitchFraction*100, c.SwitchPeriod, c.Replicas, memory, c.StableWindow)
+	nice := ""
+	if c.ControlPlaneNice > 0 {
+		nice = fmt.Sprintf("; the control plane at nice %d", c.ControlPlaneNice)
+	}
+	fmt.Fprintf(w, "tidal scale: %d KPA targets (%d–%d pods each) + %d lag targets; %.0f %% of the KPA targets switch load every %s; %d replica(s) of each service, %s; stable window %s%s\n\n",
+		c.KPATargets, c.MinPods, c.MaxPods, c.LagTargets, c.SwitchFraction*100, c.SwitchPeriod, c.Replicas, memory, c.StableWindow, nice)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("creation (Deployments, PodAutoscalers, Topics, Functions)", fmt.Sprintf("%s (%.0f targets/s)", secs(r.Creation),

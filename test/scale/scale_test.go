@@ -63,7 +63,10 @@ func TestScaleGuard(t *testing.T) {
 	// A cluster of its own: the API server's audit log counts every
 	// client's writes to the targets' namespace.
 	const ns = "scale-guard"
-	c, err := cluster.Start(ctx, scale.ClusterOptions(ns, testWriter{t}))
+	cfg := scale.DefaultConfig()
+	cfg.KPATargets, cfg.LagTargets, cfg.Duration = guardTargets, guardLag, guardDuration
+	cfg.Settle = 3 * time.Minute
+	c, err := cluster.Start(ctx, scale.ClusterOptions(cfg, ns, testWriter{t}))
 	if err != nil {
 		t.Fatalf("cluster: %v", err)
 	}
@@ -78,9 +81,6 @@ func TestScaleGuard(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(binDir) })
 
-	cfg := scale.DefaultConfig()
-	cfg.KPATargets, cfg.LagTargets, cfg.Duration = guardTargets, guardLag, guardDuration
-	cfg.Settle = 3 * time.Minute
 	rep, err := scale.Run(ctx, cfg, scale.Env{Cluster: c, Namespace: ns, BinDir: binDir, Log: testWriter{t}})
 	if err != nil {
 		t.Fatalf("scale run: %v", err)

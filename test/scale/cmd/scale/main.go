@@ -60,7 +60,7 @@ func run(ctx context.Context, cfg scale.Config, logDir, profileDir string, out i
 			return err
 		}
 	}
-	c, err := cluster.Start(ctx, scale.ClusterOptions(namespace, out))
+	c, err := cluster.Start(ctx, scale.ClusterOptions(cfg, namespace, out))
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
