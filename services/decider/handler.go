@@ -87,17 +87,19 @@ func (h *handler) ingest(req *deciderv1.IngestRequest, replayed map[string]bool)
 	if kc := req.GetKnativeConfig(); kc != nil {
 		h.applyKnativeConfig(kc, now, log())
 	}
+	// Removals first: a target that went and came back since the last
+	// batch is in both, and what the collector holds now is the spec.
+	for _, r := range req.GetRemoved() {
+		if t := targetOf(r); h.engine.Remove(t) {
+			h.sender.Forget(t)
+		}
+	}
 	for _, s := range req.GetSpecs() {
 		if err := h.engine.Upsert(specOf(s), now); errors.Is(err, engine.ErrTooManyTargets) {
 			// Counted, not logged per target: a flood must not flood the log.
 			h.drops.WithLabelValues("target_limit").Inc()
 		} else if err != nil {
 			log().Warn("target spec refused", zap.String("target", s.GetTarget().Key()), zap.Error(err))
-		}
-	}
-	for _, r := range req.GetRemoved() {
-		if t := targetOf(r); h.engine.Remove(t) {
-			h.sender.Forget(t)
 		}
 	}
 	// One array for every metric's samples: Record and Replay copy them.

@@ -303,3 +303,36 @@ func TestKeepAliveThroughTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRemovedThenAddedInOneBatch: a collector whose target went and came
+// back between two batches sends it in both removed and specs; the decider
+// forgets the old one and keeps the new, as the collector does.
+func TestRemovedThenAddedInOneBatch(t *testing.T) {
+	client, _ := startDecider(t)
+	ctx := context.Background()
+	st, err := client.Ingest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &deciderv1.TargetSpec{Target: hello, Strategy: commonv1.Strategy_STRATEGY_KPA}
+	now := time.Now()
+	for _, req := range []*deciderv1.IngestRequest{
+		{CollectorId: "c1", Specs: []*deciderv1.TargetSpec{spec}},
+		{CollectorId: "c1", Removed: []*commonv1.TargetRef{hello}, Specs: []*deciderv1.TargetSpec{spec},
+			Metrics: []*deciderv1.TargetMetrics{{Target: hello, Samples: []*commonv1.MetricSample{sample(now, commonv1.SampleSource_SAMPLE_SOURCE_SCRAPE, 3)}}}},
+	} {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := st.CloseAndRecv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetAcceptedSamples() != 1 {
+		t.Errorf("Ingest accepted %d samples, want the re-added target's 1", resp.GetAcceptedSamples())
+	}
+	if _, err := client.Explain(ctx, &deciderv1.ExplainRequest{Target: hello}); err != nil {
+		t.Errorf("Explain of the re-added target: %v, want it known", err)
+	}
+}

@@ -361,7 +361,9 @@ type IngestRequest struct {
 	Specs []*TargetSpec `protobuf:"bytes,3,rep,name=specs,proto3" json:"specs,omitempty"`
 	// Metrics per target.
 	Metrics []*TargetMetrics `protobuf:"bytes,4,rep,name=metrics,proto3" json:"metrics,omitempty"`
-	// Targets the collector stopped measuring; the decider forgets them.
+	// Targets the collector stopped measuring; the decider forgets them before
+	// it reads this batch's specs, so a target removed and added again since
+	// the last batch is in both.
 	Removed []*v1.TargetRef `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
 	// Knative's configuration as the collector read it from the cluster (its
 	// ConfigMaps in Knative's namespace, in Knative mode): set on a stream's
