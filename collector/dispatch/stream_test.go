@@ -681,3 +681,46 @@ func TestCompleteBeforeGoesAfterItsSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveBatchOrder: a turn sends its targets in the order their news came,
+// and a target removed and discovered again within the turn goes once, with
+// only what came after its removal, behind the decider's order to forget it.
+func TestLiveBatchOrder(t *testing.T) {
+	hub := New(Config{Retention: time.Hour, HighWater: 100}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub.setDeciders([]string{"d:1"})
+	for _, n := range []string{"a", "b", "c"} {
+		hub.SetSpec(spec(n), 0)
+	}
+	hub.connect("d:1", func() {})
+	_ = hub.take("d:1", 100) // the replay on connect
+	t0 := time.Now()
+	for i, n := range []string{"c", "a", "b"} {
+		hub.Record(ref(n), scrapeSample(t0.Add(time.Duration(i)*time.Millisecond), 1, 1))
+	}
+	hub.Remove(ref("a"))
+	hub.SetSpec(spec("a"), 0)
+	hub.Record(ref("a"), scrapeSample(t0.Add(time.Second), 7, 1))
+	live := hub.take("d:1", 100).live
+	var got []string
+	var removed []string
+	for _, b := range live {
+		for _, r := range b.GetRemoved() {
+			removed = append(removed, r.GetName())
+		}
+		for _, m := range b.GetMetrics() {
+			got = append(got, fmt.Sprintf("%s:%d", m.GetTarget().GetName(), len(m.GetSamples())))
+			if m.GetTarget().GetName() == "a" && m.GetSamples()[0].GetAverageConcurrency() != 7 {
+				t.Errorf("a sent %v, want only the sample after its removal", m.GetSamples())
+			}
+		}
+	}
+	if want := []string{"c:1", "b:1", "a:1"}; !slices.Equal(got, want) {
+		t.Errorf("live metrics in order %v, want %v", got, want)
+	}
+	if !slices.Equal(removed, []string{"a"}) {
+		t.Errorf("removed %v, want [a]", removed)
+	}
+	if bs := hub.take("d:1", 100); len(bs.live) != 0 {
+		t.Errorf("a second take sent %v, want nothing", bs.live)
+	}
+}
