@@ -264,9 +264,9 @@ func (f *podFarm) Pods() int {
 	return n
 }
 
-// stat is the stat of the pod at address ip, asked for at now; false when
-// no pod has that address.
-func (f *podFarm) stat(ip string, now time.Time) ([]byte, bool) {
+// stat appends to b the stat of the pod at address ip, asked for at now;
+// false when no pod has that address.
+func (f *podFarm) stat(b []byte, ip string, now time.Time) ([]byte, bool) {
 	f.mu.Lock()
 	p, ok := f.byIP[ip]
 	ready := 0
@@ -293,7 +293,7 @@ func (f *podFarm) stat(ip string, now time.Time) ([]byte, bool) {
 		return nil, false
 	}
 	c := f.load(p.target) / float64(ready)
-	return queuestat.Marshal(queuestat.Stat{
+	return queuestat.Append(b, queuestat.Stat{
 		PodName:                   p.name,
 		AverageConcurrentRequests: c,
 		// One request a second per unit of concurrency: a 1 s request.

@@ -20,9 +20,11 @@ import (
 // request's headers map, context and response writer), on a machine where
 // the collector then scraped fewer pods than it meant to.
 type statServer struct {
-	// stat is the body for a request made to address ip at now; false
-	// when no Ready pod has that address.
-	stat func(ip string, now time.Time) ([]byte, bool)
+	// stat appends to b the body for a request made to address ip at
+	// now; false when no Ready pod has that address. A connection's buffer
+	// is reused: a new one per answer, grown field by field, was a
+	// fifteenth of the harness's CPU at 10,000 targets.
+	stat func(b []byte, ip string, now time.Time) ([]byte, bool)
 
 	mu     sync.Mutex
 	ls     map[net.Listener]bool
@@ -32,7 +34,7 @@ type statServer struct {
 	wg sync.WaitGroup
 }
 
-func newStatServer(stat func(ip string, now time.Time) ([]byte, bool)) *statServer {
+func newStatServer(stat func(b []byte, ip string, now time.Time) ([]byte, bool)) *statServer {
 	return &statServer{stat: stat, ls: map[net.Listener]bool{}, conns: map[net.Conn]bool{}}
 }
 
@@ -107,7 +109,7 @@ func (s *statServer) serveConn(c net.Conn) {
 	}
 	ip := tcp.IP.String() // a connection's address never changes
 	br := bufio.NewReaderSize(c, maxRequestHead)
-	var out []byte
+	var out, buf []byte
 	for {
 		stat, keep, err := readRequest(br)
 		if err != nil {
@@ -116,7 +118,8 @@ func (s *statServer) serveConn(c net.Conn) {
 		var body []byte
 		status, ctype := "404 Not Found", "text/plain"
 		if stat {
-			if body, ok = s.stat(ip, time.Now()); ok {
+			if body, ok = s.stat(buf[:0], ip, time.Now()); ok {
+				buf = body
 				status, ctype = "200 OK", queuestat.ContentType
 			} else {
 				status, body = "503 Service Unavailable", []byte("pod not ready\n")

@@ -20,9 +20,9 @@ import (
 func TestStatServer(t *testing.T) {
 	var asked atomic.Int32
 	var gone atomic.Bool // no pod at the address any more
-	srv := newStatServer(func(ip string, _ time.Time) ([]byte, bool) {
+	srv := newStatServer(func(b []byte, ip string, _ time.Time) ([]byte, bool) {
 		asked.Add(1)
-		return []byte("stat of " + ip), !gone.Load()
+		return append(b, "stat of "+ip...), !gone.Load()
 	})
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -99,7 +99,7 @@ func TestStatServer(t *testing.T) {
 // farm had it before; -benchmem counts both sides' allocations.
 func BenchmarkStatServer(b *testing.B) {
 	body := []byte("a stat of about forty bytes, as a pod's")
-	stat := func(string, time.Time) ([]byte, bool) { return body, true }
+	stat := func(b []byte, _ string, _ time.Time) ([]byte, bool) { return append(b, body...), true }
 	for _, c := range []struct {
 		name  string
 		serve func(net.Listener) (stop func())
@@ -113,7 +113,7 @@ func BenchmarkStatServer(b *testing.B) {
 			mux := http.NewServeMux()
 			mux.HandleFunc("GET "+queuestat.Path, func(rw http.ResponseWriter, r *http.Request) {
 				local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-				b, _ := stat(local.(*net.TCPAddr).IP.String(), time.Now())
+				b, _ := stat(nil, local.(*net.TCPAddr).IP.String(), time.Now())
 				rw.Header().Set("Content-Type", queuestat.ContentType)
 				rw.Header().Set("Content-Length", strconv.Itoa(len(b)))
 				_, _ = rw.Write(b)
