@@ -93,6 +93,9 @@ type farmPod struct {
 	name, target, ip string
 	start            time.Time
 	l                net.Listener
+	// load is its target's entry in podFarm.loads: a scrape reads it
+	// without looking the target up.
+	load *atomic.Uint64
 	// ready is whether the pod is Ready: Pods counts those.
 	ready bool
 	// lastScrape is when the collector last asked for the pod's stat, gap
@@ -110,16 +113,13 @@ func newPodFarm(oneListener bool) *podFarm {
 
 // SetLoad sets a target's total concurrency, spread over its Ready pods.
 func (f *podFarm) SetLoad(target string, concurrency float64) {
-	v, _ := f.loads.LoadOrStore(target, new(atomic.Uint64))
-	v.(*atomic.Uint64).Store(math.Float64bits(concurrency))
+	f.loadOf(target).Store(math.Float64bits(concurrency))
 }
 
-func (f *podFarm) load(target string) float64 {
-	v, ok := f.loads.Load(target)
-	if !ok {
-		return 0
-	}
-	return math.Float64frombits(v.(*atomic.Uint64).Load())
+// loadOf returns target's load, 0 until SetLoad sets it.
+func (f *podFarm) loadOf(target string) *atomic.Uint64 {
+	v, _ := f.loads.LoadOrStore(target, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
 }
 
 // Run watches the namespace's KPA pods and serves them until ctx ends. It
@@ -191,6 +191,7 @@ func (f *podFarm) add(p *corev1.Pod) {
 		f.removeLocked(other)
 	}
 	fp := &farmPod{name: p.Name, target: p.Labels[kpaLabel], ip: p.Status.PodIP, start: time.Now(), ready: ready}
+	fp.load = f.loadOf(fp.target)
 	if !f.oneListener {
 		addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(queuestat.Port))
 		l, err := net.Listen("tcp", addr)
@@ -273,11 +274,11 @@ func (f *podFarm) stat(b []byte, ip string, now time.Time) ([]byte, bool) {
 	if ok {
 		if !p.lastScrape.IsZero() {
 			p.gap = now.Sub(p.lastScrape)
-		}
-		p.lastScrape = now
-		if _, seen := f.firstScrape[p.target]; !seen {
+		} else if _, seen := f.firstScrape[p.target]; !seen {
+			// A target's first scrape is some pod's first.
 			f.firstScrape[p.target] = now
 		}
+		p.lastScrape = now
 		window := scrapeWindow
 		for _, q := range f.byTarget[p.target] {
 			window = max(window, min(q.gap*3/2, maxScrapeWindow))
@@ -292,7 +293,7 @@ func (f *podFarm) stat(b []byte, ip string, now time.Time) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	c := f.load(p.target) / float64(ready)
+	c := math.Float64frombits(p.load.Load()) / float64(ready)
 	return queuestat.Append(b, queuestat.Stat{
 		PodName:                   p.name,
 		AverageConcurrentRequests: c,
