@@ -124,8 +124,9 @@ type outbox struct {
 	pending map[tkey]*pendingTarget
 	// order holds pending's entries in the order they were made, dropped
 	// ones included (emptied): take sends them in it. Sorting the keys of
-	// thousands of targets at every turn, a few milliseconds apart, was a
-	// twentieth of a collector's CPU at 10,000 targets.
+	// thousands of targets at every turn, a few milliseconds apart, and
+	// looking each up again, was about 4 % of a collector's CPU at 10,000
+	// targets.
 	order []*pendingTarget
 	// free holds pending's entries of past turns, emptied, for reuse:
 	// never more than pending held at once.

@@ -22,8 +22,8 @@ import (
 type statServer struct {
 	// stat appends to b the body for a request made to address ip at
 	// now; false when no Ready pod has that address. A connection's buffer
-	// is reused: a new one per answer, grown field by field, was a
-	// fifteenth of the harness's CPU at 10,000 targets.
+	// is reused: a new one per answer, grown field by field, was 7.6 % of
+	// the harness's CPU at 10,000 targets.
 	stat func(b []byte, ip string, now time.Time) ([]byte, bool)
 
 	mu     sync.Mutex
