@@ -899,6 +899,11 @@ func (ob *outbox) entryLocked(key tkey, ref *commonv1.TargetRef) *pendingTarget 
 		}
 		p.ref = ref
 		ob.pending[key] = p
+		if len(ob.order) >= 2*len(ob.pending)+64 {
+			// Targets that come and go between two turns leave emptied
+			// entries; order stays within a small multiple of pending.
+			ob.order = slices.DeleteFunc(ob.order, func(q *pendingTarget) bool { return q.ref == nil })
+		}
 		ob.order = append(ob.order, p)
 	}
 	return p

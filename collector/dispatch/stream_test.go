@@ -724,3 +724,31 @@ func TestLiveBatchOrder(t *testing.T) {
 		t.Errorf("a second take sent %v, want nothing", bs.live)
 	}
 }
+
+// TestChurnBetweenTurnsIsBounded: a target removed and found again many
+// times between two turns leaves the outbox no bigger than a few entries,
+// and the turn sends it once.
+func TestChurnBetweenTurnsIsBounded(t *testing.T) {
+	hub := New(Config{Retention: time.Hour, HighWater: 100}, NewMetrics(prometheus.NewRegistry()), zap.NewNop())
+	hub.setDeciders([]string{"d:1"})
+	hub.SetSpec(spec("a"), 0)
+	hub.connect("d:1", func() {})
+	_ = hub.take("d:1", 100) // the replay on connect
+	for range 10000 {
+		hub.Remove(ref("a"))
+		hub.SetSpec(spec("a"), 0)
+	}
+	hub.mu.Lock()
+	n := len(hub.outboxes["d:1"].order)
+	hub.mu.Unlock()
+	if n > 200 {
+		t.Errorf("outbox holds %d entries for one target after churn, want a few", n)
+	}
+	var specs int
+	for _, b := range hub.take("d:1", 100).live {
+		specs += len(b.GetSpecs())
+	}
+	if specs != 1 {
+		t.Errorf("the turn sent %d specs of a, want 1", specs)
+	}
+}
